@@ -1,0 +1,138 @@
+"""GEMM kernel configurations as data: tile, cluster, schedule -> template parameters and a name.
+
+`default_config(M, N, K, ...)` is the readable heuristic scalemm.gemm uses; pass a
+`GemmConfig` explicitly to override it (perf/gemm_sweep.py --tune compares several).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..epilogues import CPP_TYPES, Emitted, dtype_name
+
+ELEMENTS = {"e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t"}
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One SM90 kernel shape. All fields are compile-time in the generated kernel."""
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 128
+    cluster_m: int = 2
+    cluster_n: int = 1
+    schedule: str = "cooperative"        # "cooperative" (2 consumer warpgroups share a tile) | "pingpong"
+    swap_ab: bool = False                # compute D^T = B A^T: small M goes on the narrow tile side
+    stream_k: bool = False               # stream-K / split-K tile scheduler (small grids)
+
+    def __post_init__(self):
+        if self.schedule not in ("cooperative", "pingpong"):
+            raise ValueError(f"schedule must be 'cooperative' or 'pingpong', got {self.schedule!r}")
+        if self.schedule == "cooperative" and self.tile_m % 128:
+            raise ValueError("the cooperative schedule needs tile_m a multiple of 128")
+        if self.tile_m % 64 or self.tile_n % 16 or self.tile_n > 256 or self.tile_k % 64:
+            raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
+        if self.stream_k and self.schedule != "cooperative":
+            raise ValueError("stream-K needs the cooperative schedule")
+
+    def key(self) -> str:
+        s = f"t{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}_{self.schedule[:4]}"
+        return s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
+
+    def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3") -> dict[str, str]:
+        """Template parameters for cutlass_kernels/templates/gemm_sm90.cu."""
+        coop = self.schedule == "cooperative"
+        fp8 = element == "e4m3"
+        mainloop = "cutlass::gemm::KernelTmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
+        if fp8 and fast_accum:
+            mainloop += "FP8FastAccum"
+        # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
+        layout = "cutlass::layout::ColumnMajor" if self.swap_ab else "cutlass::layout::RowMajor"
+        return {
+            "TILE_M": str(self.tile_m), "TILE_N": str(self.tile_n), "TILE_K": str(self.tile_k),
+            "CLUSTER_M": str(self.cluster_m), "CLUSTER_N": str(self.cluster_n),
+            "ELEMENT_A": ELEMENTS[element], "ELEMENT_B": ELEMENTS[element],
+            "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)], "LAYOUT_D": layout,
+            "ELEMENT_C": CPP_TYPES[epilogue.source_dtype] if epilogue.source_dtype else "void",
+            "MAINLOOP_SCHEDULE": mainloop,
+            "EPILOGUE_SCHEDULE": "cutlass::epilogue::TmaWarpSpecialized" + ("Cooperative" if coop else ""),
+            "TILE_SCHEDULER": "cutlass::gemm::StreamKScheduler" if self.stream_k else "void",
+            "EVT_TYPE": epilogue.evt_type, "EVT_ARGS": epilogue.args_expr,
+        }
+
+
+def _pow2_at_least(x: int, lo: int, hi: int) -> int:
+    p = lo
+    while p < x and p < hi:
+        p *= 2
+    return p
+
+
+def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
+    """Tile heuristic for FP8 on H100/H200 (132 SMs).
+
+    - Decode-like M (<= 64): swap A and B so the weight's N fills the 64/128-wide wgmma side
+      and the few tokens sit on the narrow side (16..64); stream-K when tiles alone
+      cannot fill the machine.
+    - Mid M (<= 128): pingpong 64x128, so more CTAs are in flight.
+    - Large M: cooperative 128x256 when both dimensions are large (fewer, fatter tiles;
+      less A/B re-read), else 128x128; clusters of 2 share TMA multicast loads.
+    """
+    if M <= 64:
+        tile_n = _pow2_at_least(M, 16, 64)
+        tiles = -(-N // 128) * -(-M // tile_n)
+        if tiles >= num_sms:
+            return GemmConfig(128, tile_n, 128, 1, 1, "cooperative", swap_ab=True)
+        return GemmConfig(128, tile_n, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True)
+    if M <= 128:
+        return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    if M >= 2048 and N >= 2048:
+        return GemmConfig(128, 256, 128, 2, 1, "cooperative")
+    return GemmConfig(128, 128, 128, 2, 1, "cooperative")
+
+
+# What `python -m scalemm build` compiles ahead of time: one kernel per heuristic branch,
+# bf16 output, the default epilogue, both accumulation modes.
+def default_build_set() -> list[GemmConfig]:
+    return sorted({default_config(M, N, 4096) for M in (1, 16, 32, 64, 128, 4096) for N in (1024, 4096, 16384)},
+                  key=lambda c: c.key())
+
+
+# Alternatives perf/gemm_sweep.py --tune times against the heuristic's pick (one per bucket).
+TUNING_CANDIDATES = {
+    "decode": [GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
+               GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
+               GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
+               GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
+               GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)],
+    "mid": [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "cooperative", swap_ab=True),
+            GemmConfig(128, 128, 128, 1, 1, "cooperative", stream_k=True), GemmConfig(64, 256, 128, 1, 1, "pingpong")],
+    "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+              GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong"),
+              GemmConfig(128, 128, 128, 1, 2, "cooperative")],
+}
+
+
+# (N, K) of real models' linear layers (nn.Linear weight [N, K]): what perf/gemm_sweep.py times.
+MODEL_LINEAR_SHAPES = {
+    "llama3-8b.qkv": (6144, 4096), "llama3-8b.o": (4096, 4096),
+    "llama3-8b.gate_up": (28672, 4096), "llama3-8b.down": (4096, 14336),
+    "llama3-70b.qkv": (10240, 8192), "llama3-70b.o": (8192, 8192),
+    "llama3-70b.gate_up": (57344, 8192), "llama3-70b.down": (8192, 28672),
+    "dsv3.q_a": (1536, 7168), "dsv3.q_b": (24576, 1536), "dsv3.kv_a": (576, 7168), "dsv3.o": (7168, 16384),
+    "dsv3.shared_gate_up": (4096, 7168), "dsv3.shared_down": (7168, 2048),
+    "qwen3-30b-a3b.qkv": (5120, 2048), "qwen3-30b-a3b.o": (2048, 4096),
+    "qwen3-235b-a22b.qkv": (9216, 4096), "qwen3-235b-a22b.expert_gate_up": (3072, 4096),
+}
+DECODE_M = (1, 16, 32, 64, 128)
+PREFILL_M = (1024, 4096, 16384)
+
+
+def sweep_points(max_flop: float = 4e12):
+    """(label, M, N, K) over the model shapes, plus the 8192^3 anchor; skips points over max_flop."""
+    pts = [(f"{name}", M, N, K) for name, (N, K) in MODEL_LINEAR_SHAPES.items()
+           for M in DECODE_M + PREFILL_M if 2 * M * N * K <= max_flop]
+    return pts + [("square", 8192, 8192, 8192)]
+
+
+def sweep_configs() -> list[GemmConfig]:
+    return sorted({default_config(M, N, K) for _, M, N, K in sweep_points()}, key=lambda c: c.key())

@@ -1,0 +1,267 @@
+// Device-side numerics of scalemm's quantizers, bit for bit as shared/NUMERICS.md and
+// py_api/reference.py define them. Everything here is a small __forceinline__ function so
+// that the kernels in quant.cuh read as the spec does.
+//
+// Rules kept throughout (they are what makes the kernels bit-exact with the reference):
+// - every product/sum that the spec rounds to fp32 uses __fmul_rn/__fadd_rn, which nvcc
+//   never contracts into an FMA;
+// - reciprocals are IEEE round-to-nearest (__frcp_rn, __fdiv_rn), never rcp.approx;
+// - maxima propagate NaN (PTX max.NaN), unlike fmaxf.
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+namespace scalemm {
+namespace quant {
+
+constexpr float kFltMax = 3.40282346638528859811704183484516925e+38f;
+constexpr float kOneSixth = 1.0f / 6.0f;  // fl(1/6): constant-folded with IEEE RNE
+constexpr float kOne448 = 1.0f / 448.0f;  // fl(1/448)
+constexpr float kNvfp4GlobalMax = 2688.0f;  // 6 * 448
+constexpr float kE4m3Max = 448.0f;
+constexpr uint32_t kRhtSignMask = 0xD7E8u;  // bit k set: s_k = -1 (NUMERICS section 8)
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---------------------------------------------------------------------------
+// input element types: raw 16-byte words <-> fp32
+// ---------------------------------------------------------------------------
+
+// Eight consecutive input elements as raw 16-byte words (one for 16-bit types, two for fp32).
+template <typename T>
+struct Raw8 {
+  static constexpr int kWords = sizeof(T) / 2;
+  uint4 w[kWords];
+};
+
+template <typename T>
+__device__ __forceinline__ void load8(Raw8<T>& r, const T* p, bool ok) {
+#pragma unroll
+  for (int i = 0; i < Raw8<T>::kWords; ++i)
+    r.w[i] = ok ? __ldg(reinterpret_cast<const uint4*>(p) + i) : make_uint4(0, 0, 0, 0);
+}
+
+template <typename T>
+__device__ __forceinline__ void to_float8(const Raw8<T>& r, float (&f)[8]) {
+  if constexpr (sizeof(T) == 4) {
+    const float* s = reinterpret_cast<const float*>(r.w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = s[i];
+  } else {
+    const uint32_t* u = reinterpret_cast<const uint32_t*>(r.w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        f[2 * i] = __uint_as_float(u[i] << 16);  // bf16 -> fp32 is a shift, exact
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+      } else {
+        __half2 h = *reinterpret_cast<const __half2*>(&u[i]);
+        float2 g = __half22float2(h);
+        f[2 * i] = g.x;
+        f[2 * i + 1] = g.y;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// maxima (NaN-propagating), e4m3, e2m1
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+template <int N>
+__device__ __forceinline__ float absmax_nan(const float* v) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = max_nan(m, fabsf(v[i]));
+  return m;
+}
+
+// atomicMax on the bits of a non-negative float: integer order = float order, and every
+// NaN's bits (sign cleared) exceed +Inf's, so the maximum propagates NaN.
+__device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
+  atomicMax(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v) & 0x7fffffffu);
+}
+
+__device__ __forceinline__ uint32_t e4m3_satfinite(float v) {  // cvt.rn.satfinite.e4m3x2.f32
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ uint32_t e4m3x2_satfinite(float lo, float hi) {  // lo in bits 0..7
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float e4m3_to_float(uint32_t b) {  // exact
+  __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// E2M1 code of fp32 y, round-to-nearest-even on the code, |y| > 6 saturates, NaN -> 0x7.
+// Hopper has no e2m1 cvt. For |y| >= 1 round the fp32 bits to one mantissa bit (RNE by
+// integer add; the carry moves into the exponent) and read code = 2*(exp-1) + mantissa;
+// below 1 the e2m1 grid is 0, 0.5, 1 with ties 0.25 -> 0 and 0.75 -> 1.
+__device__ __forceinline__ uint32_t e2m1_rn(float y) {
+  const uint32_t b = __float_as_uint(y);
+  const uint32_t ab = b & 0x7fffffffu;
+  const uint32_t r = ab + 0x1fffffu + ((ab >> 22) & 1u);
+  const uint32_t hi = min((r >> 22) - 252u, 7u);  // Inf and NaN land on 7
+  const uint32_t lo = (ab > 0x3e800000u ? 1u : 0u) + (ab >= 0x3f400000u ? 1u : 0u);
+  const uint32_t mag = ab >= 0x3f800000u ? hi : lo;
+  return ab > 0x7f800000u ? 7u : (mag | ((b >> 28) & 8u));
+}
+
+// Stochastic rounding to E2M1 (NUMERICS section 9) with 8 random bits u.
+__device__ __forceinline__ uint32_t e2m1_sr(float y, uint32_t u) {
+  const float a = fabsf(y);
+  const float step = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
+  const float t = __fadd_rn(a, __fmul_rn(__uint2float_rn(u) * (1.0f / 256.0f), step));
+  const float st = t < 2.0f ? 0.5f : (t < 4.0f ? 1.0f : 2.0f);
+  const float inv_st = t < 2.0f ? 2.0f : (t < 4.0f ? 1.0f : 0.5f);
+  const float q = fminf(__fmul_rn(st, floorf(__fmul_rn(t, inv_st))), 6.0f);  // exact grid value
+  const uint32_t code = e2m1_rn(q) | ((__float_as_uint(y) >> 28) & 8u);
+  return y != y ? 7u : code;
+}
+
+// ---------------------------------------------------------------------------
+// scale formulas
+// ---------------------------------------------------------------------------
+
+// NVFP4 global encode scale (NUMERICS section 2): min(2688/amax, FLT_MAX), 1 for amax 0 or Inf.
+__device__ __forceinline__ float nvfp4_s_enc(float amax) {
+  float s = fminf(__fdiv_rn(kNvfp4GlobalMax, amax), kFltMax);  // NaN amax -> FLT_MAX
+  return (amax == 0.0f || s == 0.0f) ? 1.0f : s;
+}
+
+struct Nvfp4Global {
+  float s_dec;  // fl(1 / S_enc): the alpha the GEMM folds in
+  float sx;     // fl(S_enc * fl(1/6)): block max -> e4m3 scale
+  __device__ __forceinline__ explicit Nvfp4Global(float amax) {
+    const float s_enc = nvfp4_s_enc(amax);
+    s_dec = __frcp_rn(s_enc);
+    sx = __fmul_rn(s_enc, kOneSixth);
+  }
+};
+
+// Block scale byte and encode multiplier: s = e4m3(bm * sx); mult = min(1/(s * S_dec), FLT_MAX).
+__device__ __forceinline__ uint32_t nvfp4_block_scale(float bm, const Nvfp4Global& g, float& mult) {
+  const uint32_t sb = e4m3_satfinite(__fmul_rn(bm, g.sx));
+  const float inv = __frcp_rn(__fmul_rn(e4m3_to_float(sb), g.s_dec));
+  mult = inv != inv ? inv : fminf(inv, kFltMax);  // a NaN scale keeps a NaN multiplier
+  return sb;
+}
+
+// FP8 current scaling (NUMERICS section 7): scale = 448/amax; 1 for amax 0/Inf/NaN; Inf -> FLT_MAX.
+__device__ __forceinline__ float fp8_scale(float amax) {
+  if (amax == 0.0f || !(fabsf(amax) < INFINITY)) return 1.0f;
+  return fminf(__fdiv_rn(kE4m3Max, amax), kFltMax);
+}
+
+// MXFP8 e8m0 scale byte: biased exponent of the smallest power of two >= fl(bm * fl(1/448)),
+// clamped to [0, 254]; 0 -> 0, NaN -> 0xFF, Inf -> 254.
+__device__ __forceinline__ uint32_t mxfp8_scale_byte(float bm) {
+  const float v = __fmul_rn(bm, kOne448);
+  const uint32_t b = __float_as_uint(v) & 0x7fffffffu;
+  if (b > 0x7f800000u) return 0xffu;
+  const uint32_t e = b >> 23, mant = b & 0x7fffffu;
+  if (e != 0) return min(e + (mant != 0 ? 1u : 0u), 254u);
+  // subnormal v: the smallest power of two >= v is 2^-127 (b = 0) up to v = 2^-127, else 2^-126
+  return mant > 0x400000u ? 1u : 0u;
+}
+
+// 2^(127 - b) built from bits: b in [0, 254] (2^-127 is the fp32 subnormal 0x00400000);
+// b = 0xFF (a block holding a NaN) gives NaN, so the whole block encodes as NaN.
+__device__ __forceinline__ float mxfp8_inv_scale(uint32_t b) {
+  if (b == 0xffu) return __uint_as_float(0x7fc00000u);
+  return b < 254u ? __uint_as_float((254u - b) << 23) : __uint_as_float(0x00400000u);
+}
+
+// ---------------------------------------------------------------------------
+// 128x4 swizzled scale layout (NUMERICS section 5)
+// ---------------------------------------------------------------------------
+
+__host__ __device__ __forceinline__ int64_t swizzle_offset(int64_t r, int64_t c, int64_t cp) {
+  return (r >> 7) * 128 * cp + (c >> 2) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + (c & 3);
+}
+
+// ---------------------------------------------------------------------------
+// Philox4x32-10 (Random123 constants) and the SR bit layout
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ uint4 philox4x32_10(uint4 ctr, uint32_t k0, uint32_t k1) {
+#pragma unroll
+  for (int i = 0; i < 10; ++i) {
+    const uint32_t lo0 = ctr.x * 0xD2511F53u, hi0 = __umulhi(ctr.x, 0xD2511F53u);
+    const uint32_t lo1 = ctr.z * 0xCD9E8D57u, hi1 = __umulhi(ctr.z, 0xCD9E8D57u);
+    ctr = make_uint4(hi1 ^ ctr.y ^ k0, lo1, hi0 ^ ctr.w ^ k1, lo0);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return ctr;
+}
+
+// The four 32-bit words that hold the random bytes of elements 16n .. 16n+15 of a copy
+// (element e uses byte e % 4 of word e / 4; word w comes from counter (w/4, offset), lane w%4).
+__device__ __forceinline__ uint4 sr_words(uint64_t n, uint64_t seed, uint64_t offset) {
+  const uint4 ctr = make_uint4(static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32),
+                               static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32));
+  return philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+// ---------------------------------------------------------------------------
+// 16-point random Hadamard transform (NUMERICS section 8), result rounded to bf16
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ void rht16(float (&v)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((kRhtSignMask >> i) & 1u) v[i] = -v[i];
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if ((i & h) == 0) {
+        const float a = v[i], b = v[i + h];
+        v[i] = __fadd_rn(a, b);
+        v[i + h] = __fsub_rn(a, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = __bfloat162float(__float2bfloat16_rn(__fmul_rn(v[i], 0.25f)));
+}
+
+// ---------------------------------------------------------------------------
+// NVFP4 encoding of 8 or 16 scaled values into packed nibbles (even index = low nibble)
+// ---------------------------------------------------------------------------
+
+template <int N, bool SR>
+__device__ __forceinline__ void nvfp4_pack(const float* v, float mult, const uint32_t* rnd,
+                                           uint32_t* out /* N/8 words */) {
+#pragma unroll
+  for (int w = 0; w < N / 8; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = 8 * w + i;
+      const float y = __fmul_rn(v[e], mult);
+      uint32_t code;
+      if constexpr (SR)
+        code = e2m1_sr(y, (rnd[e >> 2] >> (8 * (e & 3))) & 0xffu);
+      else
+        code = e2m1_rn(y);
+      word |= code << (4 * i);
+    }
+    out[w] = word;
+  }
+}
+
+}  // namespace quant
+}  // namespace scalemm

@@ -1,0 +1,128 @@
+// scalemm: SM90 (Hopper) TMA warp-specialized GEMMs with an EVT epilogue.
+//
+// A [M,K] and B [N,K] are both K-major (B in nn.Linear weight layout, i.e. CUTLASS
+// ColumnMajor KxN). D is [M,N] row-major, or, for the swap-AB form that computes
+// D^T = B A^T for small M, the same memory seen as column-major [N,M].
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace scalemm {
+
+// Launcher return codes beyond cudaError_t (see scalemm/jit: 1000 + cutlass::Status, 2000 + these).
+enum LaunchCode : int {
+  kOk = 0,
+  kWorkspaceTooSmall = 2001,
+  kCannotImplement = 2002,
+};
+
+inline int status_code(cutlass::Status s) {
+  return s == cutlass::Status::kSuccess ? 0 : 1000 + static_cast<int>(s);
+}
+
+// Multiprocessor count per device, queried once (cudaDeviceGetAttribute is cheap but not free).
+inline int sm_count(int device) {
+  static int cached[64] = {0};
+  if (device < 0 || device >= 64) return 0;
+  if (cached[device] == 0) {
+    cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
+  }
+  return cached[device];
+}
+
+template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
+          class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt,
+          class ElementC_ = void, class TileScheduler = void>
+struct Sm90Gemm {
+  using ElementA = ElementA_;
+  using ElementB = ElementB_;
+  using ElementC = ElementC_;
+  using ElementD = ElementD_;
+  using LayoutA = cutlass::layout::RowMajor;     // K-major
+  using LayoutB = cutlass::layout::ColumnMajor;  // K-major
+  using LayoutD = LayoutD_;
+  using TileShape = TileShape_;
+  using ClusterShape = ClusterShape_;
+  static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
+  static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using ElementCOrD = cute::conditional_t<cute::is_void_v<ElementC>, ElementD, ElementC>;
+  static constexpr int kAlignC = 128 / cutlass::sizeof_bits<ElementCOrD>::value;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      ElementC, LayoutD, kAlignC, ElementD, LayoutD, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB,
+      LayoutB, kAlignB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                      CollectiveMainloop, CollectiveEpilogue,
+                                                      TileScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static constexpr bool kStreamK = cute::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
+  using StrideA = typename Gemm::GemmKernel::StrideA;
+  using StrideB = typename Gemm::GemmKernel::StrideB;
+  using StrideC = typename Gemm::GemmKernel::StrideC;
+  using StrideD = typename Gemm::GemmKernel::StrideD;
+
+  // Runs D = Evt(A B^T) for A [M,K], B [N,K] (problem coordinates of this kernel).
+  // `c` is the Source operand (M x N, same layout as D) or nullptr when the tree has none.
+  static int run(void const* a, void const* b, void const* c, void* d, int M, int N, int K,
+                 typename Evt::Arguments const& evt_args, void* workspace, int64_t workspace_bytes,
+                 int device, int raster_along_n, int swizzle, int splits, cudaStream_t stream) {
+    cudaError_t err = cudaSetDevice(device);  // our static cudart tracks its own current device
+    if (err != cudaSuccess) return static_cast<int>(err);
+    auto stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
+    auto stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
+    auto stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, 1));
+    auto stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
+
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = device;
+    hw_info.sm_count = sm_count(device);
+
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {M, N, K, 1},
+        {static_cast<ElementA const*>(a), stride_a, static_cast<ElementB const*>(b), stride_b},
+        {evt_args, static_cast<ElementCOrD const*>(c), stride_c, static_cast<ElementD*>(d), stride_d},
+        hw_info};
+    using RasterOrder = typename Kernel::TileScheduler::RasterOrderOptions;
+    args.scheduler.raster_order = raster_along_n == 0   ? RasterOrder::AlongM
+                                  : raster_along_n == 1 ? RasterOrder::AlongN
+                                                        : RasterOrder::Heuristic;
+    args.scheduler.max_swizzle_size = swizzle;
+    if constexpr (kStreamK) {
+      args.scheduler.splits = splits;  // 1 = let the stream-K heuristic decide
+    }
+
+    Gemm gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return kCannotImplement;
+    if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > workspace_bytes) return kWorkspaceTooSmall;
+    int rc = status_code(gemm.initialize(args, workspace, stream));
+    if (rc) return rc;
+    rc = status_code(gemm.run(stream));
+    if (rc) return rc;
+    return static_cast<int>(cudaGetLastError());
+  }
+};
+
+}  // namespace scalemm

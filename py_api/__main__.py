@@ -1,0 +1,155 @@
+"""python -m scalemm {demo, build, info, sweep}"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+
+def _gemm_specs(cases):
+    from . import epilogues as epi
+    from .gemm import gemm_kernel_spec
+    return [gemm_kernel_spec(cfg, fast_accum=fa, out_dtype=od, epilogue=tree or epi.scaled(od))[0]
+            for cfg, fa, od, tree in cases]
+
+
+def kernel_set(name: str):
+    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, all."""
+    from . import epilogues as epi
+    from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
+    bf16 = torch.bfloat16
+    cases = []
+    if name in ("default", "all"):
+        cases += [(c, fa, bf16, None) for c in default_build_set() for fa in (False, True)]
+    if name in ("tests", "all"):  # what tests/test_gemm_gpu.py launches
+        nk = [(6144, 4096), (4096, 14336), (57344, 8192), (7168, 2048)]
+        cases += [(default_config(M, N, K), False, bf16, None) for M in (1, 7, 129, 4096) for N, K in nk]
+        cases += [(default_config(M, 2048, 768), fa, od, None) for M in (1, 129) for fa in (False, True)
+                  for od in (bf16, torch.float16, torch.float32)]
+        cases += [(default_config(300, 4096, 4096), False, torch.float32, epi.scaled("f32", activation="relu")),
+                  (default_config(300, 4096, 4096), False, bf16, None),
+                  (default_config(512, 4096, 4096), True, bf16, None),
+                  (default_config(16, 4096, 4096), False, bf16, None),
+                  (default_config(64, 1024, 512), False, torch.float32,
+                   epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")))]
+        cases += [(c, False, bf16, None) for c in (
+            GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+            GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
+            GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
+    if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
+        from .cutlass_kernels.configs import sweep_configs
+        cases += [(c, fa, bf16, None) for c in sweep_configs() for fa in (True, False)]
+        cases += [(c, True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
+    if not cases:
+        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, all")
+    return _gemm_specs(cases)
+
+
+def cmd_build(args):
+    from .jit import build_many
+    specs = [s for n in args.set for s in kernel_set(n)]
+    failed = [(s, e) for s, e in build_many(specs, jobs=args.jobs) if e]
+    for s, e in failed:
+        print(f"FAILED {s.name}:\n{e}\n", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_info(args):
+    from . import __version__
+    from .jit import cache_dir, toolchain
+    print(f"scalemm {__version__}, torch {torch.__version__}")
+    for label, fn in (("nvcc", lambda: f"{toolchain.nvcc_path()} ({toolchain.nvcc_version()[0]})"),
+                      ("CUTLASS", lambda: f"{toolchain.cutlass_version()} at {toolchain.cutlass_include_dirs()[0]}"),
+                      ("driver CUDA", lambda: toolchain.driver_cuda_version())):
+        try:
+            print(f"{label}: {fn()}")
+        except Exception as e:
+            print(f"{label}: not available ({e})")
+    print(f"JIT cache: {cache_dir()}")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        print(f"GPU: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
+    else:
+        print("GPU: none (scalemm runs its torch reference path on CPU tensors)")
+    return 0
+
+
+def _time_ms(fn, reps=50):
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record(); fn(); end.record(); end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def cmd_demo(args):
+    import scalemm
+    M, N, K = args.m, args.n, args.k
+    cuda = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+    dev = "cuda" if cuda else "cpu"
+    if not cuda:
+        M, N, K = min(M, 256), min(N, 512), min(K, 512)
+        print(f"No Hopper GPU here: running scalemm's torch reference path on the CPU ({M}x{N}x{K}).")
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(M, K, device=dev, generator=g, dtype=torch.bfloat16)
+    w = (torch.randn(N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+    xq = scalemm.quantize_fp8(x, scaling="token")
+    wq = scalemm.quantize_fp8(w, scaling="token")
+    out = scalemm.gemm(xq, wq)
+    exact = (xq.data.double() @ wq.data.double().T) * xq.scale_inv.double()[:, None] * wq.scale_inv.double()[None, :]
+    ref_bf16 = x.double() @ w.double().T
+    err = lambda o, r: ((o.double() - r).norm() / r.norm()).item()
+    print(f"FP8 per-token GEMM {M}x{N}x{K} -> bf16 on {dev}")
+    print(f"  error vs exact dequantized product: {err(out, exact):.2e}   (bf16 output rounding: <= 4e-3)")
+    print(f"  error vs the bf16 product (quantization): {err(out, ref_bf16):.2e}")
+    if cuda:
+        flop = 2 * M * N * K
+        t_ours = _time_ms(lambda: scalemm.gemm(xq, wq))
+        sa, sb = xq.scale_inv[:, None], wq.scale_inv[None, :]
+        t_rw = _time_ms(lambda: torch._scaled_mm(xq.data, wq.data.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+        t_bf16 = _time_ms(lambda: x @ w.T)
+        t_q = _time_ms(lambda: scalemm.quantize_fp8(x, scaling="token"))
+        for name, t in (("scalemm.gemm (per-token x per-channel)", t_ours), ("torch._scaled_mm rowwise", t_rw),
+                        ("torch bf16 matmul", t_bf16)):
+            print(f"  {name:<40} {t * 1e3:9.1f} us  {flop / t / 1e9:7.1f} TFLOP/s")
+        print(f"  scalemm.quantize_fp8 (per-token) of x   {t_q * 1e3:9.1f} us")
+        print(f"  speed-up vs torch._scaled_mm rowwise: {t_rw / t_ours:.2f}x")
+    return 0
+
+
+def cmd_sweep(args):
+    import runpy
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "perf" / "gemm_sweep.py"
+    if not script.is_file():
+        raise SystemExit("perf/gemm_sweep.py is part of the source tree: run this from a checkout")
+    sys.argv = [str(script), *args.rest]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m scalemm", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="quantize, run the FP8 GEMM, print errors and timings against torch")
+    d.add_argument("-m", type=int, default=4096); d.add_argument("-n", type=int, default=4096)
+    d.add_argument("-k", type=int, default=4096)
+    b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
+    b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, all")
+    b.add_argument("--jobs", type=int, default=None)
+    sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
+    s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.cmd == "build" and not args.set:
+        args.set = ["default"]
+    return {"demo": cmd_demo, "build": cmd_build, "info": cmd_info, "sweep": cmd_sweep}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

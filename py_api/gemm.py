@@ -1,0 +1,207 @@
+"""scalemm.gemm: FP8 (e4m3) GEMM with per-token x per-channel scales folded in the epilogue."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+
+import torch
+
+from . import epilogues as epi
+from .cutlass_kernels.configs import GemmConfig, default_config
+from .jit import KernelSpec, build, i64, ptr
+
+__all__ = ["gemm", "gemm_kernel_spec"]
+
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_RASTER = {"m": 0, "n": 1, "auto": 2}
+_WORKSPACE_BYTES = 32 << 20  # stream-K partials for <= 132 SMs x 128x64 fp32 tiles fit with room
+_workspaces: dict[int, torch.Tensor] = {}
+
+
+def gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype: torch.dtype,
+                     epilogue: epi.Node) -> tuple[KernelSpec, epi.Emitted]:
+    """The JIT spec of one FP8 GEMM kernel (used by scalemm.gemm and `python -m scalemm build`)."""
+    return _spec(config, bool(fast_accum), epi.dtype_name(out_dtype), epilogue)
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(config, fast_accum, out_name, tree):
+    emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab)
+    digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
+    name = f"fp8_gemm_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
+    params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted)
+    return KernelSpec(name=name, template="gemm_sm90.cu", params=params), emitted
+
+
+_ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr]
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher(spec: KernelSpec):
+    return build(spec).function("scalemm_gemm", _ARGTYPES)
+
+
+def _workspace(device: torch.device) -> torch.Tensor:
+    ws = _workspaces.get(device.index)
+    if ws is None:
+        ws = _workspaces[device.index] = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    return ws
+
+
+def _resolve_epilogue(epilogue, out_dtype, has_bias: bool):
+    if epilogue is None or isinstance(epilogue, str):
+        return epi.scaled(out_dtype, bias=True, activation=epilogue)
+    if isinstance(epilogue, epi.Node):
+        return epilogue
+    raise TypeError(f"epilogue must be None, an activation name ('relu', 'gelu', 'silu') or an "
+                    f"epilogue tree (scalemm.epilogues), got {type(epilogue).__name__}")
+
+
+def _unwrap(x, scale, name):
+    from .tensors import FP8Tensor  # containers from scalemm.quantize_fp8
+    if isinstance(x, FP8Tensor):
+        if scale is not None:
+            raise ValueError(f"{name} is an FP8Tensor: it carries its own scale; pass scale_{name}=None")
+        return x.data, x.scale_inv
+    return x, scale
+
+
+def _check_scale(s, length, name, what, device):
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{name} must be a float32 tensor (one value or {what}), got {type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {s.dtype}")
+    if s.device != device:
+        raise ValueError(f"{name} is on {s.device}, the operands on {device}")
+    if not (s.numel() == 1 or (s.numel() == length and max(s.shape) == length)):  # (L,), (L,1), (1,L)
+        raise ValueError(f"{name} must hold one value or {length} values ({what}), got shape {tuple(s.shape)}")
+    if not s.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+    return s.reshape(-1)
+
+
+def _check_aligned(t, name):
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (TMA); got a view at offset "
+                         f"{t.data_ptr() % 16} bytes: pass a fresh contiguous tensor")
+
+
+def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16, epilogue=None,
+         epilogue_inputs=None, out=None, fast_accum=False, config: GemmConfig | None = None):
+    """D = epilogue(scale_a[m] * scale_b[n] * (a @ b.T) + bias[n]), FP8 e4m3 inputs, fp32 accumulation.
+
+    Args:
+      a: [M, K] torch.float8_e4m3fn, row-major (contiguous), or an FP8Tensor (its scale_inv is used).
+      b: [N, K] torch.float8_e4m3fn, row-major: the nn.Linear weight layout. Or an FP8Tensor.
+      scale_a: float32, one value (per-tensor) or [M] (per-token): the dequantization scale of a.
+      scale_b: float32, one value or [N] (per output channel).
+      bias: optional [N] tensor of `out_dtype`, added after scaling.
+      out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
+      epilogue: None, an activation applied last ("relu", "gelu", "silu"), or an epilogue tree
+        from scalemm.epilogues whose leaves are named scale_a, scale_b, bias or in epilogue_inputs.
+      out: optional preallocated [M, N] output of `out_dtype`.
+      fast_accum: FP8 fast accumulation (no periodic promotion of the wgmma accumulators).
+      config: a cutlass_kernels.configs.GemmConfig to override the tile heuristic.
+
+    Requirements (checked before any launch): both on the same CUDA device (CPU tensors run
+    the torch reference), contiguous, 16-byte aligned; K % 16 == 0; N a multiple of
+    16 bytes of output (N % 8 for bf16/fp16, N % 4 for fp32). Scales stay on the device:
+    no host synchronisation; CUDA-graph capturable. All scaling happens in fp32 on the
+    accumulator; only the result is rounded to out_dtype.
+    """
+    a, scale_a = _unwrap(a, scale_a, "a")
+    b, scale_b = _unwrap(b, scale_b, "b")
+    for t, n in ((a, "a"), (b, "b")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{n} must be a torch.Tensor or FP8Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"{n} must be torch.float8_e4m3fn, got {t.dtype} (quantize it with scalemm.quantize_fp8)")
+        if t.dim() != 2:
+            raise ValueError(f"{n} must be 2-D, got shape {tuple(t.shape)}")
+        if not t.is_contiguous():
+            raise ValueError(f"{n} must be contiguous row-major ([M, K] / [N, K] with stride (K, 1))")
+    if a.device != b.device:
+        raise ValueError(f"a is on {a.device}, b on {b.device}")
+    (M, K), (N, Kb) = a.shape, b.shape
+    if K != Kb:
+        raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [N, K] = {list(b.shape)}: K differs")
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    if scale_a is None or scale_b is None:
+        raise ValueError("scale_a and scale_b are required (float32, one value or a vector)")
+    device = a.device
+    scale_a = _check_scale(scale_a, M, "scale_a", "[M], per token", device)
+    scale_b = _check_scale(scale_b, N, "scale_b", "[N], per output channel", device)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.shape != (N,) or bias.device != device:
+            raise ValueError(f"bias must be a [N] = [{N}] tensor of {out_dtype} on {device}, got "
+                             f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
+        bias = bias.contiguous()
+    tree = _resolve_epilogue(epilogue, out_dtype, bias is not None)
+    inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **(epilogue_inputs or {})}
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (M, N) \
+                or out.device != device or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous [{M}, {N}] tensor of {out_dtype} on {device}")
+
+    if device.type != "cuda":
+        acc = a.float() @ b.float().T
+        res = epi.evaluate(tree, acc, inputs, out_dtype)
+        return res if out is None else out.copy_(res)
+
+    if K % 16:
+        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
+    per16 = 16 // torch.empty((), dtype=out_dtype).element_size()
+    if N % per16:
+        raise ValueError(f"N = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
+    for t, n in ((a, "a"), (b, "b")):
+        _check_aligned(t, n)
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=device)
+    else:
+        _check_aligned(out, "out")
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        raise ValueError("K must be positive")
+
+    cfg = config or default_config(M, N, K, num_sms=_num_sms(device))
+    spec, emitted = gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
+    n_leaves = len(emitted.leaves)
+    ptrs, vec = (ctypes.c_void_p * max(n_leaves, 1))(), (ctypes.c_int64 * max(n_leaves, 1))()
+    c_ptr = None
+    for i, leaf in enumerate(emitted.leaves):
+        t = inputs.get(leaf.name)
+        if t is None:
+            if not getattr(leaf, "nullable", False):
+                raise ValueError(f"epilogue input {leaf.name!r} is missing: pass it in epilogue_inputs")
+            continue
+        if not isinstance(t, torch.Tensor) or t.device != device or not t.is_contiguous():
+            raise ValueError(f"epilogue input {leaf.name!r} must be a contiguous tensor on {device}")
+        if isinstance(leaf, epi.Source):
+            if t.shape != (M, N) or t.dtype != _TORCH_DTYPES[leaf.dtype]:
+                raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}] {_TORCH_DTYPES[leaf.dtype]}")
+            c_ptr = t.data_ptr()
+            continue
+        length = M if isinstance(leaf, epi.RowVector) else N if isinstance(leaf, epi.ColVector) else 1
+        if t.dtype != _TORCH_DTYPES[getattr(leaf, "dtype", "f32")]:
+            raise TypeError(f"epilogue input {leaf.name!r} must be {_TORCH_DTYPES[getattr(leaf, 'dtype', 'f32')]}")
+        ok = t.numel() == length or (t.numel() == 1 and (getattr(leaf, "broadcast", False) or length == 1))
+        if not ok:
+            raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {t.numel()}")
+        ptrs[i], vec[i] = t.data_ptr(), int(t.numel() > 1)  # one value -> CUTLASS scalar broadcast
+    ws = _workspace(device)
+    x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
+    _launcher(spec)(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec,
+                    ws.data_ptr(), ws.numel(), device.index, _RASTER["auto"], 1, 1,
+                    torch.cuda.current_stream(device).cuda_stream)
+    return out
+
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count

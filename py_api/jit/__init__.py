@@ -1,0 +1,228 @@
+"""scalemm's JIT: kernel spec -> rendered source -> nvcc -> cache -> ctypes -> launch.
+
+One entry point, `build(spec)`. A spec names a template under cutlass_kernels/templates and
+the values of its `{{PLACEHOLDERS}}`. The result is a shared library with `extern "C"`
+launchers (CUTLASS Arguments are built on the C++ side; Python passes a flat list of
+pointers, sizes and the stream). Launchers return 0, a cudaError_t (1..999), 1000 +
+cutlass::Status, or 2000 + a scalemm code; `Kernel.function` turns nonzero into an error.
+
+Cache: $SCALEMM_CACHE_DIR (default ~/.cache/scalemm)/kernels/<name>-<key>/ holding
+kernel.so, source.cu, build.log and meta.json. The key hashes everything that changes the
+binary (see `cache_key`). Builds run in a temp dir under a file lock and are published by
+an atomic rename, so concurrent processes are safe.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from . import toolchain
+from .toolchain import ToolchainError
+
+__all__ = ["KernelSpec", "Kernel", "BuildError", "KernelError", "build", "cache_dir", "is_cached",
+           "ptr", "i64", "i32", "f32", "ToolchainError"]
+
+SCALEMM_JIT_VERSION = "1"  # bump when the build recipe changes in a way the key cannot see
+_PLACEHOLDER = re.compile(r"\{\{[A-Z][A-Z0-9_]*\}\}")
+ptr, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What to build. `params` fill the template's {{NAME}} placeholders."""
+    name: str
+    template: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    cutlass: bool = True
+    extra_flags: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", tuple(sorted((str(k), str(v)) for k, v in dict(self.params).items())))
+
+    def render(self) -> str:
+        path = toolchain.TEMPLATE_DIR / self.template
+        if not path.is_file():
+            raise FileNotFoundError(f"kernel template {self.template!r} not found in {toolchain.TEMPLATE_DIR}")
+        text = path.read_text()
+        for key, value in self.params:
+            text = text.replace("{{" + key + "}}", value)
+        left = _PLACEHOLDER.search(text)
+        if left:
+            raise ValueError(f"{self.name}: template {self.template} has an unfilled placeholder {left[0]!r}")
+        return text
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+class KernelError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SCALEMM_CACHE_DIR") or Path.home() / ".cache" / "scalemm")
+
+
+def _headers_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted((toolchain.INCLUDE_DIR / "scalemm").rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(toolchain.INCLUDE_DIR).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(spec: KernelSpec, source: str) -> str:
+    from .. import __version__
+    parts = [source, _headers_digest(), toolchain.nvcc_version()[0], " ".join(
+        toolchain.BASE_FLAGS + toolchain.ARCH_FLAGS + spec.extra_flags), __version__, SCALEMM_JIT_VERSION]
+    if spec.cutlass:
+        parts.append("cutlass " + toolchain.cutlass_version())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+class Kernel:
+    """A loaded shared library. `function(name, argtypes)` gives a checked callable."""
+
+    def __init__(self, spec: KernelSpec, path: Path):
+        self.spec, self.path = spec, path
+        self.lib = ctypes.CDLL(str(path))
+        self._functions: dict[str, object] = {}
+
+    def function(self, name: str, argtypes: Sequence):
+        if name in self._functions:
+            return self._functions[name]
+        try:
+            cfn = getattr(self.lib, name)
+        except AttributeError:
+            raise KernelError(f"{self.spec.name}: {self.path} has no launcher {name!r}") from None
+        cfn.argtypes, cfn.restype = list(argtypes), ctypes.c_int
+        kernel_name = self.spec.name
+
+        def call(*args):
+            rc = cfn(*args)
+            if rc != 0:
+                raise KernelError(f"{kernel_name}.{name} failed: {describe_status(rc)}")
+
+        self._functions[name] = call
+        return call
+
+
+def describe_status(rc: int) -> str:
+    if rc < 1000:
+        try:
+            import torch  # cudaGetErrorName through torch keeps us free of another CUDA binding
+            return f"CUDA error {rc} ({torch.cuda.cudart().cudaGetErrorString(rc)})"
+        except Exception:
+            return f"CUDA error {rc}"
+    if rc < 2000:
+        return f"CUTLASS status {rc - 1000} (1 = misaligned operand, 2 = invalid problem, 7 = workspace/internal)"
+    return f"scalemm launcher code {rc - 2000}"
+
+
+_loaded: dict[str, Kernel] = {}
+_loaded_lock = threading.Lock()
+
+
+def is_cached(spec: KernelSpec) -> bool:
+    source = spec.render()
+    return (cache_dir() / "kernels" / f"{spec.name}-{cache_key(spec, source)}" / "kernel.so").is_file()
+
+
+def build(spec: KernelSpec, *, load: bool = True, verbose: bool = False) -> Kernel | Path:
+    """Compile `spec` (or take it from the cache) and load it. With load=False return the .so path."""
+    source = spec.render()
+    key = cache_key(spec, source)
+    with _loaded_lock:
+        if load and key in _loaded:
+            return _loaded[key]
+    final = cache_dir() / "kernels" / f"{spec.name}-{key}"
+    so = final / "kernel.so"
+    if not so.is_file():
+        _build_locked(spec, source, key, final, verbose)
+    if not load:
+        return so
+    kernel = Kernel(spec, so)
+    with _loaded_lock:
+        return _loaded.setdefault(key, kernel)
+
+
+def _build_locked(spec: KernelSpec, source: str, key: str, final: Path, verbose: bool) -> None:
+    root = cache_dir()
+    (root / "kernels").mkdir(parents=True, exist_ok=True)
+    (root / "locks").mkdir(parents=True, exist_ok=True)
+    with open(root / "locks" / f"{spec.name}-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "kernel.so").is_file():  # another process built it while we waited
+            return
+        toolchain.check_nvcc_against_driver()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=root / "kernels"))
+        src, out, log = tmp / "source.cu", tmp / "kernel.so", tmp / "build.log"
+        src.write_text(source)
+        cmd = toolchain.nvcc_command(src, out, spec.cutlass, spec.extra_flags)
+        t0 = time.time()
+        if verbose:
+            print(f"[scalemm.jit] building {spec.name} ...", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0 or not out.is_file():
+            failed = root / "failed" / f"{spec.name}-{key}"
+            shutil.rmtree(failed, ignore_errors=True)
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(tmp), failed)
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+            raise BuildError(
+                f"nvcc failed to build kernel {spec.name!r} (template {spec.template}).\n"
+                f"log: {failed / 'build.log'}\nreproduce: cd {failed} && "
+                + " ".join(toolchain.nvcc_command(failed / 'source.cu', failed / 'kernel.so', spec.cutlass, spec.extra_flags))
+                + f"\n--- last lines ---\n{tail}")
+        meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "key": key,
+                "nvcc": toolchain.nvcc_version()[0], "command": cmd, "build_seconds": round(time.time() - t0, 1),
+                "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, final)  # atomic publish; a concurrent winner makes this fail, which is fine
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (final / "kernel.so").is_file():
+                raise
+
+
+def build_many(specs, jobs: int | None = None, progress: bool = True) -> list[tuple[KernelSpec, str | None]]:
+    """Compile many specs in parallel (nvcc processes), skipping cached ones. Returns (spec, error)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    specs = list(dict.fromkeys(specs))
+    todo = [s for s in specs if not is_cached(s)]
+    jobs = jobs or max(1, min(len(todo), os.cpu_count() or 1))
+    results, done, t0 = [], 0, time.time()
+    if progress:
+        print(f"[scalemm] {len(specs)} kernels, {len(specs) - len(todo)} cached, building {len(todo)} with {jobs} jobs",
+              flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(build, s, load=False): s for s in todo}
+        for f in as_completed(futures):
+            done += 1
+            err = None
+            try:
+                f.result()
+            except Exception as e:  # report and keep building the rest
+                err = str(e)
+            results.append((futures[f], err))
+            if progress:
+                bar = "#" * (30 * done // len(todo))
+                print(f"\r[{bar:<30}] {done}/{len(todo)} {time.time() - t0:5.0f}s {futures[f].name[:60]:<60}"
+                      + (" FAILED" if err else ""), end="\n" if err or done == len(todo) else "", flush=True)
+    return results

@@ -1,0 +1,118 @@
+"""Where nvcc and the CUTLASS headers are, what versions they are, and the nvcc command.
+
+Everything here that changes the binary also goes into the cache key (see cache.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+# Our own headers: cutlass_kernels/include (installed as scalemm/cutlass_kernels/include).
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "cutlass_kernels"
+if not KERNELS_DIR.is_dir():  # running from the source tree: py_api/ sits beside cutlass_kernels/
+    KERNELS_DIR = Path(__file__).resolve().parents[2] / "cutlass_kernels"
+INCLUDE_DIR = KERNELS_DIR / "include"
+TEMPLATE_DIR = KERNELS_DIR / "templates"
+
+ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
+BASE_FLAGS = (
+    "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+    "-Xcompiler=-fPIC", "-shared", "-cudart=static",
+)
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+@functools.cache
+def nvcc_path() -> str:
+    """nvcc from $CUDA_HOME/bin, then $PATH, then /usr/local/cuda/bin."""
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
+    which = shutil.which("nvcc")
+    if which:
+        candidates.append(Path(which))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise ToolchainError(
+        "nvcc not found: set CUDA_HOME to a CUDA toolkit (>= 12.4) or put nvcc on PATH")
+
+
+@functools.cache
+def nvcc_version() -> tuple[str, tuple[int, int]]:
+    """(the 'release X.Y, VX.Y.Z' line, (major, minor))."""
+    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release (\d+)\.(\d+), (V[\d.]+)", out)
+    if not m:
+        raise ToolchainError(f"cannot parse `{nvcc_path()} --version`:\n{out}")
+    return f"release {m[1]}.{m[2]}, {m[3]}", (int(m[1]), int(m[2]))
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version the installed driver supports, or None where there is no driver."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    v = ctypes.c_int(0)
+    if libcuda.cuDriverGetVersion(ctypes.byref(v)) != 0 or v.value == 0:
+        return None
+    return v.value // 1000, (v.value % 1000) // 10
+
+
+def check_nvcc_against_driver() -> None:
+    """Refuse an nvcc newer than the driver: its cubins would fail to load with a vague error."""
+    drv = driver_cuda_version()
+    if drv is None:
+        return  # no driver here (a CPU build machine): compiling is still useful
+    _, nv = nvcc_version()
+    if nv > drv:
+        raise ToolchainError(
+            f"nvcc {nv[0]}.{nv[1]} ({nvcc_path()}) is newer than the driver's CUDA {drv[0]}.{drv[1]}: "
+            "kernels it builds would not load. Point CUDA_HOME at a toolkit <= the driver's version "
+            "or update the driver.")
+
+
+@functools.cache
+def cutlass_include_dirs() -> tuple[str, ...]:
+    """CUTLASS headers shipped inside the nvidia-cutlass wheel (or $CUTLASS_PATH)."""
+    roots = []
+    if os.environ.get("CUTLASS_PATH"):
+        roots.append(Path(os.environ["CUTLASS_PATH"]))
+    # The nvidia-cutlass wheel ships the headers under cutlass_library/source. Locate it without
+    # importing it: its Python layer needs packages we do not (and cuda-python < 13 quirks).
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec and spec.submodule_search_locations:
+        roots += [Path(p) / "source" for p in spec.submodule_search_locations]
+    for root in roots:
+        inc, util = root / "include", root / "tools" / "util" / "include"
+        if (inc / "cutlass" / "cutlass.h").is_file():
+            return (str(inc), str(util))
+    raise ToolchainError(
+        "CUTLASS headers not found: `pip install nvidia-cutlass==4.2.*` or set CUTLASS_PATH "
+        "to a CUTLASS checkout")
+
+
+@functools.cache
+def cutlass_version() -> str:
+    text = (Path(cutlass_include_dirs()[0]) / "cutlass" / "version.h").read_text()
+    parts = [re.search(rf"#define CUTLASS_{k} (\d+)", text)[1] for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(parts)
+
+
+def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=()) -> list[str]:
+    includes = [f"-I{INCLUDE_DIR}"]
+    if use_cutlass:
+        includes += [f"-I{d}" for d in cutlass_include_dirs()]
+    return [nvcc_path(), *BASE_FLAGS, *ARCH_FLAGS, *extra_flags, *includes, str(source), "-o", str(output)]

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run scalemm on a bare GPU machine (no network): install the carried wheels and scalemm,
+# prebuild kernels (cache hits for what was carried), run the GPU tests and the benchmarks,
+# and write everything under $OUT (default ./results).
+#
+#   bash scripts/device_run.sh                 # all stages: build test sweep quant
+#   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), pack (tar the JIT cache)
+#
+# Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
+# to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
+stages=${*:-build test sweep quant}
+has() { [[ " $stages " == *" $1 "* ]]; }
+SITE=/tmp/scalemm-site
+rm -rf "$SITE"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
+export PYTHONPATH=$SITE
+python3 -m scalemm info | tee "$OUT/info.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$OUT/info.txt" 2>&1
+status=0
+if has build; then
+  python3 -m scalemm build --set all --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
+fi
+if has test; then
+  timeout 900 python3 -m pytest -m gpu tests -q -rfE -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 60
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if has sweep || has tune; then
+  extra=""; has tune && extra="--tune"
+  python3 perf/gemm_sweep.py --out "$OUT" $extra 2>&1 | tee "$OUT/gemm_sweep.log" | tail -n 40 || status=1
+fi
+if has quant && [ -f perf/quant_bench.py ]; then
+  python3 perf/quant_bench.py --out "$OUT" 2>&1 | tee "$OUT/quant_bench.log" | tail -n 40 || status=1
+fi
+if has pack; then
+  tar -C "$SCALEMM_CACHE_DIR" -cf "$OUT/jitcache.tar" kernels && echo "packed $(du -sh "$OUT/jitcache.tar")"
+fi
+exit $status

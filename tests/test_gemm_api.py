@@ -1,0 +1,72 @@
+"""scalemm.gemm input validation and the CPU (reference) path. No GPU needed."""
+import pytest
+import torch
+
+import scalemm
+from scalemm import epilogues as epi
+from scalemm.cutlass_kernels import GemmConfig, default_config
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _fp8(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 4).to(E4M3)
+
+
+def test_cpu_path_is_the_reference():
+    a, b = _fp8(7, 32), _fp8(24, 32, seed=1)
+    sa, sb = torch.rand(7) + 0.5, torch.rand(24) + 0.5
+    bias = torch.randn(24).to(torch.bfloat16)
+    out = scalemm.gemm(a, b, sa, sb, bias=bias)
+    ref = ((sa[:, None] * sb[None, :]) * (a.float() @ b.float().T) + bias.float()).to(torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+    out32 = scalemm.gemm(a, b, torch.tensor(2.0), torch.tensor([0.5]), out_dtype=torch.float32, epilogue="relu")
+    assert torch.equal(out32, torch.relu(a.float() @ b.float().T))
+
+
+@pytest.mark.parametrize("case,exc,match", [
+    (dict(a=torch.zeros(4, 32)), TypeError, "float8_e4m3fn"),
+    (dict(a=_fp8(4, 32)[:, :16]), ValueError, "contiguous"),
+    (dict(a=_fp8(4, 48)), ValueError, "K differs"),
+    (dict(a=_fp8(2, 4, 32)), ValueError, "2-D"),
+    (dict(scale_a=torch.ones(5)), ValueError, "scale_a must hold one value or 4"),
+    (dict(scale_b=torch.ones(16, dtype=torch.float64)), TypeError, "scale_b must be float32"),
+    (dict(scale_a=None), ValueError, "required"),
+    (dict(scale_b=torch.ones(8, 2)), ValueError, "scale_b"),
+    (dict(bias=torch.ones(16)), ValueError, "bias must be a \\[N\\]"),
+    (dict(bias=torch.ones(8, dtype=torch.bfloat16)), ValueError, "bias"),
+    (dict(out_dtype=torch.int8), TypeError, "out_dtype"),
+    (dict(out=torch.empty(4, 16)), ValueError, "out must be"),
+    (dict(epilogue=3), TypeError, "epilogue must be"),
+    (dict(epilogue="tanh"), ValueError, "activation"),
+])
+def test_bad_input_raises_clear_errors(case, exc, match):
+    args = dict(a=_fp8(4, 32), b=_fp8(16, 32), scale_a=torch.ones(4), scale_b=torch.ones(16))
+    args.update(case)
+    a, b, sa, sb = args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b")
+    with pytest.raises(exc, match=match):
+        scalemm.gemm(a, b, sa, sb, **args)
+
+
+def test_custom_epilogue_tree_with_extra_inputs():
+    a, b = _fp8(8, 16), _fp8(8, 16, seed=2)
+    tree = epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")
+    shift = torch.arange(8).float()
+    out = scalemm.gemm(a, b, torch.ones(8), torch.ones(8), out_dtype=torch.float32, epilogue=tree,
+                       epilogue_inputs={"shift": shift})
+    assert torch.equal(out, a.float() @ b.float().T + shift[:, None])
+    with pytest.raises(ValueError, match="shift"):
+        scalemm.gemm(a, b, torch.ones(8), torch.ones(8), out_dtype=torch.float32, epilogue=tree)
+
+
+def test_heuristic_is_readable_and_valid():
+    assert default_config(1, 4096, 4096).swap_ab
+    assert default_config(16, 4096, 4096).tile_n == 16
+    assert default_config(128, 4096, 4096).schedule == "pingpong"
+    big = default_config(8192, 8192, 8192)
+    assert (big.tile_m, big.tile_n, big.schedule) == (128, 256, "cooperative")
+    with pytest.raises(ValueError, match="cooperative"):
+        GemmConfig(64, 128, 128, schedule="cooperative")
+    cpp = big.cpp(fast_accum=True, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
+    assert cpp["MAINLOOP_SCHEDULE"].endswith("CooperativeFP8FastAccum") and cpp["LAYOUT_D"].endswith("RowMajor")

@@ -1,0 +1,154 @@
+"""FP8 GEMM on the GPU against an fp32 reference. Outputs are poisoned before each run."""
+import pytest
+import torch
+
+import scalemm
+from scalemm import epilogues as epi
+from scalemm.cutlass_kernels import GemmConfig, default_config
+
+pytestmark = pytest.mark.gpu
+E4M3 = torch.float8_e4m3fn
+
+# Real-model (N, K): Llama-3 8B qkv / down, Llama-3 70B up, DeepSeek-V3 attention proj, Qwen3 MoE
+SHAPES_NK = [(6144, 4096), (4096, 14336), (57344, 8192), (7168, 2048), (2048, 768)]
+
+
+def _operands(M, N, K, seed=0, per_tensor=False):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", generator=g) * torch.rand(M, 1, device="cuda", generator=g).mul(4).exp2()
+    b = torch.randn(N, K, device="cuda", generator=g) * 0.1
+    a8, sa = _quant_rows(a, per_tensor)
+    b8, sb = _quant_rows(b, per_tensor)
+    return a8, b8, sa, sb
+
+
+def _quant_rows(x, per_tensor):
+    amax = x.abs().amax() if per_tensor else x.abs().amax(dim=1)
+    scale = 448.0 / amax.clamp_min(1e-12)
+    q = (x * (scale if per_tensor else scale[:, None])).clamp(-448, 448).to(E4M3)
+    return q, (1.0 / scale).float().reshape(-1)
+
+
+def _reference(a8, b8, sa, sb, bias, out_dtype, act=None):
+    acc = a8.double() @ b8.double().T
+    sa2 = sa.double().reshape(-1, 1) if sa.numel() > 1 else sa.double()
+    sb2 = sb.double().reshape(1, -1) if sb.numel() > 1 else sb.double()
+    r = sa2 * sb2 * acc
+    if bias is not None:
+        r = r + bias.double()
+    if act == "relu":
+        r = torch.relu(r)
+    return r
+
+
+def _rel_err(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def _poisoned(M, N, dtype):
+    return torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+
+
+TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3, torch.float32: 1e-5}
+
+
+@pytest.mark.parametrize("M", [1, 7, 129, 4096])
+@pytest.mark.parametrize("N,K", SHAPES_NK[:4])
+def test_gemm_rowwise_bf16(M, N, K):
+    a8, b8, sa, sb = _operands(M, N, K, seed=M + N)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a8, b8, sa, sb, out=out)
+    assert not out.isnan().any(), "some outputs were not written"
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("fast_accum", [False, True])
+@pytest.mark.parametrize("M", [1, 129])
+def test_gemm_dtypes_bias_accum(out_dtype, fast_accum, M):
+    N, K = 2048, 768
+    a8, b8, sa, sb = _operands(M, N, K, seed=3)
+    bias = torch.randn(N, device="cuda").to(out_dtype)
+    out = _poisoned(M, N, out_dtype)
+    scalemm.gemm(a8, b8, sa, sb, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast_accum)
+    assert not out.isnan().any()
+    ref = _reference(a8, b8, sa, sb, bias, out_dtype)
+    # fp32 output: the only error is fp32 accumulation order (fast accum: wgmma's reduced-precision adds)
+    tol = TOL[out_dtype] if not (fast_accum and out_dtype == torch.float32) else 1e-4
+    assert _rel_err(out, ref) <= tol
+
+
+def test_gemm_per_tensor_scales_and_activation():
+    M, N, K = 300, 4096, 4096
+    a8, b8, sa, sb = _operands(M, N, K, seed=5, per_tensor=True)
+    assert sa.numel() == 1 and sb.numel() == 1
+    out = scalemm.gemm(a8, b8, sa, sb, epilogue="relu", out_dtype=torch.float32)
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.float32, act="relu")) <= 1e-5
+    # mixed: per-token a, per-tensor b, matches torch._scaled_mm's semantics
+    a8, b8, sa, _ = _operands(M, N, K, seed=6)
+    out = scalemm.gemm(a8, b8, sa, sb)
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
+
+
+@pytest.mark.parametrize("cfg", [
+    GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+    GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
+    GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
+])
+@pytest.mark.parametrize("M", [1, 33, 257])
+def test_every_config_is_correct(cfg, M):
+    N, K = 4096, 4096
+    a8, b8, sa, sb = _operands(M, N, K, seed=9)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, config=cfg)
+    assert not out.isnan().any()
+    assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
+
+
+def test_custom_tree_matches_its_torch_evaluation():
+    M, N, K = 64, 1024, 512
+    a8, b8, sa, sb = _operands(M, N, K, seed=11)
+    shift = torch.randn(M, device="cuda")
+    tree = epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift"))
+    out = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, epilogue=tree, epilogue_inputs={"shift": shift})
+    acc = (a8.double() @ b8.double().T).float()
+    ref = epi.evaluate(tree, acc, {"scale_a": sa, "shift": shift}, torch.float32)
+    assert _rel_err(out, ref.double()) <= 1e-5
+
+
+def test_matches_torch_scaled_mm():
+    M, N, K = 512, 4096, 4096
+    a8, b8, sa, sb = _operands(M, N, K, seed=12)
+    ours = scalemm.gemm(a8, b8, sa, sb, fast_accum=True)
+    theirs = torch._scaled_mm(a8, b8.T, scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16,
+                              use_fast_accum=True)
+    assert _rel_err(ours, theirs.double()) <= 8e-3
+
+
+def test_cuda_graph_capture_and_no_sync():
+    M, N, K = 16, 4096, 4096
+    a8, b8, sa, sb = _operands(M, N, K, seed=13)
+    out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+    scalemm.gemm(a8, b8, sa, sb, out=out)  # warm-up: build/load outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        scalemm.gemm(a8, b8, sa, sb, out=out)
+    out.fill_(float("nan"))
+    sa.mul_(2.0)  # replays see new scale values: nothing was baked in
+    g.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
+
+
+def test_gpu_validation_errors():
+    a8, b8, sa, sb = _operands(8, 1024, 256)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        scalemm.gemm(torch.empty(8, 40, dtype=E4M3, device="cuda"), torch.empty(1024, 40, dtype=E4M3, device="cuda"), sa, sb)
+    with pytest.raises(ValueError, match="N = 1020"):
+        scalemm.gemm(a8, b8[:1020], sa, sb[:1020])
+    with pytest.raises(ValueError, match="16-byte"):
+        raw = torch.empty(8 * 256 + 1, dtype=E4M3, device="cuda")
+        scalemm.gemm(raw[1:].view(8, 256), b8, sa, sb)
+    with pytest.raises(ValueError, match="is on"):
+        scalemm.gemm(a8, b8, sa.cpu(), sb)
