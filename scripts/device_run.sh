@@ -23,6 +23,7 @@ export PYTHONPATH=$SITE
 python3 -m scalemm info | tee "$OUT/info.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$OUT/info.txt" 2>&1
 status=0
+touch /tmp/scalemm-start
 if has build; then
   python3 -m scalemm build --set all --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
 fi
@@ -37,7 +38,11 @@ fi
 if has quant && [ -f perf/quant_bench.py ]; then
   python3 perf/quant_bench.py --out "$OUT" 2>&1 | tee "$OUT/quant_bench.log" | tail -n 40 || status=1
 fi
-if has pack; then
-  tar -C "$SCALEMM_CACHE_DIR" -cf "$OUT/jitcache.tar" kernels && echo "packed $(du -sh "$OUT/jitcache.tar")"
+if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
+  new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
+  if [ -n "$new" ]; then
+    (cd "$SCALEMM_CACHE_DIR" && tar -cf - $new) | split -b 15m - "$OUT/jitcache.tar.part-"
+    echo "packed $(echo "$new" | wc -l) new kernels"
+  fi
 fi
 exit $status

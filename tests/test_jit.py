@@ -104,3 +104,19 @@ def test_toolchain_facts():
     release, (major, minor) = toolchain.nvcc_version()
     assert major >= 12 and release.startswith("release")
     assert toolchain.cutlass_version().startswith("4.2")
+
+
+def test_key_follows_included_headers_only(tmp_path, monkeypatch):
+    inc = tmp_path / "include"
+    (inc / "scalemm").mkdir(parents=True)
+    (inc / "scalemm" / "a.cuh").write_text('#include "scalemm/b.cuh"\n')
+    (inc / "scalemm" / "b.cuh").write_text("int b = 1;\n")
+    (inc / "scalemm" / "unrelated.cuh").write_text("int u = 1;\n")
+    monkeypatch.setattr(toolchain, "INCLUDE_DIR", inc)
+    spec = _spec(1)
+    src = '#include "scalemm/a.cuh"\n' + spec.render()
+    k0 = jit.cache_key(spec, src)
+    (inc / "scalemm" / "unrelated.cuh").write_text("int u = 2;\n")
+    assert jit.cache_key(spec, src) == k0
+    (inc / "scalemm" / "b.cuh").write_text("int b = 2;\n")  # included through a.cuh
+    assert jit.cache_key(spec, src) != k0

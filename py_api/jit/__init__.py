@@ -76,18 +76,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SCALEMM_CACHE_DIR") or Path.home() / ".cache" / "scalemm")
 
 
-def _headers_digest() -> str:
-    h = hashlib.sha256()
-    for p in sorted((toolchain.INCLUDE_DIR / "scalemm").rglob("*")):
-        if p.is_file():
-            h.update(p.relative_to(toolchain.INCLUDE_DIR).as_posix().encode())
-            h.update(p.read_bytes())
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"(scalemm/[^"]+)"', re.M)
+
+
+def _headers_digest(source: str) -> str:
+    """Hash of every scalemm header the source includes, transitively (not CUTLASS's: its version is keyed)."""
+    h, seen, todo = hashlib.sha256(), set(), _INCLUDE.findall(source)
+    while todo:
+        rel = todo.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        path = toolchain.INCLUDE_DIR / rel
+        text = path.read_text() if path.is_file() else ""
+        h.update(rel.encode() + b"\0" + text.encode())
+        todo += _INCLUDE.findall(text)
     return h.hexdigest()
 
 
 def cache_key(spec: KernelSpec, source: str) -> str:
     from .. import __version__
-    parts = [source, _headers_digest(), toolchain.nvcc_version()[0], " ".join(
+    parts = [source, _headers_digest(source), toolchain.nvcc_version()[0], " ".join(
         toolchain.BASE_FLAGS + toolchain.ARCH_FLAGS + spec.extra_flags), __version__, SCALEMM_JIT_VERSION]
     if spec.cutlass:
         parts.append("cutlass " + toolchain.cutlass_version())
