@@ -143,6 +143,7 @@ __device__ __forceinline__ float nvfp4_s_enc(float amax) {
 struct Nvfp4Global {
   float s_dec;  // fl(1 / S_enc): the alpha the GEMM folds in
   float sx;     // fl(S_enc * fl(1/6)): block max -> e4m3 scale
+  Nvfp4Global() = default;
   __device__ __forceinline__ explicit Nvfp4Global(float amax) {
     const float s_enc = nvfp4_s_enc(amax);
     s_dec = __frcp_rn(s_enc);
@@ -162,6 +163,25 @@ __device__ __forceinline__ uint32_t nvfp4_block_scale(float bm, const Nvfp4Globa
 __device__ __forceinline__ float fp8_scale(float amax) {
   if (amax == 0.0f || !(fabsf(amax) < INFINITY)) return 1.0f;
   return fminf(__fdiv_rn(kE4m3Max, amax), kFltMax);
+}
+
+// The global (per tensor or per row of a copy) scales both NVFP4 and FP8 derive from an amax.
+struct GlobalScale {
+  Nvfp4Global nv;   // NVFP4
+  float scale;      // FP8 encode scale
+  float scale_inv;  // FP8 decode scale
+};
+
+template <bool kNvfp4>
+__device__ __forceinline__ GlobalScale global_scale(float amax) {
+  GlobalScale g{};
+  if constexpr (kNvfp4) {
+    g.nv = Nvfp4Global(amax);
+  } else {
+    g.scale = fp8_scale(amax);
+    g.scale_inv = __frcp_rn(g.scale);
+  }
+  return g;
 }
 
 // MXFP8 e8m0 scale byte: biased exponent of the smallest power of two >= fl(bm * fl(1/448)),
