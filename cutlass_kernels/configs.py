@@ -68,23 +68,24 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
 
 
 def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
-    """Tile heuristic for FP8 on H100/H200 (132 SMs).
+    """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
-    - Decode-like M (<= 64): swap A and B so the weight's N fills the 64/128-wide wgmma side
-      and the few tokens sit on the narrow side (16..64); stream-K when tiles alone
-      cannot fill the machine.
-    - Mid M (<= 128): pingpong 64x128, so more CTAs are in flight.
-    - Large M: cooperative 128x256 when both dimensions are large (fewer, fatter tiles;
-      less A/B re-read), else 128x128; clusters of 2 share TMA multicast loads.
+    - Decode-like M (<= 64): swap A and B so the weight's N fills the 64-row wgmma side and
+      the few tokens sit on the narrow side (16/32/64); ping-pong overlaps one warpgroup's
+      epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
+      the idle SMs it fills.)
+    - M <= 128: ping-pong 64x128.
+    - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
+    - Otherwise cooperative 128x256 when M and N are both large, else 128x128, in clusters
+      of 2 along M (TMA multicast of B).
     """
     if M <= 64:
         tile_n = _pow2_at_least(M, 16, 64)
-        tiles = -(-N // 128) * -(-M // tile_n)
-        if tiles >= num_sms:
-            return GemmConfig(128, tile_n, 128, 1, 1, "cooperative", swap_ab=True)
-        return GemmConfig(128, tile_n, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True)
+        return GemmConfig(64, tile_n, 256 if tile_n <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    if M <= 1024 and N >= 5120 and K <= 8192:
+        return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     if M >= 2048 and N >= 2048:
         return GemmConfig(128, 256, 128, 2, 1, "cooperative")
     return GemmConfig(128, 128, 128, 2, 1, "cooperative")
@@ -99,16 +100,15 @@ def default_build_set() -> list[GemmConfig]:
 
 # Alternatives perf/gemm_sweep.py --tune times against the heuristic's pick (one per bucket).
 TUNING_CANDIDATES = {
-    "decode": [GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
-               GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
-               GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
-               GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
-               GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)],
+    "decode": [GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
+               GemmConfig(64, 32, 256, 1, 1, "pingpong", swap_ab=True),
+               GemmConfig(64, 32, 128, 1, 1, "pingpong", swap_ab=True),
+               GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
+               GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True)],
     "mid": [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "cooperative", swap_ab=True),
-            GemmConfig(128, 128, 128, 1, 1, "cooperative", stream_k=True), GemmConfig(64, 256, 128, 1, 1, "pingpong")],
+            GemmConfig(64, 256, 128, 1, 1, "pingpong")],
     "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
-              GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong"),
-              GemmConfig(128, 128, 128, 1, 2, "cooperative")],
+              GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong")],
 }
 
 

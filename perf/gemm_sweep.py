@@ -32,38 +32,43 @@ E4M3 = torch.float8_e4m3fn
 L2_BYTES = 64 << 20
 
 
-def bench(fn, copies: int, min_ms: float = 2.0, replays: int = 7) -> float:
-    """Median microseconds per call: graph of `calls` invocations fn(i), i rotating over copies."""
-    fn(0)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(3):
-        fn(i % copies)
-    torch.cuda.synchronize()
-    est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
-    calls = max(copies, min(200, math.ceil(min_ms / est_ms)))
+def bench(fns: dict, copies: int, min_ms: float = 2.0, rounds: int = 9) -> dict:
+    """Median microseconds per call of each fn(i) (i rotates over `copies` input sets).
+
+    Each fn is captured in a CUDA graph of several calls; the graphs are then replayed
+    round-robin, so clock and thermal drift during the run hits every contender alike."""
+    graphs = {}
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(2):
+    for name, fn in fns.items():
+        fn(0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(3):
             fn(i % copies)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for i in range(calls):
-                fn(i % copies)
-    torch.cuda.current_stream().wait_stream(stream)
-    g.replay()
+        torch.cuda.synchronize()
+        est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
+        calls = max(copies, min(200, math.ceil(min_ms / est_ms)))
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                for i in range(calls):
+                    fn(i % copies)
+        torch.cuda.current_stream().wait_stream(stream)
+        g.replay()
+        graphs[name] = (g, calls)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del g
-    return statistics.median(times)
+    times = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, (g, calls) in graphs.items():
+            start.record()
+            g.replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3 / calls)
+    graphs.clear()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def operands(M, N, K, copies):
@@ -75,33 +80,48 @@ def operands(M, N, K, copies):
     return a, bs, sa, sb
 
 
-def time_point(M, N, K, fast_accum, with_baselines=True, configs=()):
+def time_point(M, N, K, fast_accum, configs=(), with_bf16=True):
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K))))
     a, bs, sa, sb = operands(M, N, K, copies)
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    res = {"scalemm": bench(lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum), copies)}
+    sa2, sb2, one = sa[:, None], sb[None, :], torch.ones((), device="cuda")
+    fns = {"scalemm": lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum),
+           "torch_rowwise": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2, out_dtype=torch.bfloat16,
+                                                       use_fast_accum=fast_accum),
+           "torch_tensorwise": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                          use_fast_accum=fast_accum)}
     for cfg in configs:
+        fn = (lambda c: lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=c))(cfg)
         try:
-            res[cfg.key()] = bench(lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=cfg), copies)
+            fn(0)
+            fns[cfg.key()] = fn
         except Exception as e:  # a candidate that cannot run this shape
-            res[cfg.key()] = None
             print(f"  {cfg.key()} failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
-    if with_baselines:
-        sa2, sb2 = sa[:, None], sb[None, :]
-        one = torch.ones((), device="cuda")
-        res["torch_rowwise"] = bench(lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2, out_dtype=torch.bfloat16,
-                                                                use_fast_accum=fast_accum), copies)
-        res["torch_tensorwise"] = bench(lambda i: torch._scaled_mm(a, bs[i].T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                                                   use_fast_accum=fast_accum), copies)
+    if with_bf16:
+        a16 = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        w16 = [b.to(torch.bfloat16) for b in bs]
+        fns["torch_bf16"] = lambda i: torch.matmul(a16, w16[i].T)
+    return bench(fns, copies)
+
+
+def eager_overhead(n=300):
+    """Host-side cost per call without CUDA graphs: back-to-back calls on a tiny problem."""
+    a, bs, sa, sb = operands(1, 4096, 4096, 1)
+    out = torch.empty(1, 4096, dtype=torch.bfloat16, device="cuda")
+    fns = {"scalemm": lambda: scalemm.gemm(a, bs[0], sa, sb, out=out),
+           "torch_rowwise": lambda: torch._scaled_mm(a, bs[0].T, scale_a=sa[:, None], scale_b=sb[None, :],
+                                                     out_dtype=torch.bfloat16)}
+    res = {}
+    for name, fn in fns.items():
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        res[name] = (time.perf_counter() - t0) / n * 1e6
     return res
-
-
-def time_bf16(M, N, K):
-    copies = max(1, min(8, math.ceil(2 * L2_BYTES / (2 * N * K))))
-    g = torch.Generator(device="cuda").manual_seed(1)
-    a = torch.randn(M, K, device="cuda", generator=g, dtype=torch.bfloat16)
-    ws = [torch.randn(N, K, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(copies)]
-    return bench(lambda i: torch.matmul(a, ws[i].T), copies)
 
 
 def geomean(xs):
@@ -125,14 +145,16 @@ def main():
     modes = (True,) if args.no_slow_accum else (True, False)
     rows = []
     print(f"GPU: {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}", flush=True)
+    eager = eager_overhead()
+    print(f"eager (no graph) time per call, M=1 N=K=4096, back-to-back: " + ", ".join(f"{k} {v:.1f} us" for k, v in eager.items()))
     hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} {'acc':>5} {'config':<30}{'scalemm':>9}{'rowwise':>9}{'tensor':>9}{'bf16':>9}  {'vs row':>6} {'vs ten':>6}"
     print(hdr + "\n" + "-" * len(hdr), flush=True)
     for label, M, N, K in points:
-        bf16_us = time_bf16(M, N, K)
         for fa in modes:
             bucket = "decode" if M <= 64 else "mid" if M <= 128 else "large"
             cands = TUNING_CANDIDATES[bucket] if (args.tune and fa) else ()
             r = time_point(M, N, K, fa, configs=cands)
+            bf16_us = r.pop("torch_bf16")
             flop = 2 * M * N * K
             row = {"layer": label, "M": M, "N": N, "K": K, "fast_accum": fa,
                    "config": default_config(M, N, K).key(), "us": {**r, "torch_bf16": bf16_us},
@@ -172,6 +194,7 @@ def main():
             for it in items:
                 wins[it["best"]] = wins.get(it["best"], 0) + 1
             print(f"  {bucket:<7} gain {geomean([it['best_over_default'] for it in items]):.3f}  wins {wins}")
+    summary["eager_us_per_call_M1_4096"] = eager
     result = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
               "scalemm": scalemm.__version__, "rows": rows, "summary": summary}
     with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:

@@ -1,0 +1,473 @@
+// scalemm quantization kernels for Hopper: NVFP4 (tensor / token scaling, RHT, SR), FP8
+// current scaling and MXFP8, rowwise [M, K] and columnwise (x.T, [K, M]) copies written
+// from ONE read of x. Numerics: quant_numerics.cuh (bit-exact with py_api/reference.py).
+//
+// Two kernels, launched in this order:
+// 1. amax_stats_kernel (only when an amax is not given): one read of x, producing any of
+//    the tensor amax, the tensor amax of RHT(x), per-row amax [M] and per-column amax [K]
+//    (of RHT(x) with rht). A thread owns 16 rows x 8 columns (16 independent 16-byte
+//    loads in flight); a CTA owns 128 x 256 tiles in a grid-stride loop; results reach
+//    global memory through atomicMax on float bits (NaN-propagating, buffers zeroed by a
+//    memset in the same launch sequence).
+// 2. quantize_tile_kernel: one CTA per 128 x 64 tile of x (256 threads, 4 x 16-byte loads
+//    each). The rowwise copy is quantized straight from registers (a 16-block is two
+//    adjacent threads, a 32-block four); for the columnwise copy the tile goes through a
+//    32 KB fp32 shared-memory tile (XOR-swizzled, conflict-free both ways) and each thread
+//    quantizes 16 (or 32) consecutive rows of one column. Every output byte is written by
+//    this kernel, scale padding included: the tile grid covers the padded scale
+//    matrices (rows up to Rp, columns up to Cp) and blocks outside x get scale byte 0.
+#pragma once
+
+#include "scalemm/quant_numerics.cuh"
+
+namespace scalemm {
+namespace quant {
+
+enum class Format { kNVFP4, kFP8, kMXFP8 };
+
+constexpr int kThreads = 256;
+constexpr int kTileM = 128;  // rows of x per quantize tile
+constexpr int kTileK = 64;   // columns of x per quantize tile
+constexpr int kStatsRows = 16;    // rows per thread in the stats kernel (= one RHT chunk)
+constexpr int kStatsTileK = 256;  // columns per stats tile (32 lanes x 8)
+constexpr int kStatsTileM = kStatsRows * (kThreads / 32);
+
+// ---------------------------------------------------------------------------
+// amax statistics
+// ---------------------------------------------------------------------------
+
+struct StatsParams {
+  const void* x;
+  int64_t M, K;
+  int64_t tiles_k, num_tiles;
+  float* amax;      // max |x| over the tensor, or nullptr
+  float* amax_rht;  // max |RHT(x)| over the tensor (bf16-rounded values), or nullptr
+  float* row_amax;  // [M] max |x| per row, or nullptr
+  float* col_amax;  // [K] max per column of x (of RHT(x) when RHT), or nullptr
+};
+
+template <typename T, bool RHT>
+__global__ void __launch_bounds__(kThreads) amax_stats_kernel(const StatsParams p) {
+  __shared__ unsigned col_red[kStatsTileK];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const T* x = static_cast<const T*>(p.x);
+  const bool want_rows = p.row_amax != nullptr, want_cols = p.col_amax != nullptr;
+  float acc = 0.0f, acc_rht = 0.0f;
+
+  for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const int64_t tm = tile / p.tiles_k, tk = tile - tm * p.tiles_k;
+    const int64_t r0 = tm * kStatsTileM + kStatsRows * warp;
+    const int64_t col = tk * kStatsTileK + 8 * lane;
+    const bool col_ok = col < p.K;
+    Raw8<T> raw[kStatsRows];
+#pragma unroll
+    for (int i = 0; i < kStatsRows; ++i) {
+      const bool ok = col_ok && r0 + i < p.M;
+      load8(raw[i], x + (ok ? (r0 + i) * p.K + col : 0), ok);
+    }
+
+    float rowmax[kStatsRows];
+    float colmax[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) colmax[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kStatsRows; ++i) {
+      float v[8];
+      to_float8(raw[i], v);
+      rowmax[i] = absmax_nan<8>(v);
+      acc = max_nan(acc, rowmax[i]);
+      if constexpr (!RHT) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) colmax[j] = max_nan(colmax[j], fabsf(v[j]));
+      }
+    }
+    if constexpr (RHT) {  // 16 consecutive rows of each column = one RHT chunk
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float y[16];
+#pragma unroll
+        for (int i = 0; i < kStatsRows; ++i) {
+          float v[8];
+          to_float8(raw[i], v);
+          y[i] = v[j];
+        }
+        rht16(y);
+        colmax[j] = absmax_nan<16>(y);
+        acc_rht = max_nan(acc_rht, colmax[j]);
+      }
+    }
+
+    if (want_rows) {  // all 32 lanes hold the same 16 rows: butterfly, then lane i owns row i
+      float mine = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kStatsRows; ++i) {
+        float m = rowmax[i];
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) m = max_nan(m, __shfl_xor_sync(kFullMask, m, s));
+        if (lane == i) mine = m;
+      }
+      if (lane < kStatsRows && r0 + lane < p.M) atomic_max_nonneg(p.row_amax + r0 + lane, mine);
+    }
+    if (want_cols) {  // the 8 warps share the tile's 256 columns
+      col_red[t] = 0u;
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) atomicMax(&col_red[8 * lane + j], __float_as_uint(colmax[j]) & 0x7fffffffu);
+      __syncthreads();
+      const int64_t c = tk * kStatsTileK + t;
+      if (c < p.K) atomicMax(reinterpret_cast<unsigned*>(p.col_amax + c), col_red[t]);
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    acc = max_nan(acc, __shfl_xor_sync(kFullMask, acc, s));
+    acc_rht = max_nan(acc_rht, __shfl_xor_sync(kFullMask, acc_rht, s));
+  }
+  if (lane == 0) {
+    if (p.amax != nullptr) atomic_max_nonneg(p.amax, acc);
+    if (RHT && p.amax_rht != nullptr) atomic_max_nonneg(p.amax_rht, acc_rht);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// the quantize tile kernel
+// ---------------------------------------------------------------------------
+
+struct TileParams {
+  const void* x;
+  int64_t M, K;
+  int64_t tiles_k;
+  // rowwise copy [M, K]: data, swizzled scales (Rp x Cp), global decode scale, amax input
+  uint8_t* q_row;
+  uint8_t* s_row;
+  float* g_row;  // NVFP4: alpha = S_dec; FP8: scale_inv; MXFP8: unused
+  const float* amax_row;
+  int row_token;
+  int64_t rp_row, cp_row;
+  // columnwise copy [K, M]
+  uint8_t* q_col;
+  uint8_t* s_col;
+  float* g_col;
+  const float* amax_col;
+  int col_token;
+  int64_t rp_col, cp_col;
+  uint64_t seed, offset;  // stochastic rounding
+};
+
+// fp32 index of element (r, c) of the 128 x 64 shared tile. 16-byte chunks are XOR-ed with
+// 2 * f(r): the 4 row groups a warp reads at once in the column phase (16 or 32 rows
+// apart) then hit 4 different bank groups, and the row phase's 16-byte stores stay
+// conflict-free.
+__device__ __forceinline__ int smem_index(int r, int c) {
+  const int f = ((r >> 4) ^ (r >> 5)) & 3;
+  return r * kTileK + ((((c >> 2) ^ (f << 1))) << 2) + (c & 3);
+}
+
+// One thread's 8 consecutive elements (row m, columns col..col+7) of the rowwise copy.
+template <Format F, bool SR>
+__device__ __forceinline__ void quantize_row_vec(const TileParams& p, const float (&v)[8], int64_t m,
+                                                 int64_t col, int c8, int64_t k0, bool first_tile_k,
+                                                 const GlobalScale& g_tensor) {
+  const bool in = m < p.M && col < p.K;
+  GlobalScale gs = g_tensor;
+  if (F != Format::kMXFP8 && p.row_token)  // uniform branch: per-row global scale
+    gs = global_scale<F == Format::kNVFP4>(m < p.M ? __ldg(p.amax_row + m) : 0.0f);
+  if constexpr (F == Format::kNVFP4) {
+    const Nvfp4Global& g = gs.nv;
+    float bm = absmax_nan<8>(v);
+    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));  // the partner holds the other half
+    float mult;
+    uint32_t sb = nvfp4_block_scale(bm, g, mult);
+    if (!in) sb = 0u;
+    uint32_t rnd[2] = {0u, 0u};
+    if constexpr (SR) {
+      const uint4 w = sr_words(static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
+                               p.seed, p.offset);
+      rnd[0] = (c8 & 1) ? w.z : w.x;
+      rnd[1] = (c8 & 1) ? w.w : w.y;
+    }
+    uint32_t q;
+    nvfp4_pack<8, SR>(v, mult, rnd, &q);
+    if (in) *reinterpret_cast<uint32_t*>(p.q_row + m * (p.K / 2) + col / 2) = q;
+    // lanes 8j, 8j+2, 8j+4, 8j+6 hold the 4 block scales of this tile row: one 32-bit store
+    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 2);
+    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 4);
+    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 6);
+    const int64_t c = k0 / 16;
+    if (c8 == 0 && m < p.rp_row && c < p.cp_row)
+      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+    if (p.row_token && first_tile_k && c8 == 0 && m < p.M) p.g_row[m] = g.s_dec;
+  } else if constexpr (F == Format::kFP8) {
+    const float scale = gs.scale;
+    uint2 q;
+    q.x = e4m3x2_satfinite(__fmul_rn(v[0], scale), __fmul_rn(v[1], scale)) |
+          (e4m3x2_satfinite(__fmul_rn(v[2], scale), __fmul_rn(v[3], scale)) << 16);
+    q.y = e4m3x2_satfinite(__fmul_rn(v[4], scale), __fmul_rn(v[5], scale)) |
+          (e4m3x2_satfinite(__fmul_rn(v[6], scale), __fmul_rn(v[7], scale)) << 16);
+    if (in) *reinterpret_cast<uint2*>(p.q_row + m * p.K + col) = q;
+    if (p.row_token && first_tile_k && c8 == 0 && m < p.M) p.g_row[m] = gs.scale_inv;
+  } else {  // MXFP8: a 32-block is 4 adjacent threads
+    float bm = absmax_nan<8>(v);
+    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));
+    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 2));
+    uint32_t b = mxfp8_scale_byte(bm);
+    if (!in) b = 0u;
+    const float inv = mxfp8_inv_scale(b);
+    uint2 q;
+    q.x = e4m3x2_satfinite(__fmul_rn(v[0], inv), __fmul_rn(v[1], inv)) |
+          (e4m3x2_satfinite(__fmul_rn(v[2], inv), __fmul_rn(v[3], inv)) << 16);
+    q.y = e4m3x2_satfinite(__fmul_rn(v[4], inv), __fmul_rn(v[5], inv)) |
+          (e4m3x2_satfinite(__fmul_rn(v[6], inv), __fmul_rn(v[7], inv)) << 16);
+    if (in) *reinterpret_cast<uint2*>(p.q_row + m * p.K + col) = q;
+    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 4);
+    const int64_t c = k0 / 32;  // even: the two scales are one aligned 16-bit store
+    if (c8 == 0 && m < p.rp_row && c < p.cp_row)
+      *reinterpret_cast<uint16_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = static_cast<uint16_t>(b | (b1 << 8));
+  }
+}
+
+// The columnwise copy from the shared tile: thread (warp w, lane l) owns column
+// kl = 8w + l/4 and row group l%4 (+4): 16 rows (NVFP4, FP8) or 32 rows (MXFP8).
+template <Format F, bool RHT, bool SR>
+__device__ __forceinline__ void quantize_col(const TileParams& p, const float* tile, int64_t m0, int64_t k0,
+                                             bool first_tile_m, const GlobalScale& g_tensor) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
+  const int64_t k = k0 + kl;
+  if constexpr (F == Format::kNVFP4 || F == Format::kFP8) {
+    GlobalScale gs = g_tensor;
+    if (p.col_token)  // uniform branch: per-column global scale
+      gs = global_scale<F == Format::kNVFP4>(k < p.K ? __ldg(p.amax_col + k) : 0.0f);
+    const Nvfp4Global& g = gs.nv;
+    const float scale = gs.scale;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int mb = mq + 4 * i;
+      const int64_t m = m0 + 16 * mb;
+      const bool in = k < p.K && m < p.M;
+      float v[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j] = tile[smem_index(16 * mb + j, kl)];
+      if constexpr (F == Format::kNVFP4) {
+        if constexpr (RHT) rht16(v);
+        float mult;
+        uint32_t sb = nvfp4_block_scale(absmax_nan<16>(v), g, mult);
+        if (!in) sb = 0u;
+        uint32_t rnd[4] = {0u, 0u, 0u, 0u};
+        if constexpr (SR) {
+          const uint4 w = sr_words(static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
+                                   p.seed, p.offset);
+          rnd[0] = w.x, rnd[1] = w.y, rnd[2] = w.z, rnd[3] = w.w;
+        }
+        uint32_t q[2];
+        nvfp4_pack<16, SR>(v, mult, rnd, q);
+        if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = make_uint2(q[0], q[1]);
+        const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
+        const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
+        const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+        const int64_t c = m0 / 16 + 4 * i;
+        if (mq == 0 && k < p.rp_col && c < p.cp_col)
+          *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+      } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          w[j] = e4m3x2_satfinite(__fmul_rn(v[4 * j], scale), __fmul_rn(v[4 * j + 1], scale)) |
+                 (e4m3x2_satfinite(__fmul_rn(v[4 * j + 2], scale), __fmul_rn(v[4 * j + 3], scale)) << 16);
+        if (in) *reinterpret_cast<uint4*>(p.q_col + k * p.M + m) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    if (p.col_token && first_tile_m && mq == 0 && k < p.K) {
+      if constexpr (F == Format::kNVFP4) p.g_col[k] = g.s_dec;
+      else p.g_col[k] = gs.scale_inv;
+    }
+  } else {  // MXFP8: 32 rows per thread
+    const int64_t m = m0 + 32 * mq;
+    const bool in = k < p.K && m < p.M;
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = tile[smem_index(32 * mq + j, kl)];
+    uint32_t b = mxfp8_scale_byte(absmax_nan<32>(v));
+    if (!in) b = 0u;
+    const float inv = mxfp8_inv_scale(b);
+    uint32_t w[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      w[j] = e4m3x2_satfinite(__fmul_rn(v[4 * j], inv), __fmul_rn(v[4 * j + 1], inv)) |
+             (e4m3x2_satfinite(__fmul_rn(v[4 * j + 2], inv), __fmul_rn(v[4 * j + 3], inv)) << 16);
+    if (in) {
+      uint4* dst = reinterpret_cast<uint4*>(p.q_col + k * p.M + m);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 1);
+    const uint32_t b2 = __shfl_down_sync(kFullMask, b, 2);
+    const uint32_t b3 = __shfl_down_sync(kFullMask, b, 3);
+    const int64_t c = m0 / 32;
+    if (mq == 0 && k < p.rp_col && c < p.cp_col)
+      *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = b | (b1 << 8) | (b2 << 16) | (b3 << 24);
+  }
+}
+
+template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
+__global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParams p) {
+  __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
+  const int t = threadIdx.x;
+  const int64_t tm = blockIdx.x / p.tiles_k, tk = blockIdx.x - tm * p.tiles_k;
+  const int64_t m0 = tm * kTileM, k0 = tk * kTileK;
+  const T* x = static_cast<const T*>(p.x);
+
+  // phase 1: 4 rows x 8 columns per thread (rows r8 + 32i), all loads issued first
+  const int c8 = t & 7, r8 = t >> 3;
+  const int64_t col = k0 + 8 * c8;
+  const bool col_ok = col < p.K;
+  Raw8<T> raw[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + r8 + 32 * i;
+    const bool ok = col_ok && m < p.M;
+    load8(raw[i], x + (ok ? m * p.K + col : 0), ok);
+  }
+  // per-tensor global scales, once per thread (the token paths derive theirs per row / column)
+  constexpr bool kGlobal = F != Format::kMXFP8;
+  const GlobalScale g_row = global_scale<F == Format::kNVFP4>(
+      (ROW && kGlobal && !p.row_token) ? __ldg(p.amax_row) : 0.0f);
+  const GlobalScale g_col = global_scale<F == Format::kNVFP4>(
+      (COL && kGlobal && !p.col_token) ? __ldg(p.amax_col) : 0.0f);
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v[8];
+    to_float8(raw[i], v);
+    const int rl = r8 + 32 * i;
+    if constexpr (ROW) quantize_row_vec<F, SR>(p, v, m0 + rl, col, c8, k0, tk == 0, g_row);
+    if constexpr (COL) {
+      // alternate the order of the two 16-byte stores so one store instruction covers all 8
+      // bank groups (selects, not a run-time index: v stays in registers)
+      const bool swap = (c8 >> 2) & 1;
+      const float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
+      *reinterpret_cast<float4*>(tile + smem_index(rl, 8 * c8 + (swap ? 4 : 0))) = swap ? hi : lo;
+      *reinterpret_cast<float4*>(tile + smem_index(rl, 8 * c8 + (swap ? 0 : 4))) = swap ? lo : hi;
+    }
+  }
+  if constexpr (COL) {
+    __syncthreads();
+    quantize_col<F, RHT, SR>(p, tile, m0, k0, tm == 0, g_col);
+  }
+
+  if (blockIdx.x == 0 && t == 0) {  // per-tensor decode scales
+    if constexpr (kGlobal) {
+      constexpr bool kNv = F == Format::kNVFP4;
+      if (ROW && !p.row_token) p.g_row[0] = kNv ? g_row.nv.s_dec : g_row.scale_inv;
+      if (COL && !p.col_token) p.g_col[0] = kNv ? g_col.nv.s_dec : g_col.scale_inv;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// host launchers (return 0 or a cudaError_t; CUDA-graph capturable: no allocation, no sync)
+// ---------------------------------------------------------------------------
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename T, bool RHT>
+inline int stats_grid(int64_t num_tiles) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_stats_kernel<T, RHT>, kThreads, 0);
+  const int64_t g = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  return static_cast<int>(num_tiles < g ? num_tiles : g);
+}
+
+// Zeroes the non-null outputs, then one read of x fills them (see amax_stats_kernel).
+template <typename T>
+int launch_amax_stats(const void* x, int64_t M, int64_t K, float* amax, float* amax_rht, float* row_amax,
+                      float* col_amax, int rht, cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  if (amax) err = cudaMemsetAsync(amax, 0, sizeof(float), stream);
+  if (!err && amax_rht) err = cudaMemsetAsync(amax_rht, 0, sizeof(float), stream);
+  if (!err && row_amax && M > 0) err = cudaMemsetAsync(row_amax, 0, sizeof(float) * M, stream);
+  if (!err && col_amax && K > 0) err = cudaMemsetAsync(col_amax, 0, sizeof(float) * K, stream);
+  if (err) return static_cast<int>(err);
+  if (M <= 0 || K <= 0) return 0;
+  StatsParams p{x, M, K, ceil_div(K, kStatsTileK), 0, amax, amax_rht, row_amax, col_amax};
+  p.num_tiles = ceil_div(M, kStatsTileM) * p.tiles_k;
+  if (rht)
+    amax_stats_kernel<T, true><<<stats_grid<T, true>(p.num_tiles), kThreads, 0, stream>>>(p);
+  else
+    amax_stats_kernel<T, false><<<stats_grid<T, false>(p.num_tiles), kThreads, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
+int launch_tiles(const TileParams& p, cudaStream_t stream) {
+  const int64_t tiles = ceil_div(p.M, kTileM) * p.tiles_k;
+  if (tiles <= 0) return 0;
+  quantize_tile_kernel<F, T, ROW, COL, RHT, SR><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Format F, typename T, bool RHT, bool SR>
+int launch_tiles_rc(const TileParams& p, cudaStream_t stream) {
+  const bool row = p.q_row != nullptr, col = p.q_col != nullptr;
+  if (row && col) return launch_tiles<F, T, true, true, RHT, SR>(p, stream);
+  if (col) return launch_tiles<F, T, false, true, RHT, SR>(p, stream);
+  if (RHT) return static_cast<int>(cudaErrorInvalidValue);  // RHT needs the columnwise copy
+  return launch_tiles<F, T, true, false, false, SR>(p, stream);
+}
+
+// Tile columns: enough to cover K and the padded scale columns of every copy produced.
+inline int64_t tiles_k_for(Format f, int64_t K, bool col) {
+  if (f == Format::kMXFP8 || (f == Format::kNVFP4 && col)) return 2 * ceil_div(K, 128);
+  return ceil_div(K, kTileK);
+}
+
+template <typename T>
+int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row, float* alpha_row,
+                 const float* amax_row, int row_token, uint8_t* q_col, uint8_t* s_col, float* alpha_col,
+                 const float* amax_col, int col_token, int rht, int sr, uint64_t seed, uint64_t offset,
+                 cudaStream_t stream) {
+  if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
+  TileParams p{};
+  p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kNVFP4, K, q_col != nullptr);
+  p.q_row = q_row, p.s_row = s_row, p.g_row = alpha_row, p.amax_row = amax_row, p.row_token = row_token;
+  p.rp_row = ceil_div(M, 128) * 128, p.cp_row = ceil_div(K / 16, 4) * 4;
+  p.q_col = q_col, p.s_col = s_col, p.g_col = alpha_col, p.amax_col = amax_col, p.col_token = col_token;
+  p.rp_col = ceil_div(K, 128) * 128, p.cp_col = ceil_div(M / 16, 4) * 4;
+  p.seed = seed, p.offset = offset;
+  if (rht) {
+    return sr ? launch_tiles_rc<Format::kNVFP4, T, true, true>(p, stream)
+              : launch_tiles_rc<Format::kNVFP4, T, true, false>(p, stream);
+  }
+  return sr ? launch_tiles_rc<Format::kNVFP4, T, false, true>(p, stream)
+            : launch_tiles_rc<Format::kNVFP4, T, false, false>(p, stream);
+}
+
+template <typename T>
+int launch_fp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, float* scale_inv_row, const float* amax_row,
+               int row_token, uint8_t* q_col, float* scale_inv_col, const float* amax_col, int col_token,
+               cudaStream_t stream) {
+  if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
+  TileParams p{};
+  p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kFP8, K, q_col != nullptr);
+  p.q_row = q_row, p.g_row = scale_inv_row, p.amax_row = amax_row, p.row_token = row_token;
+  p.q_col = q_col, p.g_col = scale_inv_col, p.amax_col = amax_col, p.col_token = col_token;
+  return launch_tiles_rc<Format::kFP8, T, false, false>(p, stream);
+}
+
+template <typename T>
+int launch_mxfp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col,
+                 uint8_t* s_col, cudaStream_t stream) {
+  if (K % 32 != 0 || (q_col && M % 32 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
+  TileParams p{};
+  p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kMXFP8, K, q_col != nullptr);
+  p.q_row = q_row, p.s_row = s_row, p.rp_row = ceil_div(M, 128) * 128, p.cp_row = ceil_div(K / 32, 4) * 4;
+  p.q_col = q_col, p.s_col = s_col, p.rp_col = ceil_div(K, 128) * 128, p.cp_col = ceil_div(M / 32, 4) * 4;
+  return launch_tiles_rc<Format::kMXFP8, T, false, false>(p, stream);
+}
+
+}  // namespace quant
+}  // namespace scalemm

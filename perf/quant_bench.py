@@ -1,0 +1,196 @@
+"""Bandwidth of scalemm's quantizers beside a device-to-device copy measured in the same run.
+
+GB/s counts the bytes each quantizer must move: every read of x (two when an amax pass
+runs first) plus every byte written (data, scales with padding, global scales). The
+anchor is torch's dst.copy_(src) of a buffer the size of x (bytes read + written).
+Timings: median of per-call CUDA-event times after warm-up, rotating among enough input
+buffers (>= 4x a 50 MB L2) that repeats are not served from L2. torchao's NVFP4
+quantization is timed too when `import torchao` works.
+
+    python perf/quant_bench.py --out DIR [--quick]
+
+Writes DIR/quant_bench.json and DIR/quant_bench.png (if matplotlib is there) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+SHAPES = [(8192, 8192), (16384, 7168), (4096, 4096), (128, 7168), (1, 7168)]
+QUICK_SHAPES = [(8192, 8192), (4096, 4096), (1, 7168)]
+L2_ROTATE_BYTES = 256 << 20  # inputs rotated per case: several times the L2 of an H100/H200
+
+
+def _nbytes(obj) -> int:
+    """Bytes of every tensor a quantized container holds (columnwise copy included)."""
+    if obj is None:
+        return 0
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    total = 0
+    for name in getattr(type(obj), "__slots__", ()):
+        v = getattr(obj, name)
+        if isinstance(v, torch.Tensor) or hasattr(v, "__slots__"):
+            total += _nbytes(v)
+    return total
+
+
+def time_fn(fn, inputs, iters: int, warmup: int) -> float:
+    """Median milliseconds of fn(x) over `iters` calls, x rotating through `inputs`."""
+    for i in range(warmup):
+        fn(inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        fn(inputs[i % len(inputs)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def cases(sq):
+    """(name, fn(x, ctx), reads of x, whether outputs are counted) for each quantizer option."""
+    def amax_of(x):
+        return x.float().abs().amax()
+
+    return [
+        ("nvfp4 tensor, given amax", lambda x, c: sq.quantize_nvfp4(x, amax=c["amax"][id(x)]), 1),
+        ("nvfp4 tensor, fused amax", lambda x, c: sq.quantize_nvfp4(x), 2),
+        ("nvfp4 token", lambda x, c: sq.quantize_nvfp4(x, scaling="token"), 2),
+        ("nvfp4 row+col, given amax", lambda x, c: sq.quantize_nvfp4(x, amax=c["amax"][id(x)], columnwise=True), 1),
+        ("nvfp4 row+col, fused amax", lambda x, c: sq.quantize_nvfp4(x, columnwise=True), 2),
+        ("nvfp4 row+col rht", lambda x, c: sq.quantize_nvfp4(x, columnwise=True, rht=True), 2),
+        ("nvfp4 sr, given amax", lambda x, c: sq.quantize_nvfp4(
+            x, amax=c["amax"][id(x)], stochastic_rounding=True, seed=1, offset=0), 1),
+        ("fp8 tensor", lambda x, c: sq.quantize_fp8(x), 2),
+        ("fp8 token", lambda x, c: sq.quantize_fp8(x, scaling="token"), 2),
+        ("fp8 row+col tensor", lambda x, c: sq.quantize_fp8(x, columnwise=True), 2),
+        ("mxfp8", lambda x, c: sq.quantize_mxfp8(x), 1),
+        ("mxfp8 row+col", lambda x, c: sq.quantize_mxfp8(x, columnwise=True), 1),
+    ], amax_of
+
+
+def torchao_case():
+    """(fn, note) for torchao's NVFP4 quantization, or (None, reason)."""
+    try:
+        import torchao  # noqa: F401
+        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
+    except Exception as e:  # not installed, or another API
+        return None, f"not available ({type(e).__name__}: {e})"
+
+    def fn(x):
+        scale = per_tensor_amax_to_scale(x.float().abs().amax())
+        return NVFP4Tensor.to_nvfp4(x, per_tensor_scale=scale)
+
+    return fn, f"torchao {getattr(torchao, '__version__', '?')} NVFP4Tensor.to_nvfp4 (per-tensor scale)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory for JSON and PNG")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("quant_bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import scalemm.quantize as sq
+
+    os.makedirs(args.out, exist_ok=True)
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    iters, warmup = (30, 5) if args.quick else (100, 10)
+    dev = torch.device("cuda")
+    results = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+               "iters": iters, "rows": []}
+    qcases, amax_of = cases(sq)
+    ao_fn, ao_note = torchao_case()
+    results["torchao"] = ao_note
+
+    for M, K in shapes:
+        x_bytes = M * K * 2
+        n_buf = max(2, min(64, math.ceil(L2_ROTATE_BYTES / x_bytes)))
+        gen = torch.Generator(device=dev).manual_seed(0)
+        inputs = [torch.randn(M, K, generator=gen, device=dev).mul_(3).to(torch.bfloat16) for _ in range(n_buf)]
+        ctx = {"amax": {id(x): amax_of(x) for x in inputs}}
+        # anchor: a device-to-device copy of the same size
+        dsts = [torch.empty_like(x) for x in inputs[:2]]
+        copy_ms = time_fn(lambda x: dsts[0].copy_(x), inputs, iters, warmup)
+        copy_gbs = 2 * x_bytes / copy_ms / 1e6
+        row = {"M": M, "K": K, "copy_ms": copy_ms, "copy_GBs": copy_gbs, "cases": {}}
+        for name, fn, reads in qcases:
+            try:
+                out = fn(inputs[0], ctx)
+                moved = reads * x_bytes + _nbytes(out)
+                if "given amax" in name:
+                    moved -= 4  # the given amax is read, not written
+                ms = time_fn(lambda x: fn(x, ctx), inputs, iters, warmup)
+                gbs = moved / ms / 1e6
+                row["cases"][name] = {"ms": ms, "bytes": moved, "GBs": gbs, "vs_copy": gbs / copy_gbs}
+            except Exception as e:  # report, keep benchmarking the rest
+                row["cases"][name] = {"error": f"{type(e).__name__}: {e}"}
+        if ao_fn is not None:
+            try:
+                out = ao_fn(inputs[0])
+                moved = 2 * x_bytes + out.qdata.numel() + out.scale.numel() * out.scale.element_size()
+                ms = time_fn(ao_fn, inputs, max(5, iters // 5), 2)
+                gbs = moved / ms / 1e6
+                row["cases"]["torchao nvfp4 (per-tensor)"] = {"ms": ms, "bytes": moved, "GBs": gbs,
+                                                             "vs_copy": gbs / copy_gbs}
+            except Exception as e:
+                row["cases"]["torchao nvfp4 (per-tensor)"] = {"error": f"{type(e).__name__}: {e}"}
+        results["rows"].append(row)
+        del inputs, dsts, ctx
+        torch.cuda.empty_cache()
+
+    with open(os.path.join(args.out, "quant_bench.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    # table
+    names = [n for n, _, _ in qcases] + (["torchao nvfp4 (per-tensor)"] if ao_fn else [])
+    print(f"device: {results['device']}   torchao: {ao_note}")
+    print(f"{'case':30s}" + "".join(f"{f'{M}x{K}':>22s}" for M, K in shapes))
+    print(f"{'copy (GB/s)':30s}" + "".join(f"{r['copy_GBs']:>15.0f} {r['copy_ms'] * 1e3:>5.0f}us" for r in results["rows"]))
+    for n in names:
+        cells = []
+        for r in results["rows"]:
+            c = r["cases"].get(n, {})
+            cells.append(f"{c['GBs']:>7.0f} {100 * c['vs_copy']:>4.0f}% {c['ms'] * 1e3:>6.1f}us" if "GBs" in c
+                         else f"{'error' if 'error' in c else '-':>22s}")
+        print(f"{n:30s}" + "".join(f"{s:>22s}" for s in cells))
+    for r in results["rows"]:
+        for n, c in r["cases"].items():
+            if "error" in c:
+                print(f"error {r['M']}x{r['K']} {n}: {c['error']}")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(14, 6))
+        width = 0.8 / len(shapes)
+        for si, r in enumerate(results["rows"]):
+            vals = [100 * r["cases"].get(n, {}).get("vs_copy", 0) for n in names]
+            ax.bar([i + si * width for i in range(len(names))], vals, width, label=f"{r['M']}x{r['K']}")
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))])
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("% of device-to-device copy bandwidth")
+        ax.axhline(80, color="gray", ls="--", lw=0.8)
+        ax.axhline(70, color="gray", ls=":", lw=0.8)
+        ax.set_title(f"scalemm quantizers, bf16 input, {results['device']}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "quant_bench.png"), dpi=110)
+    except Exception as e:
+        print(f"plot skipped: {type(e).__name__}: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
