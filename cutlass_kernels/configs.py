@@ -38,13 +38,17 @@ class GemmConfig:
         s = f"t{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}_{self.schedule[:4]}"
         return s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
 
-    def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3") -> dict[str, str]:
-        """Template parameters for cutlass_kernels/templates/gemm_sm90.cu."""
+    def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3",
+            grouped: bool = False) -> dict[str, str]:
+        """Template parameters for cutlass_kernels/templates/gemm_sm90.cu (grouped_gemm_sm90.cu)."""
         coop = self.schedule == "cooperative"
         fp8 = element == "e4m3"
-        mainloop = "cutlass::gemm::KernelTmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
+        array = "PtrArray" if grouped else ""
+        mainloop = f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
         if fp8 and fast_accum:
             mainloop += "FP8FastAccum"
+        if grouped and self.stream_k:
+            raise ValueError("grouped GEMMs use CUTLASS's grouped persistent scheduler, not stream-K")
         # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
         layout = "cutlass::layout::ColumnMajor" if self.swap_ab else "cutlass::layout::RowMajor"
         return {
@@ -54,7 +58,8 @@ class GemmConfig:
             "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)], "LAYOUT_D": layout,
             "ELEMENT_C": CPP_TYPES[epilogue.source_dtype] if epilogue.source_dtype else "void",
             "MAINLOOP_SCHEDULE": mainloop,
-            "EPILOGUE_SCHEDULE": "cutlass::epilogue::TmaWarpSpecialized" + ("Cooperative" if coop else ""),
+            "EPILOGUE_SCHEDULE": (f"cutlass::epilogue::{array}TmaWarpSpecialized"
+                                  + ("Cooperative" if coop else ("Pingpong" if grouped else ""))),
             "TILE_SCHEDULER": "cutlass::gemm::StreamKScheduler" if self.stream_k else "void",
             "EVT_TYPE": epilogue.evt_type, "EVT_ARGS": epilogue.args_expr,
         }
@@ -89,6 +94,18 @@ def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
     if M >= 2048 and N >= 2048:
         return GemmConfig(128, 256, 128, 2, 1, "cooperative")
     return GemmConfig(128, 128, 128, 2, 1, "cooperative")
+
+
+def default_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
+    """Tile heuristic for grouped (MoE) FP8 GEMMs from the mean rows per group (known on the host
+    from shapes alone: T / G). Few tokens per expert: swap-AB ping-pong, as for dense decode."""
+    per_group = max(1, T // max(G, 1))
+    if per_group <= 64:
+        tile_n = _pow2_at_least(per_group, 16, 64)
+        return GemmConfig(64, tile_n, 256 if tile_n <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
+    if per_group <= 512:
+        return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    return GemmConfig(128, 128, 128, 1, 1, "cooperative")
 
 
 # What `python -m scalemm build` compiles ahead of time: one kernel per heuristic branch,

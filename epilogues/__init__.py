@@ -182,8 +182,11 @@ class Emitted:
         return self.evt_type
 
 
-def emit(tree: Node, out_dtype, *, swap_ab: bool = False) -> Emitted:
-    """C++ for `tree` whose root is cast to `out_dtype`."""
+def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False) -> Emitted:
+    """C++ for `tree` whose root is cast to `out_dtype`.
+
+    grouped=True emits the ptr-array form for grouped GEMMs: each vector leaf's `ptrs[i]` is a
+    device array of per-group pointers (CUTLASS indexes it by group)."""
     out_cpp = CPP_TYPES[dtype_name(out_dtype)]
     if not isinstance(tree, Compute):
         tree = Compute("identity", (tree,))
@@ -191,19 +194,23 @@ def emit(tree: Node, out_dtype, *, swap_ab: bool = False) -> Emitted:
     sources = {l.dtype for l in leaves if isinstance(l, Source)}
     if len(sources) > 1 or sum(isinstance(l, Source) for l in leaves) > 1:
         raise ValueError("an epilogue tree can read at most one full M x N Source tensor")
+    if grouped and any(isinstance(l, (Source, Scalar)) for l in leaves):
+        raise ValueError("grouped GEMM epilogues take RowVector/ColVector leaves only (a per-group value is "
+                         "a vector leaf given one value per group)")
 
     def vec(leaf, along_m: bool):
         i = leaves.index(leaf)
         t = CPP_TYPES[leaf.dtype]
+        elem, ptr_t = (f"{t}*", f"{t} const* const*") if grouped else (t, f"{t} const*")
         if along_m != swap_ab:  # one value per tile row: CUTLASS "column broadcast"
             stride = "cute::Stride<bool, cute::_0, int64_t>" if leaf.broadcast else "cute::Stride<cute::_1, cute::_0, int64_t>"
-            node = f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, {t}, float, {stride}>"
+            node = f"cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, {elem}, float, {stride}>"
             dyn = "{vec[%d] != 0, cute::_0{}, int64_t(0)}" % i if leaf.broadcast else "{cute::_1{}, cute::_0{}, int64_t(0)}"
         else:                   # one value per tile column: CUTLASS "row broadcast"
             stride = "cute::Stride<cute::_0, bool, int64_t>" if leaf.broadcast else "cute::Stride<cute::_0, cute::_1, int64_t>"
-            node = f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, {t}, float, {stride}>"
+            node = f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, {elem}, float, {stride}>"
             dyn = "{cute::_0{}, vec[%d] != 0, int64_t(0)}" % i if leaf.broadcast else "{cute::_0{}, cute::_1{}, int64_t(0)}"
-        return node, "{static_cast<%s const*>(ptrs[%d]), %s(0), %s}" % (t, i, t, dyn)
+        return node, "{static_cast<%s>(ptrs[%d]), %s(0), %s}" % (ptr_t, i, t, dyn)
 
     def go(n: Node, is_root: bool):
         if isinstance(n, Acc):

@@ -8,11 +8,31 @@ import time
 import torch
 
 
-def _gemm_specs(cases):
+def _gemm_specs(cases, grouped=False):
     from . import epilogues as epi
     from .gemm import gemm_kernel_spec
-    return [gemm_kernel_spec(cfg, fast_accum=fa, out_dtype=od, epilogue=tree or epi.scaled(od))[0]
-            for cfg, fa, od, tree in cases]
+    from .grouped import grouped_gemm_kernel_spec
+    make = grouped_gemm_kernel_spec if grouped else gemm_kernel_spec
+    return [make(cfg, fast_accum=fa, out_dtype=od, epilogue=tree or epi.scaled(od))[0] for cfg, fa, od, tree in cases]
+
+
+def _grouped_cases(name):
+    """Grouped kernels: the heuristic's picks for the MoE sweep and the tests' explicit configs."""
+    from .cutlass_kernels.configs import GemmConfig, default_grouped_config
+    bf16, cases = torch.bfloat16, []
+    if name in ("default", "all", "sweep"):
+        per_group = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+        cases += [(default_grouped_config(G * t, G, 4096, 4096), fa, bf16, None)
+                  for G in (8,) for t in per_group for fa in ((True, False) if name != "sweep" else (True,))]
+    if name in ("tests", "all"):
+        cases += [(default_grouped_config(T, G, 1, 1), fa, bf16, None)
+                  for G, T in ((1, 300), (8, 4096), (64, 1500), (256, 2048), (8, 40), (8, 1024), (8, 2048))
+                  for fa in (False, True)]
+        cases += [(c, False, torch.float32, None) for c in (
+            default_grouped_config(577, 8, 1, 1), GemmConfig(128, 128, 128, 1, 1, "cooperative"),
+            GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
+            GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True))]
+    return cases
 
 
 def kernel_set(name: str):
@@ -42,9 +62,10 @@ def kernel_set(name: str):
         from .cutlass_kernels.configs import sweep_configs
         cases += [(c, fa, bf16, None) for c in sweep_configs() for fa in (True, False)]
         cases += [(c, True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
-    if not cases:
+    grouped = _grouped_cases(name)
+    if not cases and not grouped:
         raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, all")
-    return _gemm_specs(cases)
+    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True)
 
 
 def cmd_build(args):

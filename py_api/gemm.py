@@ -15,8 +15,9 @@ __all__ = ["gemm", "gemm_kernel_spec"]
 
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _RASTER = {"m": 0, "n": 1, "auto": 2}
-_WORKSPACE_BYTES = 32 << 20  # stream-K partials for <= 132 SMs x 128x64 fp32 tiles fit with room
-_workspaces: dict[int, torch.Tensor] = {}
+# Stream-K partials (<= 132 SMs x 128x256 fp32 tiles) fit with room. Only stream-K kernels take a
+# workspace; it comes from torch's caching allocator, so concurrent streams and graphs are safe.
+_STREAM_K_WORKSPACE_BYTES = 32 << 20
 
 
 def gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype: torch.dtype,
@@ -40,13 +41,6 @@ _ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, i64, i64, i64, i6
 @functools.lru_cache(maxsize=None)
 def _launcher(spec: KernelSpec):
     return build(spec).function("scalemm_gemm", _ARGTYPES)
-
-
-def _workspace(device: torch.device) -> torch.Tensor:
-    ws = _workspaces.get(device.index)
-    if ws is None:
-        ws = _workspaces[device.index] = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-    return ws
 
 
 def _resolve_epilogue(epilogue, out_dtype, has_bias: bool):
@@ -191,10 +185,10 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         if not ok:
             raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {t.numel()}")
         ptrs[i], vec[i] = t.data_ptr(), int(t.numel() > 1)  # one value -> CUTLASS scalar broadcast
-    ws = _workspace(device)
+    ws = torch.empty(_STREAM_K_WORKSPACE_BYTES if cfg.stream_k else 0, dtype=torch.uint8, device=device)
     x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
     _launcher(spec)(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec,
-                    ws.data_ptr(), ws.numel(), device.index, _RASTER["auto"], 1, 1,
+                    ws.data_ptr() or None, ws.numel(), device.index, _RASTER["auto"], 1, 1,
                     torch.cuda.current_stream(device).cuda_stream)
     return out
 

@@ -1,0 +1,189 @@
+// scalemm: SM90 grouped (MoE) GEMM fed by device-side offsets.
+//
+// out[rows of group g] = Evt(a[rows of g] @ b[g]^T), a [T,K] rows sorted by group, b [G,N,K],
+// offsets int32 [G] cumulative row ends (torch._grouped_mm's `offs`). A tiny setup kernel
+// turns the offsets into CUTLASS's per-group problem shapes, pointer and stride arrays on the
+// device, so nothing is read on the host and the whole call is CUDA-graph capturable.
+// Swap-AB form (few tokens per expert): each group computes D_g^T = B_g A_g^T, written
+// column-major, which is the same memory as row-major D_g.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "scalemm/sm90_gemm.cuh"
+
+namespace scalemm {
+
+// How the i-th epilogue leaf's base pointer becomes per-group pointers.
+enum GroupedLeafMode : int {
+  kLeafNull = 0,      // absent (nullable leaf): CUTLASS reads its null default
+  kLeafPerRow = 1,    // [T] per token: base + row_start(g)          (vector)
+  kLeafPerGroupVec = 2,  // [G, N] per expert channel: base + g * N  (vector)
+  kLeafPerGroup = 3,  // [G] one value per group: base + g           (scalar broadcast)
+  kLeafShared = 4,    // [N] the same vector for every group: base  (vector)
+  kLeafOne = 5,       // one value for everything: base               (scalar broadcast)
+};
+constexpr int kMaxLeaves = 8;
+
+struct GroupedLeaves {
+  void const* base[kMaxLeaves];
+  int mode[kMaxLeaves];
+  int elem_bytes[kMaxLeaves];
+  int count;
+};
+
+inline bool leaf_is_vector(int mode) {
+  return mode == kLeafPerRow || mode == kLeafPerGroupVec || mode == kLeafShared;
+}
+
+// One thread per group. Offsets are clamped into [0, T] and made monotone so that invalid
+// offsets can never send the GEMM outside its buffers (they give empty or short groups).
+template <class ProblemShape, class StrideA, class StrideB, class StrideD, bool kSwap>
+__global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64_t T, int N, int K,
+                                   char const* a, char const* b, char* d, int d_bytes,
+                                   ProblemShape* problems, void const** ptr_a, void const** ptr_b,
+                                   void** ptr_d, StrideA* stride_a, StrideB* stride_b,
+                                   StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs) {
+  int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= G) return;
+  auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
+  int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
+  int64_t end = clamp(offsets[g]);
+  int m = end > start ? int(end - start) : 0;
+  char const* a_g = a + start * K;                       // e4m3: one byte per element
+  char const* b_g = b + int64_t(g) * N * K;
+  char* d_g = d + start * int64_t(N) * d_bytes;
+  if constexpr (kSwap) {
+    problems[g] = {N, m, K};
+    ptr_a[g] = b_g; ptr_b[g] = a_g;
+    stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(N, K, 1));
+    stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(m, K, 1));
+    stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, m, 1));
+  } else {
+    problems[g] = {m, N, K};
+    ptr_a[g] = a_g; ptr_b[g] = b_g;
+    stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, K, 1));
+    stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
+    stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, N, 1));
+  }
+  ptr_d[g] = d_g;
+  for (int i = 0; i < leaves.count; ++i) {
+    char const* base = static_cast<char const*>(leaves.base[i]);
+    int64_t off = 0;
+    switch (leaves.mode[i]) {
+      case kLeafPerRow: off = start; break;
+      case kLeafPerGroupVec: off = int64_t(g) * N; break;
+      case kLeafPerGroup: off = g; break;
+      default: off = 0;
+    }
+    leaf_ptrs[int64_t(i) * G + g] = base ? base + off * leaves.elem_bytes[i] : nullptr;
+  }
+}
+
+template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
+          class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt>
+struct Sm90GroupedGemm {
+  using ElementA = ElementA_;
+  using ElementB = ElementB_;
+  using ElementD = ElementD_;
+  using LayoutD = LayoutD_;
+  using TileShape = TileShape_;
+  using ClusterShape = ClusterShape_;
+  static constexpr bool kSwap = cute::is_same_v<LayoutD, cutlass::layout::ColumnMajor>;
+  static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
+  static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD,
+      ElementD, LayoutD*, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cutlass::layout::RowMajor*,
+      kAlignA, ElementB, cutlass::layout::ColumnMajor*, kAlignB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Problem = typename ProblemShape::UnderlyingProblemShape;
+
+  static constexpr int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+  // Device arrays the setup kernel writes, carved from the caller's workspace.
+  struct Arrays {
+    Problem* problems; void const** ptr_a; void const** ptr_b; void** ptr_d;
+    StrideA* stride_a; StrideB* stride_b; StrideD* stride_d; void const** leaf_ptrs;
+    char* rest; int64_t bytes;
+  };
+  static Arrays carve(void* workspace, int G) {
+    Arrays r;
+    char* p = static_cast<char*>(workspace);
+    auto take = [&](int64_t n) { char* q = p; p += align16(n); return q; };
+    r.problems = reinterpret_cast<Problem*>(take(sizeof(Problem) * G));
+    r.ptr_a = reinterpret_cast<void const**>(take(sizeof(void*) * G));
+    r.ptr_b = reinterpret_cast<void const**>(take(sizeof(void*) * G));
+    r.ptr_d = reinterpret_cast<void**>(take(sizeof(void*) * G));
+    r.stride_a = reinterpret_cast<StrideA*>(take(sizeof(StrideA) * G));
+    r.stride_b = reinterpret_cast<StrideB*>(take(sizeof(StrideB) * G));
+    r.stride_d = reinterpret_cast<StrideD*>(take(sizeof(StrideD) * G));
+    r.leaf_ptrs = reinterpret_cast<void const**>(take(sizeof(void*) * G * kMaxLeaves));
+    // CUTLASS keeps per-group TMA descriptors in its workspace: give it 256-byte alignment.
+    int64_t used = p - static_cast<char*>(workspace);
+    r.bytes = (used + 255) / 256 * 256;
+    r.rest = static_cast<char*>(workspace) + r.bytes;
+    return r;
+  }
+
+  static int run(void const* a, void const* b, void* d, int const* offsets, int G, int64_t T, int N,
+                 int K, GroupedLeaves const& leaves, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*),
+                 void* workspace, int64_t workspace_bytes, int device, cudaStream_t stream) {
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    Arrays arr = carve(workspace, G);
+    if (arr.bytes > workspace_bytes) return kWorkspaceTooSmall;
+    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kSwap><<<(G + 127) / 128, 128, 0, stream>>>(
+        offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
+        static_cast<char*>(d), int(sizeof(ElementD)), arr.problems, arr.ptr_a, arr.ptr_b, arr.ptr_d,
+        arr.stride_a, arr.stride_b, arr.stride_d, leaves, arr.leaf_ptrs);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return static_cast<int>(err);
+
+    void const* leaf_arrays[kMaxLeaves];
+    int64_t vec[kMaxLeaves];
+    for (int i = 0; i < kMaxLeaves; ++i) {
+      bool present = i < leaves.count && leaves.mode[i] != kLeafNull;
+      leaf_arrays[i] = present ? static_cast<void const*>(arr.leaf_ptrs + int64_t(i) * G) : nullptr;
+      vec[i] = i < leaves.count && leaf_is_vector(leaves.mode[i]);
+    }
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = device;
+    hw_info.sm_count = sm_count(device);
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGrouped,
+        {G, arr.problems, nullptr},  // problem shapes live on the device only
+        {reinterpret_cast<ElementA const**>(arr.ptr_a), arr.stride_a,
+         reinterpret_cast<ElementB const**>(arr.ptr_b), arr.stride_b},
+        {make_evt_args(leaf_arrays, vec), nullptr, arr.stride_d,
+         reinterpret_cast<ElementD**>(arr.ptr_d), arr.stride_d},
+        hw_info};
+    Gemm gemm;
+    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return kCannotImplement;
+    int64_t rest = workspace_bytes - arr.bytes;
+    if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > rest) return kWorkspaceTooSmall;
+    int rc = status_code(gemm.initialize(args, arr.rest, stream));
+    if (rc) return rc;
+    rc = status_code(gemm.run(stream));
+    if (rc) return rc;
+    return static_cast<int>(cudaGetLastError());
+  }
+};
+
+}  // namespace scalemm

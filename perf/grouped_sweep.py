@@ -1,0 +1,125 @@
+"""Grouped (MoE) FP8 GEMM sweep: scalemm.grouped_gemm vs torch._scaled_grouped_mm and bf16 torch._grouped_mm.
+
+MoE layers of DeepSeek-V3 (256 experts top-8, hidden 7168, expert inter 2048), Qwen3-30B-A3B
+(128 experts top-8, hidden 2048, inter 768) and Llama-4-Scout (16 experts top-1, hidden 5120,
+inter 8192); both projections (gate_up: N = 2 * inter, K = hidden; down: N = hidden, K = inter);
+decode (few tokens) and prefill; token counts per expert drawn from a skewed (Zipf-like) routing
+so some experts are hot and some get nothing. Same process, same GPU, CUDA-graph timings
+interleaved round-robin (perf/gemm_sweep.py's bench). Writes grouped_sweep.json and .png.
+
+  python perf/grouped_sweep.py --out results/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_sweep import bench, geomean  # noqa: E402
+
+import scalemm  # noqa: E402
+from scalemm.cutlass_kernels.configs import default_grouped_config  # noqa: E402
+
+E4M3 = torch.float8_e4m3fn
+MODELS = {  # experts, top-k, hidden, expert intermediate
+    "dsv3": (256, 8, 7168, 2048),
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "llama4-scout": (16, 1, 5120, 8192),
+}
+TOKENS = {"decode": (1, 16, 64), "prefill": (1024, 4096, 16384)}
+
+
+def routed_sizes(tokens, experts, top_k, seed):
+    """Rows per expert for `tokens` tokens routed top-k with a skewed expert popularity."""
+    g = torch.Generator().manual_seed(seed)
+    pop = 1.0 / torch.arange(1, experts + 1, dtype=torch.float64) ** 1.1
+    pop = pop[torch.randperm(experts, generator=g)]
+    choice = torch.multinomial(pop.expand(tokens, experts), top_k, replacement=False, generator=g)
+    return torch.bincount(choice.reshape(-1), minlength=experts)
+
+
+def points():
+    for model, (E, k, hidden, inter) in MODELS.items():
+        for phase, toks in TOKENS.items():
+            for tokens in toks:
+                for proj, (N, K) in (("gate_up", (2 * inter, hidden)), ("down", (hidden, inter))):
+                    yield model, phase, tokens, proj, E, k, N, K
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="results")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--fast-accum", action="store_true", default=True)
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    print(f"GPU: {props.name}, torch {torch.__version__}")
+    hdr = f"{'model':<15}{'phase':<8}{'tok':>6} {'proj':<8}{'G':>4}{'T':>7}{'N':>6}{'K':>6} {'empty':>5} {'config':<28}{'scalemm':>9}{'torch8':>9}{'bf16':>9} {'speedup':>7}"
+    print(hdr + "\n" + "-" * len(hdr))
+    rows = []
+    for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points()):
+        if args.quick and i % 5:
+            continue
+        sizes = routed_sizes(tokens, E, k, seed=i)
+        T, G = int(sizes.sum()), E
+        offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+        gen = torch.Generator(device="cuda").manual_seed(i)
+        copies = max(1, min(4, math.ceil(128e6 / (G * N * K))))
+        a = (torch.randn(T, K, device="cuda", generator=gen) * 4).to(E4M3)
+        bs = [(torch.randn(G, N, K, device="cuda", generator=gen) * 4).to(E4M3) for _ in range(copies)]
+        sa = torch.rand(T, device="cuda", generator=gen) + 0.5
+        sb = torch.rand(G, N, device="cuda", generator=gen) + 0.5
+        out = torch.empty(T, N, dtype=torch.bfloat16, device="cuda")
+        a16 = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+        b16 = bs[0].to(torch.bfloat16)
+        fns = {
+            "scalemm": lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True),
+            "torch_scaled_grouped_mm": lambda j: torch._scaled_grouped_mm(
+                a, bs[j].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True),
+            "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs),
+        }
+        us = bench(fns, copies)
+        flop = 2 * T * N * K
+        row = {"model": model, "phase": phase, "tokens": tokens, "proj": proj, "G": G, "T": T, "N": N, "K": K,
+               "empty_groups": int((sizes == 0).sum()), "max_group": int(sizes.max()),
+               "config": default_grouped_config(T, G, N, K).key(), "us": us,
+               "tflops": {k2: flop / v / 1e6 for k2, v in us.items()},
+               "speedup": us["torch_scaled_grouped_mm"] / us["scalemm"]}
+        rows.append(row)
+        print(f"{model:<15}{phase:<8}{tokens:>6} {proj:<8}{G:>4}{T:>7}{N:>6}{K:>6} {row['empty_groups']:>5} "
+              f"{row['config']:<28}{us['scalemm']:>9.1f}{us['torch_scaled_grouped_mm']:>9.1f}"
+              f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup']:>7.3f}", flush=True)
+        del a, bs, a16, b16, out
+    summary = {"geomean_speedup_vs_scaled_grouped_mm": geomean([r["speedup"] for r in rows]),
+               "min_speedup": min(r["speedup"] for r in rows),
+               "decode_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "decode"]),
+               "prefill_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "prefill"])}
+    print(json.dumps(summary, indent=1))
+    with open(os.path.join(args.out, "grouped_sweep.json"), "w") as f:
+        json.dump({"gpu": props.name, "torch": torch.__version__, "rows": rows, "summary": summary}, f, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(12, 4.5))
+        labels = [f"{r['model']}\n{r['proj']} {r['tokens']}" for r in rows]
+        ax.bar(range(len(rows)), [r["speedup"] for r in rows],
+               color=["tab:blue" if r["phase"] == "decode" else "tab:green" for r in rows])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+        ax.set_ylabel("torch._scaled_grouped_mm time / scalemm time")
+        ax.set_title(f"scalemm grouped FP8 GEMM on {props.name} (blue decode, green prefill)")
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "grouped_sweep.png"), dpi=110)
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    main()
