@@ -3,7 +3,7 @@
 # prebuild kernels (cache hits for what was carried), run the GPU tests and the benchmarks,
 # and write everything under $OUT (default ./results).
 #
-#   bash scripts/device_run.sh                 # all stages: build test sweep quant
+#   bash scripts/device_run.sh                 # all stages: build test sweep grouped quant
 #   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
-stages=${*:-build test sweep quant}
+stages=${*:-build test sweep grouped quant}
 has() { [[ " $stages " == *" $1 "* ]]; }
 SITE=/tmp/scalemm-site
 rm -rf "$SITE"
@@ -35,7 +35,10 @@ if has sweep || has tune; then
   extra=""; has tune && extra="--tune"
   python3 perf/gemm_sweep.py --out "$OUT" $extra 2>&1 | tee "$OUT/gemm_sweep.log" | tail -n 40 || status=1
 fi
-if has quant && [ -f perf/quant_bench.py ]; then
+if has grouped; then
+  python3 perf/grouped_sweep.py --out "$OUT" 2>&1 | tee "$OUT/grouped_sweep.log" | tail -n 50 || status=1
+fi
+if has quant; then
   python3 perf/quant_bench.py --out "$OUT" 2>&1 | tee "$OUT/quant_bench.log" | tail -n 40 || status=1
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
