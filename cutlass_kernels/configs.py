@@ -47,6 +47,10 @@ class GemmConfig:
         mainloop = f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
         if fp8 and fast_accum:
             mainloop += "FP8FastAccum"
+        if fp8 and not fast_accum and self.tile_k > 128:
+            # CUTLASS promotes FP8 wgmma accumulators to fp32 every 4 MMAs (128 k-elements); a k-tile
+            # must hold a divisor of that many MMAs.
+            raise ValueError(f"FP8 without fast accumulation needs tile_k <= 128, got {self.tile_k} ({self.key()})")
         if grouped and self.stream_k:
             raise ValueError("grouped GEMMs use CUTLASS's grouped persistent scheduler, not stream-K")
         # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
@@ -72,7 +76,7 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     return p
 
 
-def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
+def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = 132) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
     - Decode-like M (<= 64): swap A and B so the weight's N fills the 64-row wgmma side and
@@ -86,7 +90,8 @@ def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
     """
     if M <= 64:
         tile_n = _pow2_at_least(M, 16, 64)
-        return GemmConfig(64, tile_n, 256 if tile_n <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
+        deep_k = fast_accum and tile_n <= 32  # full accumulation promotes every 128 k: tile_k <= 128
+        return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     if M <= 1024 and N >= 5120 and K <= 8192:
@@ -96,13 +101,14 @@ def default_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
     return GemmConfig(128, 128, 128, 2, 1, "cooperative")
 
 
-def default_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
+def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> GemmConfig:
     """Tile heuristic for grouped (MoE) FP8 GEMMs from the mean rows per group (known on the host
     from shapes alone: T / G). Few tokens per expert: swap-AB ping-pong, as for dense decode."""
     per_group = max(1, T // max(G, 1))
     if per_group <= 64:
         tile_n = _pow2_at_least(per_group, 16, 64)
-        return GemmConfig(64, tile_n, 256 if tile_n <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
+        deep_k = fast_accum and tile_n <= 32
+        return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if per_group <= 512:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     return GemmConfig(128, 128, 128, 1, 1, "cooperative")
@@ -110,9 +116,9 @@ def default_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
 
 # What `python -m scalemm build` compiles ahead of time: one kernel per heuristic branch,
 # bf16 output, the default epilogue, both accumulation modes.
-def default_build_set() -> list[GemmConfig]:
-    return sorted({default_config(M, N, 4096) for M in (1, 16, 32, 64, 128, 4096) for N in (1024, 4096, 16384)},
-                  key=lambda c: c.key())
+def default_build_set() -> list[tuple[GemmConfig, bool]]:
+    return sorted({(default_config(M, N, 4096, fast_accum=fa), fa) for M in (1, 16, 32, 64, 128, 4096)
+                   for N in (1024, 4096, 16384) for fa in (True, False)}, key=lambda c: (c[0].key(), c[1]))
 
 
 # Alternatives perf/gemm_sweep.py --tune times against the heuristic's pick (one per bucket).
@@ -151,5 +157,7 @@ def sweep_points(max_flop: float = 4e12):
     return pts + [("square", 8192, 8192, 8192)]
 
 
-def sweep_configs() -> list[GemmConfig]:
-    return sorted({default_config(M, N, K) for _, M, N, K in sweep_points()}, key=lambda c: c.key())
+def sweep_configs() -> list[tuple[GemmConfig, bool]]:
+    """(config, fast_accum) pairs the heuristic picks over the sweep."""
+    return sorted({(default_config(M, N, K, fast_accum=fa), fa) for _, M, N, K in sweep_points() for fa in (True, False)},
+                  key=lambda c: (c[0].key(), c[1]))

@@ -157,7 +157,7 @@ def main():
             bf16_us = r.pop("torch_bf16")
             flop = 2 * M * N * K
             row = {"layer": label, "M": M, "N": N, "K": K, "fast_accum": fa,
-                   "config": default_config(M, N, K).key(), "us": {**r, "torch_bf16": bf16_us},
+                   "config": default_config(M, N, K, fast_accum=fa).key(), "us": {**r, "torch_bf16": bf16_us},
                    "tflops": {k: (flop / v / 1e6 if v else None) for k, v in {**r, "torch_bf16": bf16_us}.items()},
                    "speedup_vs_rowwise": r["torch_rowwise"] / r["scalemm"],
                    "speedup_vs_tensorwise": r["torch_tensorwise"] / r["scalemm"]}

@@ -79,7 +79,8 @@ def main():
         a16 = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
         b16 = bs[0].to(torch.bfloat16)
         fns = {
-            "scalemm": lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True),
+            "scalemm": lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
+                                                      scale_a_per="token"),
             "torch_scaled_grouped_mm": lambda j: torch._scaled_grouped_mm(
                 a, bs[j].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True),
             "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs),

@@ -22,15 +22,15 @@ def _grouped_cases(name):
     bf16, cases = torch.bfloat16, []
     if name in ("default", "all", "sweep"):
         per_group = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
-        cases += [(default_grouped_config(G * t, G, 4096, 4096), fa, bf16, None)
+        cases += [(default_grouped_config(G * t, G, 4096, 4096, fast_accum=fa), fa, bf16, None)
                   for G in (8,) for t in per_group for fa in ((True, False) if name != "sweep" else (True,))]
     if name in ("tests", "all"):
-        cases += [(default_grouped_config(T, G, 1, 1), fa, bf16, None)
+        cases += [(default_grouped_config(T, G, 1, 1, fast_accum=fa), fa, bf16, None)
                   for G, T in ((1, 300), (8, 4096), (64, 1500), (256, 2048), (8, 40), (8, 1024), (8, 2048))
                   for fa in (False, True)]
         cases += [(c, False, torch.float32, None) for c in (
-            default_grouped_config(577, 8, 1, 1), GemmConfig(128, 128, 128, 1, 1, "cooperative"),
-            GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
+            default_grouped_config(577, 8, 1, 1, fast_accum=False), GemmConfig(128, 128, 128, 1, 1, "cooperative"),
+            GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True),
             GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True))]
     return cases
 
@@ -42,17 +42,18 @@ def kernel_set(name: str):
     bf16 = torch.bfloat16
     cases = []
     if name in ("default", "all"):
-        cases += [(c, fa, bf16, None) for c in default_build_set() for fa in (False, True)]
+        cases += [(c, fa, bf16, None) for c, fa in default_build_set()]
     if name in ("tests", "all"):  # what tests/test_gemm_gpu.py launches
         nk = [(6144, 4096), (4096, 14336), (57344, 8192), (7168, 2048)]
-        cases += [(default_config(M, N, K), False, bf16, None) for M in (1, 7, 129, 4096) for N, K in nk]
-        cases += [(default_config(M, 2048, 768), fa, od, None) for M in (1, 129) for fa in (False, True)
+        full = dict(fast_accum=False)
+        cases += [(default_config(M, N, K, **full), False, bf16, None) for M in (1, 7, 129, 4096) for N, K in nk]
+        cases += [(default_config(M, 2048, 768, fast_accum=fa), fa, od, None) for M in (1, 129) for fa in (False, True)
                   for od in (bf16, torch.float16, torch.float32)]
-        cases += [(default_config(300, 4096, 4096), False, torch.float32, epi.scaled("f32", activation="relu")),
-                  (default_config(300, 4096, 4096), False, bf16, None),
+        cases += [(default_config(300, 4096, 4096, **full), False, torch.float32, epi.scaled("f32", activation="relu")),
+                  (default_config(300, 4096, 4096, **full), False, bf16, None),
                   (default_config(512, 4096, 4096), True, bf16, None),
-                  (default_config(16, 4096, 4096), False, bf16, None),
-                  (default_config(64, 1024, 512), False, torch.float32,
+                  (default_config(16, 4096, 4096, **full), False, bf16, None),
+                  (default_config(64, 1024, 512, **full), False, torch.float32,
                    epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")))]
         cases += [(c, False, bf16, None) for c in (
             GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
@@ -60,7 +61,8 @@ def kernel_set(name: str):
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
         from .cutlass_kernels.configs import sweep_configs
-        cases += [(c, fa, bf16, None) for c in sweep_configs() for fa in (True, False)]
+        cases += [(c, fa, bf16, None) for c, fa in sweep_configs()]
+        cases += [(default_config(1, 4096, 4096, fast_accum=False), False, bf16, None)]  # eager-overhead probe
         cases += [(c, True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
     if not cases and not grouped:

@@ -160,7 +160,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     if K == 0:
         raise ValueError("K must be positive")
 
-    cfg = config or default_config(M, N, K, num_sms=_num_sms(device))
+    cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
     spec, emitted = gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     n_leaves = len(emitted.leaves)
     ptrs, vec = (ctypes.c_void_p * max(n_leaves, 1))(), (ctypes.c_int64 * max(n_leaves, 1))()

@@ -147,7 +147,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     if G == 0 or T == 0 or N == 0:
         return out
 
-    cfg = config or default_grouped_config(T, G, N, K)
+    cfg = config or default_grouped_config(T, G, N, K, fast_accum=fast_accum)
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
     spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}

@@ -66,7 +66,7 @@ def test_grouped_ragged_with_empty_groups(G, T, N, K, fast_accum):
 
 @pytest.mark.parametrize("cfg", [None, GemmConfig(128, 128, 128, 1, 1, "cooperative"),
                                  GemmConfig(64, 128, 128, 1, 1, "pingpong"),
-                                 GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True),
+                                 GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True),
                                  GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)])
 def test_grouped_configs_and_per_group_scales(cfg):
     sizes = torch.tensor([0, 1, 17, 128, 129, 0, 300, 2])
