@@ -87,6 +87,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise cooperative 128x256 when M and N are both large, else 128x128, in clusters
       of 2 along M (TMA multicast of B).
+    - Full (non-fast) accumulation never uses 256-wide tiles: CUTLASS's FP8 promotion keeps a
+      second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured).
     """
     if M <= 64:
         tile_n = _pow2_at_least(M, 16, 64)
@@ -94,6 +96,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    if not fast_accum:
+        # Full accumulation keeps a second fp32 accumulator per thread: 256-wide tiles spill.
+        return GemmConfig(128, 128, 128, 2, 1, "cooperative")
     if M <= 1024 and N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     if M >= 2048 and N >= 2048:
@@ -112,6 +117,16 @@ def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool =
     if per_group <= 512:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     return GemmConfig(128, 128, 128, 1, 1, "cooperative")
+
+
+# Grouped alternatives perf/grouped_sweep.py --tune times beside the heuristic (fast accumulation).
+GROUPED_TUNING_CANDIDATES = [
+    GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True), GemmConfig(64, 32, 256, 1, 1, "pingpong", swap_ab=True),
+    GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True), GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True),
+    GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True), GemmConfig(64, 128, 128, 1, 1, "pingpong"),
+    GemmConfig(128, 128, 128, 1, 1, "cooperative"), GemmConfig(128, 256, 128, 1, 1, "cooperative"),
+    GemmConfig(128, 128, 128, 2, 1, "cooperative"),
+]
 
 
 # What `python -m scalemm build` compiles ahead of time: one kernel per heuristic branch,

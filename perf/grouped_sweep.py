@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
-from scalemm.cutlass_kernels.configs import default_grouped_config  # noqa: E402
+from scalemm.cutlass_kernels.configs import GROUPED_TUNING_CANDIDATES, default_grouped_config  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 MODELS = {  # experts, top-k, hidden, expert intermediate
@@ -55,7 +55,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--fast-accum", action="store_true", default=True)
+    p.add_argument("--tune", action="store_true", help="also time GROUPED_TUNING_CANDIDATES at every point")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -85,6 +85,15 @@ def main():
                 a, bs[j].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True),
             "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs),
         }
+        if args.tune:
+            for cfg in GROUPED_TUNING_CANDIDATES:
+                fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
+                                                               scale_a_per="token", config=c))(cfg)
+                try:
+                    fn(0)
+                    fns[cfg.key()] = fn
+                except Exception as e:
+                    print(f"  {cfg.key()} failed: {str(e).splitlines()[0]}", file=sys.stderr)
         us = bench(fns, copies)
         flop = 2 * T * N * K
         row = {"model": model, "phase": phase, "tokens": tokens, "proj": proj, "G": G, "T": T, "N": N, "K": K,
@@ -92,10 +101,15 @@ def main():
                "config": default_grouped_config(T, G, N, K).key(), "us": us,
                "tflops": {k2: flop / v / 1e6 for k2, v in us.items()},
                "speedup": us["torch_scaled_grouped_mm"] / us["scalemm"]}
+        if args.tune:
+            cands = {k2: v for k2, v in us.items() if not k2.startswith("torch")}
+            row["best"] = min(cands, key=cands.get)
+            row["best_speedup"] = us["torch_scaled_grouped_mm"] / cands[row["best"]]
         rows.append(row)
         print(f"{model:<15}{phase:<8}{tokens:>6} {proj:<8}{G:>4}{T:>7}{N:>6}{K:>6} {row['empty_groups']:>5} "
               f"{row['config']:<28}{us['scalemm']:>9.1f}{us['torch_scaled_grouped_mm']:>9.1f}"
-              f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup']:>7.3f}", flush=True)
+              f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup']:>7.3f}"
+              + (f"  best {row['best']} {row['best_speedup']:.3f}" if args.tune else ""), flush=True)
         del a, bs, a16, b16, out
     summary = {"geomean_speedup_vs_scaled_grouped_mm": geomean([r["speedup"] for r in rows]),
                "min_speedup": min(r["speedup"] for r in rows),

@@ -24,6 +24,9 @@ def _grouped_cases(name):
         per_group = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
         cases += [(default_grouped_config(G * t, G, 4096, 4096, fast_accum=fa), fa, bf16, None)
                   for G in (8,) for t in per_group for fa in ((True, False) if name != "sweep" else (True,))]
+    if name in ("sweep", "all"):
+        from .cutlass_kernels.configs import GROUPED_TUNING_CANDIDATES
+        cases += [(c, True, bf16, None) for c in GROUPED_TUNING_CANDIDATES]
     if name in ("tests", "all"):
         cases += [(default_grouped_config(T, G, 1, 1, fast_accum=fa), fa, bf16, None)
                   for G, T in ((1, 300), (8, 4096), (64, 1500), (256, 2048), (8, 40), (8, 1024), (8, 2048))

@@ -10,6 +10,7 @@ import torch
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_config
 from .jit import KernelSpec, build, i64, ptr
+from .tensors import FP8Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec"]
 
@@ -45,15 +46,19 @@ def _launcher(spec: KernelSpec):
 
 def _resolve_epilogue(epilogue, out_dtype, has_bias: bool):
     if epilogue is None or isinstance(epilogue, str):
-        return epi.scaled(out_dtype, bias=True, activation=epilogue)
+        return _preset(epilogue, out_dtype)
     if isinstance(epilogue, epi.Node):
         return epilogue
     raise TypeError(f"epilogue must be None, an activation name ('relu', 'gelu', 'silu') or an "
                     f"epilogue tree (scalemm.epilogues), got {type(epilogue).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _preset(activation, out_dtype):
+    return epi.scaled(out_dtype, bias=True, activation=activation)
+
+
 def _unwrap(x, scale, name):
-    from .tensors import FP8Tensor  # containers from scalemm.quantize_fp8
     if isinstance(x, FP8Tensor):
         if scale is not None:
             raise ValueError(f"{name} is an FP8Tensor: it carries its own scale; pass scale_{name}=None")
@@ -146,9 +151,8 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 
     if K % 16:
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
-    per16 = 16 // torch.empty((), dtype=out_dtype).element_size()
-    if N % per16:
-        raise ValueError(f"N = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
+    if N % _PER_16_BYTES[out_dtype]:
+        raise ValueError(f"N = {N} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output (16-byte rows)")
     for t, n in ((a, "a"), (b, "b")):
         _check_aligned(t, n)
     if out is None:
@@ -160,12 +164,10 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     if K == 0:
         raise ValueError("K must be positive")
 
-    cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
-    spec, emitted = gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
-    n_leaves = len(emitted.leaves)
-    ptrs, vec = (ctypes.c_void_p * max(n_leaves, 1))(), (ctypes.c_int64 * max(n_leaves, 1))()
+    cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
+    ptrs, vec = (ctypes.c_void_p * 8)(), (ctypes.c_int64 * 8)()
     c_ptr = None
-    for i, leaf in enumerate(emitted.leaves):
+    for i, (leaf, length, dtype) in enumerate(leaves):
         t = inputs.get(leaf.name)
         if t is None:
             if not getattr(leaf, "nullable", False):
@@ -173,26 +175,45 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             continue
         if not isinstance(t, torch.Tensor) or t.device != device or not t.is_contiguous():
             raise ValueError(f"epilogue input {leaf.name!r} must be a contiguous tensor on {device}")
-        if isinstance(leaf, epi.Source):
-            if t.shape != (M, N) or t.dtype != _TORCH_DTYPES[leaf.dtype]:
-                raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}] {_TORCH_DTYPES[leaf.dtype]}")
+        if t.dtype != dtype:
+            raise TypeError(f"epilogue input {leaf.name!r} must be {dtype}, got {t.dtype}")
+        if length is None:  # the M x N Source operand
+            if t.shape != (M, N):
+                raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}], got {tuple(t.shape)}")
             c_ptr = t.data_ptr()
             continue
-        length = M if isinstance(leaf, epi.RowVector) else N if isinstance(leaf, epi.ColVector) else 1
-        if t.dtype != _TORCH_DTYPES[getattr(leaf, "dtype", "f32")]:
-            raise TypeError(f"epilogue input {leaf.name!r} must be {_TORCH_DTYPES[getattr(leaf, 'dtype', 'f32')]}")
-        ok = t.numel() == length or (t.numel() == 1 and (getattr(leaf, "broadcast", False) or length == 1))
-        if not ok:
-            raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {t.numel()}")
-        ptrs[i], vec[i] = t.data_ptr(), int(t.numel() > 1)  # one value -> CUTLASS scalar broadcast
-    ws = torch.empty(_STREAM_K_WORKSPACE_BYTES if cfg.stream_k else 0, dtype=torch.uint8, device=device)
+        length = M if length == "M" else N if length == "N" else 1
+        numel = t.numel()
+        if not (numel == length or (numel == 1 and (getattr(leaf, "broadcast", False) or length == 1))):
+            raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {numel}")
+        ptrs[i], vec[i] = t.data_ptr(), numel > 1  # one value -> CUTLASS scalar broadcast
+    if cfg.stream_k:  # only stream-K kernels take a workspace
+        ws = torch.empty(_STREAM_K_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        ws_ptr, ws_bytes = ws.data_ptr(), ws.numel()
+    else:
+        ws_ptr, ws_bytes = None, 0
     x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
-    _launcher(spec)(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec,
-                    ws.data_ptr() or None, ws.numel(), device.index, _RASTER["auto"], 1, 1,
-                    torch.cuda.current_stream(device).cuda_stream)
+    launch(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec, ws_ptr, ws_bytes,
+           device.index, _RASTER["auto"], 1, 1, torch._C._cuda_getCurrentRawStream(device.index))
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
+    """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
+    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply."""
+    tree = _resolve_epilogue(epilogue, out_dtype, True)
+    cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
+    spec, emitted = gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
+    if len(emitted.leaves) > 8:
+        raise ValueError("an epilogue tree may have at most 8 inputs")
+    leaves = tuple((leaf, None if isinstance(leaf, epi.Source) else "M" if isinstance(leaf, epi.RowVector)
+                    else "N" if isinstance(leaf, epi.ColVector) else "1", _TORCH_DTYPES[getattr(leaf, "dtype", "f32")])
+                   for leaf in emitted.leaves)
+    return cfg, leaves, _launcher(spec)
+
+
+_PER_16_BYTES = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 

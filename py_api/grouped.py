@@ -9,7 +9,7 @@ import torch
 
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config
-from .gemm import _OUT_DTYPES, _check_aligned, _unwrap
+from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
 from .jit import KernelSpec, build, i64, ptr
 
 __all__ = ["grouped_gemm", "grouped_gemm_kernel_spec"]
@@ -134,7 +134,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         modes["bias"] = NULL
     if K % 16:
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
-    per16 = 16 // torch.empty((), dtype=out_dtype).element_size()
+    per16 = _PER_16_BYTES[out_dtype]
     if N % per16:
         raise ValueError(f"N = {N} must be a multiple of {per16} for {out_dtype} output")
     if out is None:
@@ -160,5 +160,5 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         nbytes[i] = t.element_size() if t is not None else 0
     ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
     _launcher(spec)(a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr(), G, T, N, K, base, mode, nbytes, n,
-                    ws.data_ptr(), ws.numel(), device.index, torch.cuda.current_stream(device).cuda_stream)
+                    ws.data_ptr(), ws.numel(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
     return out
