@@ -107,16 +107,19 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
 
 
 def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> GemmConfig:
-    """Tile heuristic for grouped (MoE) FP8 GEMMs from the mean rows per group (known on the host
-    from shapes alone: T / G). Few tokens per expert: swap-AB ping-pong, as for dense decode."""
-    per_group = max(1, T // max(G, 1))
+    """Tile heuristic for grouped (MoE) FP8 GEMMs from the mean rows per expert, T / G (known on
+    the host from shapes alone), from perf/grouped_sweep.py --tune on an H200:
+      < 2 rows per expert: swap-AB ping-pong 64x16 (the weights stream once, tokens ride along);
+      <= 16: swap-AB cooperative 128x32;  <= 64: ping-pong 64x128;
+      more: cooperative 128x256 (128x128 with full accumulation, where 256-wide tiles spill)."""
+    per_group = T / max(G, 1)
+    if per_group < 2:
+        return GemmConfig(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
+    if per_group <= 16:
+        return GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True)
     if per_group <= 64:
-        tile_n = _pow2_at_least(per_group, 16, 64)
-        deep_k = fast_accum and tile_n <= 32
-        return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
-    if per_group <= 512:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
-    return GemmConfig(128, 128, 128, 1, 1, "cooperative")
+    return GemmConfig(128, 256 if fast_accum else 128, 128, 1, 1, "cooperative")
 
 
 # Grouped alternatives perf/grouped_sweep.py --tune times beside the heuristic (fast accumulation).

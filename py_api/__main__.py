@@ -21,7 +21,7 @@ def _grouped_cases(name):
     from .cutlass_kernels.configs import GemmConfig, default_grouped_config
     bf16, cases = torch.bfloat16, []
     if name in ("default", "all", "sweep"):
-        per_group = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+        per_group = (1, 2, 16, 32, 64, 128, 256, 512, 1024, 4096)
         cases += [(default_grouped_config(G * t, G, 4096, 4096, fast_accum=fa), fa, bf16, None)
                   for G in (8,) for t in per_group for fa in ((True, False) if name != "sweep" else (True,))]
     if name in ("sweep", "all"):
