@@ -10,8 +10,9 @@
 //    global memory through atomicMax on float bits (NaN-propagating, buffers zeroed by a
 //    memset in the same launch sequence).
 // 2. quantize_tile_kernel: one CTA per 128 x 64 tile of x (256 threads, 4 x 16-byte loads
-//    each). The rowwise copy is quantized straight from registers (a 16-block is two
-//    adjacent threads, a 32-block four); for the columnwise copy the tile goes through a
+//    each, 8 for fp32). The rowwise copy is quantized straight from registers (a thread owns
+//    one 16-element block of two rows; a 32-block is two adjacent threads); for the
+//    columnwise copy the tile goes through a
 //    32 KB fp32 shared-memory tile (XOR-swizzled, conflict-free both ways) and each thread
 //    quantizes 16 (or 32) consecutive rows of one column. Every output byte is written by
 //    this kernel, scale padding included: the tile grid covers the padded scale
@@ -156,74 +157,106 @@ struct TileParams {
   uint64_t seed, offset;  // stochastic rounding
 };
 
-// fp32 index of element (r, c) of the 128 x 64 shared tile. 16-byte chunks are XOR-ed with
-// 2 * f(r): the 4 row groups a warp reads at once in the column phase (16 or 32 rows
-// apart) then hit 4 different bank groups, and the row phase's 16-byte stores stay
-// conflict-free.
+// fp32 index of element (r, c) of the 128 x 64 shared tile: 16 rows of 16-byte chunks, the
+// chunk index XOR-swizzled so that both phases are bank-conflict-free:
+// - row phase (a warp stores one 16-byte chunk j of its 16-element block for 8 consecutive
+//   rows x 4 blocks): (c>>4)&3 spreads the 4 blocks of a row over 4 bank groups, r&1 puts
+//   odd rows on the other 4;
+// - column phase (a warp reads 8 consecutive columns of 4 rows 16 or 32 apart): f(r) takes 4
+//   distinct values on those rows, so 2*f(r) spreads them over 4 chunk pairs.
 __device__ __forceinline__ int smem_index(int r, int c) {
   const int f = ((r >> 4) ^ (r >> 5)) & 3;
-  return r * kTileK + ((((c >> 2) ^ (f << 1))) << 2) + (c & 3);
+  const int chunk = (c >> 2) ^ ((c >> 4) & 3) ^ (f << 1) ^ ((r & 1) << 2);
+  return r * kTileK + (chunk << 2) + (c & 3);
 }
 
-// One thread's 8 consecutive elements (row m, columns col..col+7) of the rowwise copy.
+// Reads rows r0 .. r0+N-1 (r0 a multiple of 16, N = 16 or 32) of column c from the shared
+// tile. Within 16 rows the swizzle only depends on the row's parity, so two base offsets
+// cover them and every read is a base + immediate offset.
+template <int N>
+__device__ __forceinline__ void read_column(const float* tile, int r0, int c, float (&v)[N]) {
+#pragma unroll
+  for (int h = 0; h < N / 16; ++h) {
+    const float* even = tile + smem_index(r0 + 16 * h, c);
+    const float* odd = tile + smem_index(r0 + 16 * h + 1, c) - kTileK;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[16 * h + j] = ((j & 1) ? odd : even)[j * kTileK];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void load16(Raw8<T> (&r)[2], const T* p, bool ok) {
+  load8(r[0], p, ok);
+  load8(r[1], p + 8, ok);
+}
+
+template <typename T>
+__device__ __forceinline__ void to_float16(const Raw8<T> (&r)[2], float (&f)[16]) {
+  float a[8], b[8];
+  to_float8(r[0], a);
+  to_float8(r[1], b);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = a[i], f[8 + i] = b[i];
+}
+
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float scale) {
+  return e4m3x2_satfinite(__fmul_rn(a, scale), __fmul_rn(b, scale)) |
+         (e4m3x2_satfinite(__fmul_rn(c, scale), __fmul_rn(d, scale)) << 16);
+}
+
+// 16 consecutive values -> 16 e4m3 bytes of fl(v * scale)
+__device__ __forceinline__ uint4 e4m3x16(const float* v, float scale) {
+  return make_uint4(e4m3x4(v[0], v[1], v[2], v[3], scale), e4m3x4(v[4], v[5], v[6], v[7], scale),
+                    e4m3x4(v[8], v[9], v[10], v[11], scale), e4m3x4(v[12], v[13], v[14], v[15], scale));
+}
+
+// NVFP4 block of 16 values: (scale byte, packed codes). rnd: Philox words (SR).
+template <bool SR>
+__device__ __forceinline__ uint2 nvfp4_block(const float (&v)[16], const Nvfp4Global& g, uint64_t n,
+                                             const TileParams& p, bool in, uint32_t& sb) {
+  const float bm = absmax_nan<16>(v);
+  float mult;
+  sb = nvfp4_block_scale(bm, g, mult);
+  if (!in) sb = 0u;  // padding and blocks outside x: scale 0 (never written as data)
+  uint4 rnd = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (SR) rnd = sr_words(n, p.seed, p.offset);
+  return nvfp4_pack16<SR>(v, mult, rnd, bm != bm);
+}
+
+// One thread's 16-element block of the rowwise copy: row m, columns col..col+15 (block `blk`
+// of the tile's 4). The 4 threads of a tile row are 4 adjacent lanes.
 template <Format F, bool SR>
-__device__ __forceinline__ void quantize_row_vec(const TileParams& p, const float (&v)[8], int64_t m,
-                                                 int64_t col, int c8, int64_t k0, bool first_tile_k,
-                                                 const GlobalScale& g_tensor) {
+__device__ __forceinline__ void quantize_row_block(const TileParams& p, const float (&v)[16], int64_t m,
+                                                   int64_t col, int blk, int64_t k0, bool first_tile_k,
+                                                   const GlobalScale& g_tensor) {
   const bool in = m < p.M && col < p.K;
   GlobalScale gs = g_tensor;
   if (F != Format::kMXFP8 && p.row_token)  // uniform branch: per-row global scale
     gs = global_scale<F == Format::kNVFP4>(m < p.M ? __ldg(p.amax_row + m) : 0.0f);
   if constexpr (F == Format::kNVFP4) {
-    const Nvfp4Global& g = gs.nv;
-    float bm = absmax_nan<8>(v);
-    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));  // the partner holds the other half
-    float mult;
-    uint32_t sb = nvfp4_block_scale(bm, g, mult);
-    if (!in) sb = 0u;
-    uint32_t rnd[2] = {0u, 0u};
-    if constexpr (SR) {
-      const uint4 w = sr_words(static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
-                               p.seed, p.offset);
-      rnd[0] = (c8 & 1) ? w.z : w.x;
-      rnd[1] = (c8 & 1) ? w.w : w.y;
-    }
-    uint32_t q;
-    nvfp4_pack<8, SR>(v, mult, rnd, &q);
-    if (in) *reinterpret_cast<uint32_t*>(p.q_row + m * (p.K / 2) + col / 2) = q;
-    // lanes 8j, 8j+2, 8j+4, 8j+6 hold the 4 block scales of this tile row: one 32-bit store
-    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 2);
-    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 4);
-    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 6);
-    const int64_t c = k0 / 16;
-    if (c8 == 0 && m < p.rp_row && c < p.cp_row)
+    uint32_t sb;
+    const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
+                                    p, in, sb);
+    if (in) *reinterpret_cast<uint2*>(p.q_row + m * (p.K / 2) + col / 2) = q;
+    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
+    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
+    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    const int64_t c = k0 / 16;  // the tile row's 4 scales are one aligned 32-bit store
+    if (blk == 0 && m < p.rp_row && c < p.cp_row)
       *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
-    if (p.row_token && first_tile_k && c8 == 0 && m < p.M) p.g_row[m] = g.s_dec;
+    if (p.row_token && first_tile_k && blk == 0 && m < p.M) p.g_row[m] = gs.nv.s_dec;
   } else if constexpr (F == Format::kFP8) {
-    const float scale = gs.scale;
-    uint2 q;
-    q.x = e4m3x2_satfinite(__fmul_rn(v[0], scale), __fmul_rn(v[1], scale)) |
-          (e4m3x2_satfinite(__fmul_rn(v[2], scale), __fmul_rn(v[3], scale)) << 16);
-    q.y = e4m3x2_satfinite(__fmul_rn(v[4], scale), __fmul_rn(v[5], scale)) |
-          (e4m3x2_satfinite(__fmul_rn(v[6], scale), __fmul_rn(v[7], scale)) << 16);
-    if (in) *reinterpret_cast<uint2*>(p.q_row + m * p.K + col) = q;
-    if (p.row_token && first_tile_k && c8 == 0 && m < p.M) p.g_row[m] = gs.scale_inv;
-  } else {  // MXFP8: a 32-block is 4 adjacent threads
-    float bm = absmax_nan<8>(v);
+    if (in) *reinterpret_cast<uint4*>(p.q_row + m * p.K + col) = e4m3x16(v, gs.scale);
+    if (p.row_token && first_tile_k && blk == 0 && m < p.M) p.g_row[m] = gs.scale_inv;
+  } else {  // MXFP8: a 32-block is 2 adjacent threads
+    float bm = absmax_nan<16>(v);
     bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));
-    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 2));
     uint32_t b = mxfp8_scale_byte(bm);
     if (!in) b = 0u;
-    const float inv = mxfp8_inv_scale(b);
-    uint2 q;
-    q.x = e4m3x2_satfinite(__fmul_rn(v[0], inv), __fmul_rn(v[1], inv)) |
-          (e4m3x2_satfinite(__fmul_rn(v[2], inv), __fmul_rn(v[3], inv)) << 16);
-    q.y = e4m3x2_satfinite(__fmul_rn(v[4], inv), __fmul_rn(v[5], inv)) |
-          (e4m3x2_satfinite(__fmul_rn(v[6], inv), __fmul_rn(v[7], inv)) << 16);
-    if (in) *reinterpret_cast<uint2*>(p.q_row + m * p.K + col) = q;
-    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 4);
+    if (in) *reinterpret_cast<uint4*>(p.q_row + m * p.K + col) = e4m3x16(v, mxfp8_inv_scale(b));
+    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 2);
     const int64_t c = k0 / 32;  // even: the two scales are one aligned 16-bit store
-    if (c8 == 0 && m < p.rp_row && c < p.cp_row)
+    if (blk == 0 && m < p.rp_row && c < p.cp_row)
       *reinterpret_cast<uint16_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = static_cast<uint16_t>(b | (b1 << 8));
   }
 }
@@ -240,30 +273,19 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
     GlobalScale gs = g_tensor;
     if (p.col_token)  // uniform branch: per-column global scale
       gs = global_scale<F == Format::kNVFP4>(k < p.K ? __ldg(p.amax_col + k) : 0.0f);
-    const Nvfp4Global& g = gs.nv;
-    const float scale = gs.scale;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int mb = mq + 4 * i;
       const int64_t m = m0 + 16 * mb;
       const bool in = k < p.K && m < p.M;
       float v[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = tile[smem_index(16 * mb + j, kl)];
+      read_column<16>(tile, 16 * mb, kl, v);
       if constexpr (F == Format::kNVFP4) {
         if constexpr (RHT) rht16(v);
-        float mult;
-        uint32_t sb = nvfp4_block_scale(absmax_nan<16>(v), g, mult);
-        if (!in) sb = 0u;
-        uint32_t rnd[4] = {0u, 0u, 0u, 0u};
-        if constexpr (SR) {
-          const uint4 w = sr_words(static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
-                                   p.seed, p.offset);
-          rnd[0] = w.x, rnd[1] = w.y, rnd[2] = w.z, rnd[3] = w.w;
-        }
-        uint32_t q[2];
-        nvfp4_pack<16, SR>(v, mult, rnd, q);
-        if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = make_uint2(q[0], q[1]);
+        uint32_t sb;
+        const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
+                                        p, in, sb);
+        if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = q;
         const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
         const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
         const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
@@ -271,36 +293,25 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
         if (mq == 0 && k < p.rp_col && c < p.cp_col)
           *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
       } else {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          w[j] = e4m3x2_satfinite(__fmul_rn(v[4 * j], scale), __fmul_rn(v[4 * j + 1], scale)) |
-                 (e4m3x2_satfinite(__fmul_rn(v[4 * j + 2], scale), __fmul_rn(v[4 * j + 3], scale)) << 16);
-        if (in) *reinterpret_cast<uint4*>(p.q_col + k * p.M + m) = make_uint4(w[0], w[1], w[2], w[3]);
+        if (in) *reinterpret_cast<uint4*>(p.q_col + k * p.M + m) = e4m3x16(v, gs.scale);
       }
     }
     if (p.col_token && first_tile_m && mq == 0 && k < p.K) {
-      if constexpr (F == Format::kNVFP4) p.g_col[k] = g.s_dec;
+      if constexpr (F == Format::kNVFP4) p.g_col[k] = gs.nv.s_dec;
       else p.g_col[k] = gs.scale_inv;
     }
   } else {  // MXFP8: 32 rows per thread
     const int64_t m = m0 + 32 * mq;
     const bool in = k < p.K && m < p.M;
     float v[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) v[j] = tile[smem_index(32 * mq + j, kl)];
+    read_column<32>(tile, 32 * mq, kl, v);
     uint32_t b = mxfp8_scale_byte(absmax_nan<32>(v));
     if (!in) b = 0u;
     const float inv = mxfp8_inv_scale(b);
-    uint32_t w[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      w[j] = e4m3x2_satfinite(__fmul_rn(v[4 * j], inv), __fmul_rn(v[4 * j + 1], inv)) |
-             (e4m3x2_satfinite(__fmul_rn(v[4 * j + 2], inv), __fmul_rn(v[4 * j + 3], inv)) << 16);
     if (in) {
       uint4* dst = reinterpret_cast<uint4*>(p.q_col + k * p.M + m);
-      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      dst[0] = e4m3x16(v, inv);
+      dst[1] = e4m3x16(v + 16, inv);
     }
     const uint32_t b1 = __shfl_down_sync(kFullMask, b, 1);
     const uint32_t b2 = __shfl_down_sync(kFullMask, b, 2);
@@ -319,16 +330,17 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
   const int64_t m0 = tm * kTileM, k0 = tk * kTileK;
   const T* x = static_cast<const T*>(p.x);
 
-  // phase 1: 4 rows x 8 columns per thread (rows r8 + 32i), all loads issued first
-  const int c8 = t & 7, r8 = t >> 3;
-  const int64_t col = k0 + 8 * c8;
+  // phase 1: rows r4 and r4 + 64, one 16-element block (columns 16*blk ..) per row; all
+  // four 16-byte loads (eight for fp32) are issued before any use
+  const int blk = t & 3, r4 = t >> 2;
+  const int64_t col = k0 + 16 * blk;
   const bool col_ok = col < p.K;
-  Raw8<T> raw[4];
+  Raw8<T> raw[2][2];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t m = m0 + r8 + 32 * i;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t m = m0 + r4 + 64 * i;
     const bool ok = col_ok && m < p.M;
-    load8(raw[i], x + (ok ? m * p.K + col : 0), ok);
+    load16(raw[i], x + (ok ? m * p.K + col : 0), ok);
   }
   // per-tensor global scales, once per thread (the token paths derive theirs per row / column)
   constexpr bool kGlobal = F != Format::kMXFP8;
@@ -338,18 +350,16 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
       (COL && kGlobal && !p.col_token) ? __ldg(p.amax_col) : 0.0f);
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float v[8];
-    to_float8(raw[i], v);
-    const int rl = r8 + 32 * i;
-    if constexpr (ROW) quantize_row_vec<F, SR>(p, v, m0 + rl, col, c8, k0, tk == 0, g_row);
+  for (int i = 0; i < 2; ++i) {
+    float v[16];
+    to_float16(raw[i], v);
+    const int rl = r4 + 64 * i;
+    if constexpr (ROW) quantize_row_block<F, SR>(p, v, m0 + rl, col, blk, k0, tk == 0, g_row);
     if constexpr (COL) {
-      // alternate the order of the two 16-byte stores so one store instruction covers all 8
-      // bank groups (selects, not a run-time index: v stays in registers)
-      const bool swap = (c8 >> 2) & 1;
-      const float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
-      *reinterpret_cast<float4*>(tile + smem_index(rl, 8 * c8 + (swap ? 4 : 0))) = swap ? hi : lo;
-      *reinterpret_cast<float4*>(tile + smem_index(rl, 8 * c8 + (swap ? 0 : 4))) = swap ? lo : hi;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
+            make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
     }
   }
   if constexpr (COL) {
@@ -372,13 +382,22 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Grid of the stats kernel: one wave of resident CTAs (it loops over tiles). The occupancy
+// query is done once per device and kernel (it is slow next to a small launch).
 template <typename T, bool RHT>
 inline int stats_grid(int64_t num_tiles) {
-  int dev = 0, sms = 0, per_sm = 0;
+  constexpr int kMaxDevices = 64;
+  static int wave[kMaxDevices] = {};  // benign race: every writer stores the same value
+  int dev = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_stats_kernel<T, RHT>, kThreads, 0);
-  const int64_t g = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  int g = dev < kMaxDevices ? wave[dev] : 0;
+  if (g == 0) {
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_stats_kernel<T, RHT>, kThreads, 0);
+    g = sms * (per_sm > 0 ? per_sm : 1);
+    if (dev < kMaxDevices) wave[dev] = g;
+  }
   return static_cast<int>(num_tiles < g ? num_tiles : g);
 }
 

@@ -104,30 +104,37 @@ __device__ __forceinline__ float e4m3_to_float(uint32_t b) {  // exact
   return __half2float(__half(h));
 }
 
-// E2M1 code of fp32 y, round-to-nearest-even on the code, |y| > 6 saturates, NaN -> 0x7.
-// Hopper has no e2m1 cvt. For |y| >= 1 round the fp32 bits to one mantissa bit (RNE by
-// integer add; the carry moves into the exponent) and read code = 2*(exp-1) + mantissa;
-// below 1 the e2m1 grid is 0, 0.5, 1 with ties 0.25 -> 0 and 0.75 -> 1.
-__device__ __forceinline__ uint32_t e2m1_rn(float y) {
-  const uint32_t b = __float_as_uint(y);
-  const uint32_t ab = b & 0x7fffffffu;
-  const uint32_t r = ab + 0x1fffffu + ((ab >> 22) & 1u);
-  const uint32_t hi = min((r >> 22) - 252u, 7u);  // Inf and NaN land on 7
-  const uint32_t lo = (ab > 0x3e800000u ? 1u : 0u) + (ab >= 0x3f400000u ? 1u : 0u);
-  const uint32_t mag = ab >= 0x3f800000u ? hi : lo;
-  return ab > 0x7f800000u ? 7u : (mag | ((b >> 28) & 8u));
+// E2M1 without an e2m1 cvt (Hopper has none): a = min(|y|, 6) is rounded onto the e2m1 grid
+// by ONE fp32 add of a magic number M whose ulp is the grid step there (0.5 below 2, 1 below
+// 4, 2 above), M = 2^22, 2^23 + 2 or 2^24 + 8. The add's own rounding does the work (RNE
+// for round-to-nearest, RZ = floor for stochastic rounding), and the low 3 mantissa bits of
+// a + M are then the e2m1 magnitude code: the +2 / +8 in M are the code offsets 2 and 4 of
+// the [2, 4) and [4, 6] binades (even, so ties still go to the even code). The exponent of
+// max(a, 1) selects M with one multiply-add: e = 127, 128, 129 -> bits e * 0x800002 + C.
+// NaN: fminf(NaN, 6) = 6 -> code 7; callers force whole NaN blocks to 0x7 (the sign of a
+// NaN product is not relied on). Checked exhaustively against reference.e2m1_encode.
+__device__ __forceinline__ float e2m1_magic(float a) {  // a in [0, 6]
+  const uint32_t e = max(__float_as_uint(a), 0x3f800000u) >> 23;
+  return __uint_as_float(e * 0x800002u + 0x0affff02u);
 }
 
-// Stochastic rounding to E2M1 (NUMERICS section 9) with 8 random bits u.
+__device__ __forceinline__ uint32_t e2m1_sign(float y) { return (__float_as_uint(y) >> 28) & 8u; }
+
+// round-to-nearest-even, |y| > 6 saturates, -0 and negatives rounding to 0 keep the sign (0x8)
+__device__ __forceinline__ uint32_t e2m1_rn(float y) {
+  const float a = fminf(fabsf(y), 6.0f);
+  return (__float_as_uint(__fadd_rn(a, e2m1_magic(a))) & 7u) | e2m1_sign(y);
+}
+
+// Stochastic rounding (NUMERICS section 9) with 8 random bits u: t = |y| + (u/256) * step(|y|)
+// (the product is exact, so one fma rounds like the reference's add), then floor onto the grid
+// of step(t), capped at 6. Clamping |y| to 6 first changes nothing: step is 2 from 4 up.
 __device__ __forceinline__ uint32_t e2m1_sr(float y, uint32_t u) {
-  const float a = fabsf(y);
-  const float step = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
-  const float t = __fadd_rn(a, __fmul_rn(__uint2float_rn(u) * (1.0f / 256.0f), step));
-  const float st = t < 2.0f ? 0.5f : (t < 4.0f ? 1.0f : 2.0f);
-  const float inv_st = t < 2.0f ? 2.0f : (t < 4.0f ? 1.0f : 0.5f);
-  const float q = fminf(__fmul_rn(st, floorf(__fmul_rn(t, inv_st))), 6.0f);  // exact grid value
-  const uint32_t code = e2m1_rn(q) | ((__float_as_uint(y) >> 28) & 8u);
-  return y != y ? 7u : code;
+  const float a = fminf(fabsf(y), 6.0f);
+  const float step = __uint_as_float((max(__float_as_uint(a), 0x3f800000u) & 0x7f800000u) - 0x00800000u);
+  const float noise = __fsub_rn(__uint_as_float(0x3f800000u | (u << 15)), 1.0f);  // u / 256, exact
+  const float t = fminf(__fmaf_rn(noise, step, a), 6.0f);
+  return (__float_as_uint(__fadd_rz(t, e2m1_magic(t))) & 7u) | e2m1_sign(y);
 }
 
 // ---------------------------------------------------------------------------
@@ -259,14 +266,17 @@ __device__ __forceinline__ void rht16(float (&v)[16]) {
 }
 
 // ---------------------------------------------------------------------------
-// NVFP4 encoding of 8 or 16 scaled values into packed nibbles (even index = low nibble)
+// NVFP4 encoding of 16 scaled values into packed nibbles (even index = low nibble)
 // ---------------------------------------------------------------------------
 
-template <int N, bool SR>
-__device__ __forceinline__ void nvfp4_pack(const float* v, float mult, const uint32_t* rnd,
-                                           uint32_t* out /* N/8 words */) {
+// rnd: the block's 4 Philox words (SR only). A block whose max is NaN has mult = NaN and
+// encodes as all 0x7 (reference: NaN -> 0x7 whatever its sign).
+template <bool SR>
+__device__ __forceinline__ uint2 nvfp4_pack16(const float (&v)[16], float mult, const uint4& rnd, bool nan_block) {
+  uint32_t out[2];
+  const uint32_t r[4] = {rnd.x, rnd.y, rnd.z, rnd.w};
 #pragma unroll
-  for (int w = 0; w < N / 8; ++w) {
+  for (int w = 0; w < 2; ++w) {
     uint32_t word = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -274,13 +284,14 @@ __device__ __forceinline__ void nvfp4_pack(const float* v, float mult, const uin
       const float y = __fmul_rn(v[e], mult);
       uint32_t code;
       if constexpr (SR)
-        code = e2m1_sr(y, (rnd[e >> 2] >> (8 * (e & 3))) & 0xffu);
+        code = e2m1_sr(y, (r[e >> 2] >> (8 * (e & 3))) & 0xffu);
       else
         code = e2m1_rn(y);
-      word |= code << (4 * i);
+      word += code << (4 * i);  // disjoint nibbles: + is |, and folds into one LEA
     }
-    out[w] = word;
+    out[w] = nan_block ? 0x77777777u : word;
   }
+  return make_uint2(out[0], out[1]);
 }
 
 }  // namespace quant

@@ -1,0 +1,415 @@
+"""scalemm.quantize: NVFP4, FP8 and MXFP8 quantization (shared/NUMERICS.md).
+
+CUDA tensors run scalemm's Hopper kernels (cutlass_kernels/include/scalemm/quant.cuh),
+CPU tensors the pure-torch reference (scalemm.reference); both give the same bytes.
+
+The CUDA path never synchronises with the host (no .item(), no tensor -> bool): amax and
+global scales stay device tensors, outputs are allocated with torch, and a call is one or
+two kernel launches (plus memsets of the amax buffers), so it can be captured in a CUDA
+graph. One caveat: stochastic rounding with seed=None reads (and advances) a generator's
+state on the host; inside a graph capture pass an explicit `seed`/`offset` instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Optional
+
+import torch
+
+from . import reference
+from .formats import INPUT_DTYPES, MXFP8, NVFP4, SCALINGS
+from .jit import KernelSpec, build, i32, i64, ptr
+from .tensors import FP8Tensor, MXFP8Tensor, NVFP4Tensor
+
+__all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8"]
+
+u64 = ctypes.c_uint64
+_U64_LIMIT = 1 << 64
+_CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
+_ARGTYPES = {
+    "scalemm_amax_stats": [ptr, i64, i64, ptr, ptr, ptr, ptr, i32, ptr],
+    "scalemm_quantize_nvfp4": [ptr, i64, i64, ptr, ptr, ptr, ptr, i32, ptr, ptr, ptr, ptr, i32,
+                               i32, i32, u64, u64, ptr],
+    "scalemm_quantize_fp8": [ptr, i64, i64, ptr, ptr, ptr, i32, ptr, ptr, ptr, i32, ptr],
+    "scalemm_quantize_mxfp8": [ptr, i64, i64, ptr, ptr, ptr, ptr, ptr],
+}
+
+# Test hook: when set to a byte value, every output buffer the CUDA path allocates is filled
+# with it before the kernels run, so a test can prove that the kernels write every byte.
+_poison_byte: Optional[int] = None
+
+
+# ---------------------------------------------------------------------------
+# validation (shared by the CPU and CUDA paths, before any dispatch)
+# ---------------------------------------------------------------------------
+
+def _as_matrix(x, name: str = "x") -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"'{name}' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() < 2:
+        raise ValueError(f"'{name}' must have at least 2 dims [..., K] (leading dims are "
+                         f"flattened into M), got shape {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
+                         f"{tuple(x.stride())} for shape {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    return x.reshape(-1, x.shape[-1])
+
+
+def _check_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"'{name}' must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _check_copies(rowwise, columnwise) -> None:
+    _check_bool(rowwise, "rowwise")
+    _check_bool(columnwise, "columnwise")
+    if not (rowwise or columnwise):
+        raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
+
+
+def _check_scaling(scaling) -> None:
+    if scaling not in SCALINGS:
+        raise ValueError(f"'scaling' must be one of {SCALINGS}, got {scaling!r}")
+
+
+def _check_multiple(value: int, of: int, what: str) -> None:
+    if value % of != 0:
+        raise ValueError(f"'x' {what} must be a multiple of {of}, got {value}")
+
+
+def _check_u64(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"'{name}' must be an int, got {type(value).__name__}")
+    if not 0 <= value < _U64_LIMIT:
+        raise ValueError(f"'{name}' must be in [0, 2^64), got {value}")
+    return value
+
+
+def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tensor:
+    if not isinstance(amax, torch.Tensor):
+        raise TypeError(f"'amax' must be a torch.Tensor or None, got {type(amax).__name__}")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"'amax' must be float32, got {amax.dtype}")
+    want = () if scaling == "tensor" else (M,)
+    if tuple(amax.shape) != want:
+        raise ValueError(f"'amax' must have shape {want} for scaling={scaling!r} (M = {M} rows "
+                         f"after flattening), got {tuple(amax.shape)}")
+    if amax.device != device:
+        raise ValueError(f"'amax' is on {amax.device} but 'x' is on {device}")
+    if not amax.is_contiguous():
+        raise ValueError("'amax' must be contiguous")
+    return amax
+
+
+def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, int]:
+    """(seed, offset) for stochastic rounding.
+
+    An explicit seed is used as is. With seed=None the seed comes from `generator` (or the
+    default generator of x's device): a CUDA generator gives (initial_seed(), offset +
+    get_offset()) and its offset is advanced by 4, the way torch's own random ops consume
+    it, so successive calls draw fresh bits and torch.manual_seed makes runs repeatable; a
+    CPU generator gives one torch.randint draw from it. Either way no device sync happens.
+    """
+    _check_u64(offset, "offset")
+    if seed is not None:
+        return _check_u64(seed, "seed"), offset
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
+    gen = generator
+    if gen is None:
+        gen = (torch.cuda.default_generators[device.index if device.index is not None else
+                                             torch.cuda.current_device()]
+               if device.type == "cuda" else torch.default_generator)
+    if gen.device.type == "cuda":
+        base = gen.get_offset()
+        gen.set_offset(base + 4)
+        return gen.initial_seed() % _U64_LIMIT, (offset + base) % _U64_LIMIT
+    draw = torch.randint(0, 1 << 62, (1,), generator=gen, dtype=torch.int64)  # CPU: no sync
+    return int(draw[0]), offset
+
+
+# ---------------------------------------------------------------------------
+# the CUDA path
+# ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _launcher(dtype: torch.dtype, name: str):
+    cxx = _CXX_TYPES[dtype]
+    spec = KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
+                      params={"IN_T": cxx}, cutlass=False)
+    return build(spec).function(name, _ARGTYPES[name])
+
+
+@functools.lru_cache(maxsize=None)
+def _check_device(device: torch.device) -> None:
+    cc = torch.cuda.get_device_capability(device)
+    if cc != (9, 0):
+        raise RuntimeError(f"scalemm's quantization kernels are built for sm_90a (H100/H200); "
+                           f"{device} has compute capability {cc[0]}.{cc[1]}")
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if _poison_byte is not None:
+        t.reshape(-1).view(torch.uint8).fill_(_poison_byte)
+    return t
+
+
+class _on_device:
+    """torch.cuda.device(d), skipped when d is already current (the common case, and cheaper)."""
+    __slots__ = ("device", "prev")
+
+    def __init__(self, device: torch.device):
+        self.device, self.prev = device, None
+
+    def __enter__(self):
+        cur = torch.cuda.current_device()
+        if self.device.index is not None and self.device.index != cur:
+            self.prev = cur
+            torch.cuda.set_device(self.device.index)
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            torch.cuda.set_device(self.prev)
+
+
+def _p(t: Optional[torch.Tensor]):
+    return None if t is None else t.data_ptr()
+
+
+def _stream(device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _swizzled_bytes(R: int, C: int) -> int:
+    Rp, Cp = reference.swizzled_size(R, C)
+    return Rp * Cp
+
+
+def _amax_stats(x2, *, amax=None, amax_rht=None, row_amax=None, col_amax=None, rht=False):
+    if all(t is None for t in (amax, amax_rht, row_amax, col_amax)):
+        return
+    M, K = x2.shape
+    _launcher(x2.dtype, "scalemm_amax_stats")(
+        x2.data_ptr(), M, K, _p(amax), _p(amax_rht), _p(row_amax), _p(col_amax), int(rht),
+        _stream(x2.device))
+
+
+def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -> NVFP4Tensor:
+    M, K = x2.shape
+    dev = x2.device
+    token = scaling == "token"
+    shared = scaling == "tensor" and not rht  # the columnwise copy reuses the rowwise amax
+    f32 = torch.float32
+
+    # amaxes that must be computed: one stats pass produces all of them
+    stats = {}
+    row_amax = None
+    if rowwise or (columnwise and shared):
+        row_amax = amax
+        if row_amax is None:
+            row_amax = torch.empty((M,) if token else (), dtype=f32, device=dev)
+            stats["row_amax" if token else "amax"] = row_amax
+    col_amax = None
+    if columnwise:
+        if shared:
+            col_amax = row_amax
+        else:
+            col_amax = torch.empty((K,) if token else (), dtype=f32, device=dev)
+            stats["col_amax" if token else ("amax_rht" if rht else "amax")] = col_amax
+    _amax_stats(x2, rht=rht, **stats)
+
+    q_row = s_row = alpha_row = None
+    if rowwise:
+        q_row = _empty((M, K // 2), torch.uint8, dev)
+        s_row = _empty((_swizzled_bytes(M, K // NVFP4.block_size),), torch.uint8, dev)
+        alpha_row = _empty((M,) if token else (), f32, dev)
+    q_col = s_col = alpha_col = None
+    if columnwise:
+        q_col = _empty((K, M // 2), torch.uint8, dev)
+        s_col = _empty((_swizzled_bytes(K, M // NVFP4.block_size),), torch.uint8, dev)
+        alpha_col = _empty((K,) if token else (), f32, dev)
+    _launcher(x2.dtype, "scalemm_quantize_nvfp4")(
+        x2.data_ptr(), M, K, _p(q_row), _p(s_row), _p(alpha_row), _p(row_amax), int(token),
+        _p(q_col), _p(s_col), _p(alpha_col), _p(col_amax), int(token), int(rht), int(sr),
+        seed, offset, _stream(dev))
+
+    col = None
+    if columnwise:
+        col = NVFP4Tensor(q_col, s_col.view(torch.float8_e4m3fn), alpha_col, col_amax, (K, M),
+                          scaling, x2.dtype, rht=rht)
+    if not rowwise:
+        return NVFP4Tensor(None, None, None, None, (M, K), scaling, x2.dtype, columnwise=col)
+    return NVFP4Tensor(q_row, s_row.view(torch.float8_e4m3fn), alpha_row, row_amax, (M, K),
+                       scaling, x2.dtype, columnwise=col)
+
+
+def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
+    M, K = x2.shape
+    dev = x2.device
+    token = scaling == "token"
+    f32 = torch.float32
+    if token:
+        row_amax = torch.empty((M,), dtype=f32, device=dev) if rowwise else None
+        col_amax = torch.empty((K,), dtype=f32, device=dev) if columnwise else None
+        _amax_stats(x2, row_amax=row_amax, col_amax=col_amax)
+    else:
+        row_amax = col_amax = torch.empty((), dtype=f32, device=dev)
+        _amax_stats(x2, amax=row_amax)
+    d_row = sinv_row = d_col = sinv_col = None
+    if rowwise:
+        d_row = _empty((M, K), torch.uint8, dev)
+        sinv_row = _empty((M,) if token else (), f32, dev)
+    if columnwise:
+        d_col = _empty((K, M), torch.uint8, dev)
+        sinv_col = _empty((K,) if token else (), f32, dev)
+    _launcher(x2.dtype, "scalemm_quantize_fp8")(
+        x2.data_ptr(), M, K, _p(d_row), _p(sinv_row), _p(row_amax), int(token), _p(d_col),
+        _p(sinv_col), _p(col_amax), int(token), _stream(dev))
+    e4m3 = torch.float8_e4m3fn
+    col = FP8Tensor(d_col.view(e4m3), sinv_col, scaling, x2.dtype) if columnwise else None
+    return FP8Tensor(None if d_row is None else d_row.view(e4m3), sinv_row, scaling, x2.dtype,
+                     columnwise=col)
+
+
+def _mxfp8_cuda(x2, rowwise, columnwise) -> MXFP8Tensor:
+    M, K = x2.shape
+    dev = x2.device
+    bs = MXFP8.block_size
+    d_row = s_row = d_col = s_col = None
+    if rowwise:
+        d_row = _empty((M, K), torch.uint8, dev)
+        s_row = _empty((_swizzled_bytes(M, K // bs),), torch.uint8, dev)
+    if columnwise:
+        d_col = _empty((K, M), torch.uint8, dev)
+        s_col = _empty((_swizzled_bytes(K, M // bs),), torch.uint8, dev)
+    _launcher(x2.dtype, "scalemm_quantize_mxfp8")(
+        x2.data_ptr(), M, K, _p(d_row), _p(s_row), _p(d_col), _p(s_col), _stream(dev))
+    e4m3 = torch.float8_e4m3fn
+    col = MXFP8Tensor(d_col.view(e4m3), s_col, (K, M), x2.dtype) if columnwise else None
+    return MXFP8Tensor(None if d_row is None else d_row.view(e4m3), s_row, (M, K), x2.dtype,
+                       columnwise=col)
+
+
+def _on_cuda(x2: torch.Tensor) -> bool:
+    if x2.device.type == "cuda":
+        _check_device(x2.device)
+        if x2.data_ptr() % 16 != 0:  # the kernels read x with 16-byte vector loads
+            raise ValueError(f"'x' must start at a 16-byte aligned address (its storage offset "
+                             f"makes data_ptr() % 16 == {x2.data_ptr() % 16}); pass a fresh tensor "
+                             "or .clone() it")
+        return True
+    if x2.device.type != "cpu":
+        raise ValueError(f"'x' must be a CPU or CUDA tensor, got device {x2.device}")
+    return False
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+
+def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[torch.Tensor] = None,
+                   rowwise: bool = True, columnwise: bool = False, rht: bool = False,
+                   stochastic_rounding: bool = False, seed: Optional[int] = None, offset: int = 0,
+                   generator: Optional[torch.Generator] = None) -> NVFP4Tensor:
+    """Quantize x to NVFP4 (e2m1 data, e4m3 scale per 16 elements, fp32 global scale).
+
+    x: contiguous bf16/fp16/fp32 [..., K]; leading dims are flattened into M. K % 16 == 0;
+      M % 16 == 0 when columnwise=True.
+    scaling: "tensor" (one global scale) or "token" (one per row of each copy: per row of x
+      for the rowwise copy, per column of x for the columnwise one).
+    amax: optional fp32 device tensor (0-d for "tensor", [M] for "token") used as is for the
+      rowwise copy, and for the columnwise copy when scaling="tensor" and rht=False. Else the
+      amax is computed on the device (NaN-propagating max of |x|).
+    rowwise / columnwise: which copies to produce (the columnwise copy quantizes x.T, shape
+      (K, M), into `.columnwise`); both come from one read of x.
+    rht: apply the 16-point random Hadamard transform to the columnwise copy (needs
+      columnwise=True; its amax is taken after the transform).
+    stochastic_rounding: SR of the e2m1 codes with Philox4x32-10 bits from (seed, offset),
+      seed and offset in [0, 2^64). seed=None: drawn from `generator` or the default
+      generator of x's device (see _resolve_seed: deterministic under torch.manual_seed).
+    Returns an NVFP4Tensor: qdata uint8 [M, K/2] (even element in the low nibble), scales
+    float8_e4m3fn in the 128x4 swizzled layout with zero padding, alpha = S_dec (fp32, 0-d or
+    [M]), amax; `.columnwise` likewise for x.T. No host synchronisation on CUDA.
+    """
+    x2 = _as_matrix(x)
+    M, K = x2.shape
+    _check_scaling(scaling)
+    _check_copies(rowwise, columnwise)
+    _check_bool(rht, "rht")
+    _check_bool(stochastic_rounding, "stochastic_rounding")
+    _check_multiple(K, NVFP4.block_size, "K (last dim)")
+    if columnwise:
+        _check_multiple(M, NVFP4.block_size, "M (rows, for the columnwise copy)")
+    if rht and not columnwise:
+        raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
+    if amax is not None:
+        if not (rowwise or (scaling == "tensor" and not rht)):
+            raise ValueError("'amax' is given but no copy uses it: it applies to the rowwise copy, "
+                             "and to the columnwise copy only for scaling='tensor' without rht")
+        _check_amax(amax, scaling, M, x2.device)
+    if stochastic_rounding:
+        seed, offset = _resolve_seed(seed, offset, generator, x2.device)
+    else:
+        if seed is not None:
+            _check_u64(seed, "seed")
+        _check_u64(offset, "offset")
+        seed = 0
+    if _on_cuda(x2):
+        with _on_device(x2.device):
+            return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,
+                               seed, offset)
+    return reference.quantize_nvfp4(x2, scaling=scaling, amax=amax, rowwise=rowwise,
+                                    columnwise=columnwise, rht=rht,
+                                    stochastic_rounding=stochastic_rounding, seed=seed,
+                                    offset=offset)
+
+
+def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
+                 columnwise: bool = False) -> FP8Tensor:
+    """Quantize x to FP8 e4m3 with current scaling (NUMERICS section 7).
+
+    x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 16 == 0 and
+      M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies).
+    scaling: "tensor" (one amax over x, shared by both copies) or "token" (per row of x for
+      the rowwise copy, per column of x for the columnwise copy).
+    Returns an FP8Tensor: data float8_e4m3fn [M, K] = e4m3(fl(x * scale)), scale_inv fp32
+    (0-d or [M]); `.columnwise` holds x.T ([K, M], scale_inv 0-d or [K]).
+    """
+    x2 = _as_matrix(x)
+    M, K = x2.shape
+    _check_scaling(scaling)
+    _check_copies(rowwise, columnwise)
+    _check_multiple(K, 16, "K (last dim)")
+    if columnwise:
+        _check_multiple(M, 16, "M (rows, for the columnwise copy)")
+    if _on_cuda(x2):
+        with _on_device(x2.device):
+            return _fp8_cuda(x2, scaling, rowwise, columnwise)
+    return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
+def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = False) -> MXFP8Tensor:
+    """Quantize x to MXFP8 (e4m3 data, e8m0 RCEIL scale per 32 elements; NUMERICS section 6).
+
+    x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 32 == 0;
+      M % 32 == 0 when columnwise=True (blocks of 32 along M for x.T).
+    Returns an MXFP8Tensor: data float8_e4m3fn [M, K], scales uint8 e8m0 in the 128x4
+    swizzled layout (R = M, C = K/32, zero padding); `.columnwise` the same for x.T.
+    """
+    x2 = _as_matrix(x)
+    M, K = x2.shape
+    _check_copies(rowwise, columnwise)
+    _check_multiple(K, MXFP8.block_size, "K (last dim)")
+    if columnwise:
+        _check_multiple(M, MXFP8.block_size, "M (rows, for the columnwise copy)")
+    if _on_cuda(x2):
+        with _on_device(x2.device):
+            return _mxfp8_cuda(x2, rowwise, columnwise)
+    return reference.quantize_mxfp8(x2, rowwise=rowwise, columnwise=columnwise)

@@ -1,0 +1,157 @@
+"""scalemm.quantize_* argument validation and the CPU path (no GPU needed).
+
+Validation runs before the CPU/CUDA dispatch, so these errors are the ones a CUDA caller
+gets too, before any kernel is built or launched.
+"""
+import pytest
+import torch
+
+import scalemm.quantize as sq
+from scalemm import reference as ref
+
+
+def x_(M=32, K=64, dtype=torch.bfloat16):
+    return (torch.randn(M, K) * 3).to(dtype)
+
+
+# ---------------------------------------------------------------------------
+# x
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [sq.quantize_nvfp4, sq.quantize_fp8, sq.quantize_mxfp8])
+def test_x_type_dtype_shape(fn):
+    with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
+        fn([[1.0] * 32])
+    with pytest.raises(TypeError, match="'x' must be bfloat16, float16 or float32"):
+        fn(torch.zeros(32, 64, dtype=torch.float64))
+    with pytest.raises(TypeError, match="'x' must be bfloat16"):
+        fn(torch.zeros(32, 64, dtype=torch.int32))
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        fn(torch.zeros(64))
+    with pytest.raises(ValueError, match="must be contiguous"):
+        fn(x_(64, 64).t())
+    with pytest.raises(ValueError, match="must not be empty"):
+        fn(torch.zeros(0, 64, dtype=torch.bfloat16))
+
+
+def test_k_and_m_multiples():
+    with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 16, got 40"):
+        sq.quantize_nvfp4(x_(32, 40))
+    with pytest.raises(ValueError, match=r"M \(rows, for the columnwise copy\) must be a multiple of 16"):
+        sq.quantize_nvfp4(x_(24, 64), columnwise=True)
+    with pytest.raises(ValueError, match="multiple of 32, got 48"):
+        sq.quantize_mxfp8(x_(32, 48))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        sq.quantize_mxfp8(x_(48, 64), columnwise=True)
+    with pytest.raises(ValueError, match="multiple of 16, got 24"):
+        sq.quantize_fp8(x_(32, 24))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        sq.quantize_fp8(x_(24, 32), columnwise=True)
+
+
+def test_copies_and_flags():
+    for fn in (sq.quantize_nvfp4, sq.quantize_fp8, sq.quantize_mxfp8):
+        with pytest.raises(ValueError, match="at least one of 'rowwise' and 'columnwise'"):
+            fn(x_(), rowwise=False)
+        with pytest.raises(TypeError, match="'columnwise' must be a bool"):
+            fn(x_(), columnwise=1)
+    with pytest.raises(ValueError, match="'scaling' must be one of"):
+        sq.quantize_nvfp4(x_(), scaling="row")
+    with pytest.raises(ValueError, match="'scaling' must be one of"):
+        sq.quantize_fp8(x_(), scaling="channel")
+    with pytest.raises(ValueError, match="'rht' applies only to the columnwise copy"):
+        sq.quantize_nvfp4(x_(), rht=True)
+    with pytest.raises(TypeError, match="'rht' must be a bool"):
+        sq.quantize_nvfp4(x_(), columnwise=True, rht="yes")
+
+
+# ---------------------------------------------------------------------------
+# amax
+# ---------------------------------------------------------------------------
+
+def test_amax_validation():
+    x = x_(32, 64)
+    with pytest.raises(TypeError, match="'amax' must be a torch.Tensor or None"):
+        sq.quantize_nvfp4(x, amax=3.0)
+    with pytest.raises(TypeError, match="'amax' must be float32"):
+        sq.quantize_nvfp4(x, amax=torch.tensor(3.0, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"'amax' must have shape \(\) for scaling='tensor'"):
+        sq.quantize_nvfp4(x, amax=torch.ones(32))
+    with pytest.raises(ValueError, match=r"'amax' must have shape \(32,\) for scaling='token'"):
+        sq.quantize_nvfp4(x, scaling="token", amax=torch.ones(()))
+    with pytest.raises(ValueError, match="'amax' must be contiguous"):
+        sq.quantize_nvfp4(x, scaling="token", amax=torch.ones(64)[::2])
+    with pytest.raises(ValueError, match="no copy uses it"):
+        sq.quantize_nvfp4(x, rowwise=False, columnwise=True, rht=True, amax=torch.ones(()))
+    with pytest.raises(ValueError, match="no copy uses it"):
+        sq.quantize_nvfp4(x, scaling="token", rowwise=False, columnwise=True, amax=torch.ones(32))
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'amax' is on"):
+            sq.quantize_nvfp4(x, amax=torch.ones((), device="cuda"))
+
+
+def test_amax_shape_uses_flattened_rows():
+    x = x_(4 * 16, 64).view(4, 16, 64)
+    t = sq.quantize_nvfp4(x, scaling="token", amax=torch.full((64,), 4.0))
+    assert t.shape == (64, 64) and t.alpha.shape == (64,)
+
+
+# ---------------------------------------------------------------------------
+# stochastic rounding seeds
+# ---------------------------------------------------------------------------
+
+def test_seed_offset_validation():
+    x = x_()
+    with pytest.raises(TypeError, match="'seed' must be an int"):
+        sq.quantize_nvfp4(x, stochastic_rounding=True, seed=1.5)
+    with pytest.raises(ValueError, match=r"'seed' must be in \[0, 2\^64\)"):
+        sq.quantize_nvfp4(x, stochastic_rounding=True, seed=-1)
+    with pytest.raises(ValueError, match=r"'offset' must be in \[0, 2\^64\)"):
+        sq.quantize_nvfp4(x, stochastic_rounding=True, seed=1, offset=1 << 64)
+    with pytest.raises(TypeError, match="'generator' must be a torch.Generator"):
+        sq.quantize_nvfp4(x, stochastic_rounding=True, generator=3)
+    with pytest.raises(TypeError, match="'stochastic_rounding' must be a bool"):
+        sq.quantize_nvfp4(x, stochastic_rounding=None)
+
+
+def test_seed_from_generator_is_deterministic():
+    x = x_(32, 256)
+    g = torch.Generator().manual_seed(11)
+    a = sq.quantize_nvfp4(x, stochastic_rounding=True, generator=g)
+    b = sq.quantize_nvfp4(x, stochastic_rounding=True, generator=g)  # generator advanced
+    g.manual_seed(11)
+    c = sq.quantize_nvfp4(x, stochastic_rounding=True, generator=g)
+    assert torch.equal(a.qdata, c.qdata)
+    assert not torch.equal(a.qdata, b.qdata)
+    torch.manual_seed(5)
+    d = sq.quantize_nvfp4(x, stochastic_rounding=True)
+    torch.manual_seed(5)
+    e = sq.quantize_nvfp4(x, stochastic_rounding=True)
+    assert torch.equal(d.qdata, e.qdata)
+
+
+# ---------------------------------------------------------------------------
+# the CPU path is the reference
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cpu_path_is_reference(dtype):
+    x = x_(32, 64, dtype)
+    t = sq.quantize_nvfp4(x, scaling="token", columnwise=True, rht=True)
+    r = ref.quantize_nvfp4(x, scaling="token", columnwise=True, rht=True)
+    assert torch.equal(t.qdata, r.qdata) and torch.equal(t.columnwise.qdata, r.columnwise.qdata)
+    assert torch.equal(t.scales.view(torch.uint8), r.scales.view(torch.uint8))
+    s = sq.quantize_nvfp4(x, stochastic_rounding=True, seed=3, offset=4)
+    assert torch.equal(s.qdata, ref.quantize_nvfp4(x, stochastic_rounding=True, seed=3, offset=4).qdata)
+    f = sq.quantize_fp8(x, scaling="token", columnwise=True)
+    assert torch.equal(f.data.view(torch.uint8), ref.quantize_fp8(x, scaling="token").data.view(torch.uint8))
+    m = sq.quantize_mxfp8(x, columnwise=True)
+    assert torch.equal(m.scales, ref.quantize_mxfp8(x).scales)
+    assert m.columnwise.shape == (64, 32)
+
+
+def test_leading_dims_flattened():
+    x = x_(2 * 3 * 16, 64).view(2, 3, 16, 64)
+    t = sq.quantize_nvfp4(x, columnwise=True)
+    assert t.shape == (96, 64) and t.columnwise.shape == (64, 96)
+    assert torch.equal(t.qdata, ref.quantize_nvfp4(x.reshape(96, 64)).qdata)

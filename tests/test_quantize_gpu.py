@@ -1,0 +1,354 @@
+"""scalemm's CUDA quantizers against the pure-torch reference, bit for bit.
+
+Every comparison is on raw bytes (atol = rtol = 0): FP4 codes, e4m3 / e8m0 scale bytes
+including the zeroed padding, alphas, amaxes, FP8 data and scale_inv (a NaN equals any NaN,
+other floats compare by bits). Every kernel run happens twice, on outputs pre-filled with
+0xFF and with 0x00 (scalemm.quantize._poison_byte), so an unwritten byte cannot pass.
+
+Run on an sm_90 GPU:  python -m pytest tests/test_quantize_gpu.py -q
+"""
+import pytest
+import torch
+
+import scalemm.quantize as sq
+from scalemm import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():  # the conftest skips too; this keeps collection cheap
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+def make_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=False, block=16):
+    """Wide dynamic range (randn * exp(4 randn)), ~4% zero blocks, ~4% blocks scaled by 1e-4
+    (subnormal e4m3 scales), ~2% blocks by 1e-12 (scales underflow to 0); optional +-Inf/NaN."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, generator=g, device="cuda") * torch.exp(
+        torch.randn(M, K, generator=g, device="cuda") * 4)
+    if dtype == torch.float16:
+        x = x.clamp(-60000, 60000) * 1e-3  # keep inside fp16, still ~1e7 range
+    xb = x.view(M, K // block, block)
+    u = torch.rand(M, K // block, generator=g, device="cuda")
+    xb[u < 0.04] = 0
+    xb[(u >= 0.04) & (u < 0.08)] *= 1e-4
+    xb[(u >= 0.08) & (u < 0.10)] *= 1e-12
+    if specials:
+        flat = x.view(-1)
+        n = flat.numel()
+        idx = torch.randint(0, n, (max(3, n // 5000),), generator=g, device="cuda")
+        vals = torch.tensor([float("inf"), float("-inf"), float("nan")], device="cuda")
+        flat[idx] = vals[torch.arange(idx.numel(), device="cuda") % 3]
+    return x.to(dtype)
+
+
+# ---------------------------------------------------------------------------
+# comparisons
+# ---------------------------------------------------------------------------
+
+def _bytes(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_same_bytes(got, want, what):
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    got, want = got.to(want.device), want
+    if got.dtype == torch.float32:
+        same = (got.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(got) & torch.isnan(want))
+        bad = (~same).reshape(-1).nonzero().flatten()
+        if bad.numel():
+            i = bad[:8].tolist()
+            raise AssertionError(f"{what}: {bad.numel()} of {same.numel()} floats differ; first at "
+                                 f"{i}: got {got.reshape(-1)[i].tolist()} want {want.reshape(-1)[i].tolist()}")
+        return
+    a, b = _bytes(got), _bytes(want)
+    bad = (a != b).nonzero().flatten()
+    if bad.numel():
+        i = bad[:8].tolist()
+        raise AssertionError(f"{what}: {bad.numel()} of {a.numel()} bytes differ; first at {i}: "
+                             f"got {[hex(v) for v in a[i].tolist()]} want {[hex(v) for v in b[i].tolist()]}")
+
+
+def assert_nvfp4_equal(got, want, what="nvfp4"):
+    assert got.shape == want.shape and got.scaling == want.scaling and got.rht == want.rht, what
+    assert got.orig_dtype == want.orig_dtype, what
+    assert (got.qdata is None) == (want.qdata is None), what
+    if want.qdata is not None:
+        assert_same_bytes(got.qdata, want.qdata, f"{what}.qdata")
+        assert_same_bytes(got.scales, want.scales, f"{what}.scales")
+        assert_same_bytes(got.alpha, want.alpha, f"{what}.alpha")
+        assert_same_bytes(got.amax, want.amax, f"{what}.amax")
+    assert (got.columnwise is None) == (want.columnwise is None), f"{what}.columnwise presence"
+    if want.columnwise is not None:
+        assert_nvfp4_equal(got.columnwise, want.columnwise, f"{what}.columnwise")
+
+
+def assert_fp8_equal(got, want, what="fp8"):
+    assert got.scaling == want.scaling and got.shape == want.shape, what
+    assert (got.data is None) == (want.data is None), what
+    if want.data is not None:
+        assert_same_bytes(got.data, want.data, f"{what}.data")
+        assert_same_bytes(got.scale_inv, want.scale_inv, f"{what}.scale_inv")
+    assert (got.columnwise is None) == (want.columnwise is None), f"{what}.columnwise presence"
+    if want.columnwise is not None:
+        assert_fp8_equal(got.columnwise, want.columnwise, f"{what}.columnwise")
+
+
+def assert_mxfp8_equal(got, want, what="mxfp8"):
+    assert got.shape == want.shape, what
+    assert (got.data is None) == (want.data is None), what
+    if want.data is not None:
+        assert_same_bytes(got.data, want.data, f"{what}.data")
+        assert_same_bytes(got.scales, want.scales, f"{what}.scales")
+    assert (got.columnwise is None) == (want.columnwise is None), f"{what}.columnwise presence"
+    if want.columnwise is not None:
+        assert_mxfp8_equal(got.columnwise, want.columnwise, f"{what}.columnwise")
+
+
+def run_poisoned(monkeypatch, fn):
+    """fn() twice, outputs pre-filled with 0xFF and then 0x00; returns both results."""
+    outs = []
+    for byte in (0xFF, 0x00):
+        monkeypatch.setattr(sq, "_poison_byte", byte)
+        outs.append(fn())
+    torch.cuda.synchronize()
+    monkeypatch.setattr(sq, "_poison_byte", None)
+    return outs
+
+
+# ---------------------------------------------------------------------------
+# NVFP4
+# ---------------------------------------------------------------------------
+
+ROW_SHAPES = [(m, k) for m in (1, 7, 128, 129, 8191) for k in (16, 32, 48, 4096, 7168)]
+COL_SHAPES = [(m, k) for m in (16, 128, 144, 4096) for k in (16, 48, 4096, 7168)]
+
+
+def check_nvfp4(monkeypatch, x, **kw):
+    want = ref.quantize_nvfp4(x, **kw)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_nvfp4(x, **kw)):
+        assert_nvfp4_equal(got, want)
+
+
+@pytest.mark.parametrize("M,K", ROW_SHAPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_rowwise(monkeypatch, M, K, scaling):
+    x = make_input(M, K, seed=M * 7 + K)
+    check_nvfp4(monkeypatch, x, scaling=scaling)
+
+
+@pytest.mark.parametrize("M,K", [(1, 16), (129, 48), (8191, 7168), (128, 4096)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_given_amax(monkeypatch, M, K, scaling):
+    x = make_input(M, K, seed=3)
+    amax = x.float().abs().amax() if scaling == "tensor" else x.float().abs().amax(dim=1)
+    amax = (amax * 1.75).contiguous()  # not the true amax: must be used as is
+    check_nvfp4(monkeypatch, x, scaling=scaling, amax=amax)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_dtypes(monkeypatch, dtype, scaling):
+    x = make_input(256, 4096 + 48, dtype, seed=11)
+    check_nvfp4(monkeypatch, x, scaling=scaling, columnwise=True)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_specials(monkeypatch, scaling):
+    x = make_input(272, 4096, seed=5, specials=True)
+    check_nvfp4(monkeypatch, x, scaling=scaling, rowwise=True, columnwise=True)
+    check_nvfp4(monkeypatch, x, scaling=scaling, rowwise=True, columnwise=True, rht=True)
+    if scaling == "tensor":  # a finite given amax: Inf/NaN blocks alone go degenerate
+        amax = torch.tensor(1e6, device="cuda")
+        check_nvfp4(monkeypatch, x, scaling=scaling, amax=amax, columnwise=True)
+
+
+def test_nvfp4_all_zero(monkeypatch):
+    x = torch.zeros(144, 96, dtype=torch.bfloat16, device="cuda")
+    check_nvfp4(monkeypatch, x, columnwise=True)
+    check_nvfp4(monkeypatch, x, scaling="token", columnwise=True, rht=True)
+
+
+@pytest.mark.parametrize("M,K", COL_SHAPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rowwise", [True, False])
+def test_nvfp4_columnwise(monkeypatch, M, K, scaling, rowwise):
+    x = make_input(M, K, seed=M + K)
+    check_nvfp4(monkeypatch, x, scaling=scaling, rowwise=rowwise, columnwise=True)
+
+
+@pytest.mark.parametrize("M,K", [(16, 16), (144, 48), (4096, 7168)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rowwise", [True, False])
+def test_nvfp4_rht(monkeypatch, M, K, scaling, rowwise):
+    x = make_input(M, K, seed=M * 3 + K)
+    check_nvfp4(monkeypatch, x, scaling=scaling, rowwise=rowwise, columnwise=True, rht=True)
+
+
+def test_nvfp4_given_amax_columnwise(monkeypatch):
+    x = make_input(256, 512, seed=9)
+    amax = x.float().abs().amax() * 0.5  # smaller than the data: saturation paths
+    check_nvfp4(monkeypatch, x, amax=amax, columnwise=True)
+    check_nvfp4(monkeypatch, x, amax=amax, rowwise=False, columnwise=True)
+    check_nvfp4(monkeypatch, x, amax=amax, columnwise=True, rht=True)  # rht: col amax computed
+
+
+def test_nvfp4_leading_dims(monkeypatch):
+    x = make_input(4 * 48, 256, seed=2).view(4, 48, 256)
+    got = sq.quantize_nvfp4(x, columnwise=True)
+    want = ref.quantize_nvfp4(x.reshape(-1, 256), columnwise=True)
+    assert_nvfp4_equal(got, want)
+
+
+def test_nvfp4_matches_cpu_reference(monkeypatch):
+    """The reference gives the same bytes on CPU and CUDA, and so does the kernel."""
+    x = make_input(272, 4096 + 16, seed=21, specials=True)
+    for kw in (dict(scaling="tensor", columnwise=True), dict(scaling="token", columnwise=True, rht=True),
+               dict(stochastic_rounding=True, seed=7, offset=3, columnwise=True)):
+        want = ref.quantize_nvfp4(x.cpu(), **kw)
+        assert_nvfp4_equal(sq.quantize_nvfp4(x, **kw).to("cpu"), want)
+
+
+# --- stochastic rounding -----------------------------------------------------
+
+@pytest.mark.parametrize("M,K", [(7, 48), (144, 4096), (4096, 7168)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_sr_bitexact(monkeypatch, M, K, scaling):
+    x = make_input(M, K, seed=M + 2 * K)
+    col = M % 16 == 0
+    check_nvfp4(monkeypatch, x, scaling=scaling, columnwise=col, stochastic_rounding=True,
+                seed=0x1234_5678_9ABC_DEF0, offset=(1 << 40) + 5)
+    if col:
+        check_nvfp4(monkeypatch, x, scaling=scaling, columnwise=True, rht=True,
+                    stochastic_rounding=True, seed=42, offset=0)
+
+
+def test_nvfp4_sr_reproducible():
+    x = make_input(256, 1024, seed=1)
+    a = sq.quantize_nvfp4(x, columnwise=True, stochastic_rounding=True, seed=5, offset=9)
+    b = sq.quantize_nvfp4(x, columnwise=True, stochastic_rounding=True, seed=5, offset=9)
+    c = sq.quantize_nvfp4(x, columnwise=True, stochastic_rounding=True, seed=5, offset=10)
+    assert_nvfp4_equal(a, b)
+    assert not torch.equal(a.qdata, c.qdata)
+    assert not torch.equal(a.columnwise.qdata, c.columnwise.qdata)
+    # seed=None: drawn from the CUDA generator, repeatable under manual_seed, fresh per call
+    torch.cuda.manual_seed(123)
+    d = sq.quantize_nvfp4(x, stochastic_rounding=True)
+    e = sq.quantize_nvfp4(x, stochastic_rounding=True)
+    torch.cuda.manual_seed(123)
+    f = sq.quantize_nvfp4(x, stochastic_rounding=True)
+    assert torch.equal(d.qdata, f.qdata)
+    assert not torch.equal(d.qdata, e.qdata)
+    gen = torch.Generator(device="cpu").manual_seed(4)
+    g1 = sq.quantize_nvfp4(x, stochastic_rounding=True, generator=gen)
+    gen.manual_seed(4)
+    g2 = sq.quantize_nvfp4(x, stochastic_rounding=True, generator=gen)
+    assert torch.equal(g1.qdata, g2.qdata)
+
+
+def test_nvfp4_sr_unbiased():
+    """The mean of SR dequantizations converges to x; RNE keeps its rounding error."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand(64, 512, generator=g, device="cuda") * 2 - 1) * 3.0
+    x[:, :16] = 3.0  # a full-scale element in every block row keeps the scales fixed
+    amax = torch.tensor(3.0, device="cuda")
+    n = 256
+    acc = torch.zeros_like(x)
+    for off in range(n):
+        t = sq.quantize_nvfp4(x, amax=amax, stochastic_rounding=True, seed=77, offset=off)
+        acc += ref.dequantize_nvfp4(t)
+    sr_err = (acc / n - x).abs().mean().item()
+    rne_err = (ref.dequantize_nvfp4(sq.quantize_nvfp4(x, amax=amax)) - x).abs().mean().item()
+    bias = (acc / n - x).mean().item()
+    assert sr_err < 0.2 * rne_err, (sr_err, rne_err)
+    assert abs(bias) < 0.02 * rne_err + 1e-3, bias
+
+
+# ---------------------------------------------------------------------------
+# FP8 and MXFP8
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M,K", [(1, 16), (7, 48), (129, 4096), (8191, 7168), (144, 7168), (4096, 48)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fp8(monkeypatch, M, K, scaling, dtype):
+    x = make_input(M, K, dtype, seed=M + K)
+    col = M % 16 == 0
+    want = ref.quantize_fp8(x, scaling=scaling, columnwise=col)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_fp8(x, scaling=scaling, columnwise=col)):
+        assert_fp8_equal(got, want)
+    if col:
+        want = ref.quantize_fp8(x, scaling=scaling, rowwise=False, columnwise=True)
+        for got in run_poisoned(monkeypatch, lambda: sq.quantize_fp8(x, scaling=scaling, rowwise=False,
+                                                                     columnwise=True)):
+            assert_fp8_equal(got, want)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_specials(monkeypatch, scaling):
+    x = make_input(272, 1024, seed=8, specials=True)
+    want = ref.quantize_fp8(x, scaling=scaling, columnwise=True)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_fp8(x, scaling=scaling, columnwise=True)):
+        assert_fp8_equal(got, want)
+
+
+@pytest.mark.parametrize("M,K", [(1, 32), (7, 96), (129, 4096), (8191, 7168), (32, 32), (160, 7168),
+                                 (4096, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mxfp8(monkeypatch, M, K, dtype):
+    x = make_input(M, K, dtype, seed=M * 5 + K, block=32)
+    col = M % 32 == 0
+    want = ref.quantize_mxfp8(x, columnwise=col)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_mxfp8(x, columnwise=col)):
+        assert_mxfp8_equal(got, want)
+    if col:
+        want = ref.quantize_mxfp8(x, rowwise=False, columnwise=True)
+        for got in run_poisoned(monkeypatch, lambda: sq.quantize_mxfp8(x, rowwise=False, columnwise=True)):
+            assert_mxfp8_equal(got, want)
+
+
+def test_mxfp8_specials(monkeypatch):
+    x = make_input(256, 1024, seed=4, specials=True, block=32)
+    want = ref.quantize_mxfp8(x, columnwise=True)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_mxfp8(x, columnwise=True)):
+        assert_mxfp8_equal(got, want)
+
+
+# ---------------------------------------------------------------------------
+# CUDA graphs: no host sync, no allocation inside the launches
+# ---------------------------------------------------------------------------
+
+def test_graph_capture():
+    x = make_input(256, 2048, seed=12)
+    kws = [dict(columnwise=True), dict(scaling="token", columnwise=True, rht=True),
+           dict(stochastic_rounding=True, seed=3, offset=1)]
+    for kw in kws:  # warm-up: JIT build and load outside the capture
+        sq.quantize_nvfp4(x, **kw)
+    sq.quantize_fp8(x, scaling="token", columnwise=True)
+    sq.quantize_mxfp8(x, columnwise=True)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [sq.quantize_nvfp4(x, **kw) for kw in kws]
+        fp8 = sq.quantize_fp8(x, scaling="token", columnwise=True)
+        mx = sq.quantize_mxfp8(x, columnwise=True)
+    x.copy_(make_input(256, 2048, seed=13))
+    graph.replay()
+    torch.cuda.synchronize()
+    for kw, got in zip(kws, outs):
+        assert_nvfp4_equal(got, ref.quantize_nvfp4(x, **kw))
+    assert_fp8_equal(fp8, ref.quantize_fp8(x, scaling="token", columnwise=True))
+    assert_mxfp8_equal(mx, ref.quantize_mxfp8(x, columnwise=True))
+
+
+def test_misaligned_x_rejected():
+    base = torch.randn(64 * 64 + 8, device="cuda", dtype=torch.bfloat16)
+    x = base[1:64 * 64 + 1].view(64, 64)  # contiguous, but 2 bytes past an aligned address
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        sq.quantize_nvfp4(x)
