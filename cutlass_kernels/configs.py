@@ -39,7 +39,7 @@ class GemmConfig:
         return s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
 
     def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3",
-            grouped: bool = False) -> dict[str, str]:
+            grouped: bool = False, wgrad: bool = False) -> dict[str, str]:
         """Template parameters for cutlass_kernels/templates/gemm_sm90.cu (grouped_gemm_sm90.cu)."""
         coop = self.schedule == "cooperative"
         fp8 = element == "e4m3"
@@ -66,6 +66,7 @@ class GemmConfig:
                                   + ("Cooperative" if coop else ("Pingpong" if grouped else ""))),
             "TILE_SCHEDULER": "cutlass::gemm::StreamKScheduler" if self.stream_k else "void",
             "EVT_TYPE": epilogue.evt_type, "EVT_ARGS": epilogue.args_expr,
+            **({"WGRAD": "true" if wgrad else "false"} if grouped else {}),
         }
 
 
@@ -120,6 +121,12 @@ def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool =
     if per_group <= 64:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     return GemmConfig(128, 256 if fast_accum else 128, 128, 1, 1, "cooperative")
+
+
+def default_wgrad_config(N: int, K: int, *, fast_accum: bool = False) -> GemmConfig:
+    """Grouped weight-gradient GEMM: each group's output dW_g [N, K] is large; the reduction
+    (tokens) is whatever the routing gave it. Cooperative 128x128 (128x256 with fast accumulation)."""
+    return GemmConfig(128, 256 if fast_accum and K >= 256 else 128, 128, 1, 1, "cooperative")
 
 
 # Grouped alternatives perf/grouped_sweep.py --tune times beside the heuristic (fast accumulation).

@@ -70,7 +70,17 @@ def kernel_set(name: str):
     grouped = _grouped_cases(name)
     if not cases and not grouped:
         raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, all")
-    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True)
+    wgrad = []
+    if name in ("default", "tests", "all"):
+        from .cutlass_kernels.configs import default_wgrad_config
+        from .grouped import grouped_gemm_kernel_spec
+        wgrad = [grouped_gemm_kernel_spec(default_wgrad_config(4096, 4096, fast_accum=fa), fast_accum=fa,
+                                          out_dtype=bf16, epilogue=epi.scaled(bf16), wgrad=True)[0] for fa in (False, True)]
+    quant = []
+    if name in ("default", "tests", "all"):
+        from .quantize import kernel_specs as quant_specs
+        quant = list(quant_specs())
+    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant
 
 
 def cmd_build(args):

@@ -8,27 +8,32 @@ import hashlib
 import torch
 
 from . import epilogues as epi
-from .cutlass_kernels.configs import GemmConfig, default_grouped_config
+from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
 from .jit import KernelSpec, build, i64, ptr
 
-__all__ = ["grouped_gemm", "grouped_gemm_kernel_spec"]
+__all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
+           "pad_groups_transposed"]
 
 # Leaf modes of cutlass_kernels/include/scalemm/sm90_grouped_gemm.cuh (GroupedLeafMode).
 NULL, PER_ROW, PER_GROUP_VEC, PER_GROUP, SHARED, ONE = range(6)
-_ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, i64, ptr, ptr, ptr, i64, ptr, i64, i64, ptr]
+_ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, ptr]
 
 
-def grouped_gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype, epilogue: epi.Node):
-    return _spec(config, bool(fast_accum), epi.dtype_name(out_dtype), epilogue)
+def grouped_gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype, epilogue: epi.Node,
+                             wgrad: bool = False):
+    return _spec(config, bool(fast_accum), epi.dtype_name(out_dtype), epilogue, bool(wgrad))
 
 
 @functools.lru_cache(maxsize=None)
-def _spec(config, fast_accum, out_name, tree):
+def _spec(config, fast_accum, out_name, tree, wgrad):
+    if wgrad and config.swap_ab:
+        raise ValueError("the wgrad grouped GEMM has no swap-AB form")
     emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab, grouped=True)
     digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
-    name = f"fp8_grouped_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
-    params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted, grouped=True)
+    kind = "wgrad" if wgrad else "grouped"
+    name = f"fp8_{kind}_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
+    params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted, grouped=True, wgrad=wgrad)
     return KernelSpec(name=name, template="grouped_gemm_sm90.cu", params=params), emitted
 
 
@@ -148,17 +153,108 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         return out
 
     cfg = config or default_grouped_config(T, G, N, K, fast_accum=fast_accum)
+    inputs = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
+              "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
+    _launch(cfg, fast_accum, out_dtype, epilogue, False, a, b, out, offsets, G, T, N, K, inputs, device)
+    return out
+
+
+def _launch(cfg, fast_accum, out_dtype, epilogue, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
-    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
-    inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree, wgrad=wgrad)
     n = len(emitted.leaves)
-    base, mode, nbytes = (ctypes.c_void_p * n)(), (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
+    base, mode = (ctypes.c_void_p * n)(), (ctypes.c_int64 * n)()
+    nbytes, stride = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
     for i, leaf in enumerate(emitted.leaves):
-        t = inputs[leaf.name]
+        t, mode[i], stride[i] = inputs[leaf.name]
         base[i] = t.data_ptr() if t is not None else None
-        mode[i] = modes[leaf.name]
         nbytes[i] = t.element_size() if t is not None else 0
     ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
-    _launcher(spec)(a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr(), G, T, N, K, base, mode, nbytes, n,
+    zeros = torch.zeros(16 * max(N, K), dtype=torch.uint8, device=device) if wgrad else None
+    _launcher(spec)(a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr(), G, T, N, K,
+                    zeros.data_ptr() if wgrad else None, base, mode, nbytes, stride, n,
                     ws.data_ptr(), ws.numel(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
+
+
+def wgrad_column_starts(offsets: torch.Tensor) -> torch.Tensor:
+    """Padded column starts p_g = sum_{j<g} ceil(m_j/16)*16 of the wgrad operand layout (device op,
+    no sync), and the total padded width as the last element: int64 [G + 1]."""
+    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
+    padded = (counts + 15) // 16 * 16
+    return torch.cat([padded.new_zeros(1), torch.cumsum(padded, 0)])
+
+
+def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
+    """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width], group g's
+    rows as columns starting at the 16-aligned p_g, zeros in the padding. `width` must be
+    >= T + 15 * G (the layout's worst case), so it is known without reading the offsets."""
+    T, C = x.shape
+    starts = wgrad_column_starts(offsets)[:-1]
+    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
+    group = torch.repeat_interleave(torch.arange(len(offsets), device=x.device), counts, output_size=T)
+    row_start = torch.cumsum(counts, 0) - counts
+    col = starts[group] + torch.arange(T, device=x.device) - row_start[group]
+    out = torch.zeros(C, width, dtype=x.dtype, device=x.device)
+    out[:, col] = x.T
+    return out
+
+
+def grouped_gemm_wgrad(dy_t, x_t, offsets, scale_dy, scale_x, *, out_dtype=torch.bfloat16, out=None,
+                       fast_accum=False, config: GemmConfig | None = None):
+    """Weight gradient of a grouped linear layer: out[g] = scale_dy[g] * scale_x[g] * (dY_g^T X_g).
+
+    The groups lie along the reduction (token) dimension, so both operands come transposed and
+    K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
+      dy_t: [N, W] float8_e4m3fn, dY^T; group g's m_g tokens in columns [p_g, p_g + m_g) with
+            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts); W >= p_G.
+            `pad_groups_transposed` builds this layout from dY; `wgrad_column_starts` gives p_g.
+      x_t:  [K, W] float8_e4m3fn, X^T in the same layout.
+      offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.
+      scale_dy: fp32 [G] (per group) or [G, N] (per output row of dW: the columnwise scales of dY).
+      scale_x:  fp32 [G] or [G, K].
+    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. A group whose columns
+    would run past W (inconsistent offsets) is treated as empty rather than read out of bounds.
+    """
+    for t, n in ((dy_t, "dy_t"), (x_t, "x_t")):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"{n} must be a float8_e4m3fn tensor, got {getattr(t, 'dtype', type(t))}")
+        if t.dim() != 2 or not t.is_contiguous():
+            raise ValueError(f"{n} must be a contiguous 2-D tensor ([N, W] / [K, W]), got shape {tuple(t.shape)}")
+    (N, W), (K, Wx) = dy_t.shape, x_t.shape
+    if W != Wx:
+        raise ValueError(f"dy_t is [N, W] = {list(dy_t.shape)} and x_t is [K, W] = {list(x_t.shape)}: W differs")
+    device = dy_t.device
+    if device.type != "cuda" or x_t.device != device:
+        raise ValueError(f"dy_t and x_t must be on the same CUDA device (got {dy_t.device}, {x_t.device})")
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1 \
+            or offsets.device != device or not offsets.is_contiguous():
+        raise ValueError(f"offsets must be a contiguous 1-D int32 tensor on {device}")
+    G = offsets.numel()
+    if W % 16:
+        raise ValueError(f"the padded token width W = {W} must be a multiple of 16 (16-byte TMA rows)")
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    if K % _PER_16_BYTES[out_dtype]:
+        raise ValueError(f"K = {K} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output")
+    inputs = {"bias": (None, NULL, 0)}
+    for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():
+            raise TypeError(f"{name} must be a contiguous float32 tensor on {device}")
+        if s.dim() == 2 and tuple(s.shape) == (G, length):
+            inputs[leaf] = (s, PER_GROUP_VEC, length)
+        elif s.numel() == G and s.dim() <= 1:
+            inputs[leaf] = (s, PER_GROUP, 1)
+        else:
+            raise ValueError(f"{name} must be [G] = [{G}] or [G, {length}], got shape {tuple(s.shape)}")
+    if out is None:
+        out = torch.empty((G, N, K), dtype=out_dtype, device=device)
+    elif not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (G, N, K) \
+            or out.device != device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous [{G}, {N}, {K}] tensor of {out_dtype} on {device}")
+    for t, n in ((dy_t, "dy_t"), (x_t, "x_t"), (out, "out")):
+        _check_aligned(t, n)
+    if G == 0 or N == 0 or K == 0:
+        return out
+    cfg = config or default_wgrad_config(N, K, fast_accum=fast_accum)
+    _launch(cfg, fast_accum, out_dtype, None, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
     return out

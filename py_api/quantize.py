@@ -138,12 +138,19 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
 # the CUDA path
 # ---------------------------------------------------------------------------
 
+def _spec(dtype: torch.dtype) -> KernelSpec:
+    return KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
+                      params={"IN_T": _CXX_TYPES[dtype]}, cutlass=False)
+
+
+def kernel_specs():
+    """The quantization libraries (one per input dtype), for `python -m scalemm build`."""
+    return [_spec(dtype) for dtype in _CXX_TYPES]
+
+
 @functools.lru_cache(maxsize=None)
 def _launcher(dtype: torch.dtype, name: str):
-    cxx = _CXX_TYPES[dtype]
-    spec = KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
-                      params={"IN_T": cxx}, cutlass=False)
-    return build(spec).function(name, _ARGTYPES[name])
+    return build(_spec(dtype)).function(name, _ARGTYPES[name])
 
 
 @functools.lru_cache(maxsize=None)

@@ -125,3 +125,67 @@ def test_grouped_bad_input():
         scalemm.grouped_gemm(a.float(), b, offs, sa, sb)
     with pytest.raises(ValueError, match="bias"):
         scalemm.grouped_gemm(a, b, offs, sa, sb, bias=torch.ones(2, 256, device="cuda"))
+
+
+def _wgrad_reference(dy, x, offs, s_dy, s_x):
+    G, N, K = len(offs), dy.shape[1], x.shape[1]
+    ref = torch.zeros(G, N, K, dtype=torch.float64, device="cuda")
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            sd = s_dy[g].double().reshape(-1, 1) if s_dy.dim() == 2 else s_dy[g].double()
+            sx = s_x[g].double().reshape(1, -1) if s_x.dim() == 2 else s_x[g].double()
+            ref[g] = sd * sx * (dy[start:end].double().T @ x[start:end].double())
+        start = end
+    return ref
+
+
+@pytest.mark.parametrize("G,T,N,K,per_channel", [(8, 4096, 2048, 1024, False), (64, 1500, 768, 2048, True),
+                                                 (1, 300, 1024, 512, True), (16, 100, 512, 768, False)])
+def test_grouped_wgrad(G, T, N, K, per_channel):
+    from scalemm.grouped import pad_groups_transposed, wgrad_column_starts
+    sizes = _sizes(G, T, seed=G * 7, empty=(0, G - 1) if G > 2 else ())
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(G)
+    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
+    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
+    W = (T + 15 * G + 15) // 16 * 16
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    starts = wgrad_column_starts(offs)
+    assert int(starts[-1]) <= W and (starts % 16 == 0).all()
+    s_dy = torch.rand(G, N, device="cuda") + 0.5 if per_channel else torch.rand(G, device="cuda") + 0.5
+    s_x = torch.rand(G, K, device="cuda") + 0.5 if per_channel else torch.rand(G, device="cuda") + 0.5
+    out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out)
+    assert not out.isnan().any(), "some dW entries (empty experts included) were not written"
+    ref = _wgrad_reference(dy, x, offs, s_dy, s_x)
+    for e in ((0, G - 1) if G > 2 else ()):
+        assert (out[e] == 0).all(), "an expert with no tokens must get dW = 0"
+    assert _rel(out, ref) <= 4e-3
+
+
+def test_grouped_wgrad_graph_capture_and_errors():
+    from scalemm.grouped import pad_groups_transposed
+    G, T, N, K = 4, 512, 256, 512
+    W = (T + 15 * G + 15) // 16 * 16
+    offs = torch.tensor([100, 100, 300, 512], dtype=torch.int32, device="cuda")
+    dy = (torch.randn(T, N, device="cuda") * 8).to(E4M3)
+    x = (torch.randn(T, K, device="cuda") * 8).to(E4M3)
+    s = torch.ones(G, device="cuda")
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    out = torch.empty(G, N, K, dtype=torch.bfloat16, device="cuda")
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, out=out)
+    offs.copy_(torch.tensor([0, 256, 256, 512], dtype=torch.int32))
+    dy_t.copy_(pad_groups_transposed(dy, offs, W)); x_t.copy_(pad_groups_transposed(x, offs, W))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel(out, _wgrad_reference(dy, x, offs, s, s)) <= 4e-3
+    with pytest.raises(ValueError, match="W differs"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t[:, :W - 16].contiguous(), offs, s, s)
+    with pytest.raises(ValueError, match="scale_x must be"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, torch.ones(G, N + 1, device="cuda"))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        scalemm.grouped_gemm_wgrad(dy_t[:, :W - 8].contiguous(), x_t[:, :W - 8].contiguous(), offs, s, s)

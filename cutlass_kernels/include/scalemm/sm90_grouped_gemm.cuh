@@ -6,6 +6,9 @@
 // device, so nothing is read on the host and the whole call is CUDA-graph capturable.
 // Swap-AB form (few tokens per expert): each group computes D_g^T = B_g A_g^T, written
 // column-major, which is the same memory as row-major D_g.
+// Wgrad form: dW_g [N,K] = dY_g^T X_g with the groups along the reduction: the operands are
+// the transposed copies dy_t [N, Tp], x_t [K, Tp] (K-major, as FP8 wgmma needs), group g's
+// tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16 (16-byte TMA bases).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@ namespace scalemm {
 enum GroupedLeafMode : int {
   kLeafNull = 0,      // absent (nullable leaf): CUTLASS reads its null default
   kLeafPerRow = 1,    // [T] per token: base + row_start(g)          (vector)
-  kLeafPerGroupVec = 2,  // [G, N] per expert channel: base + g * N  (vector)
+  kLeafPerGroupVec = 2,  // [G, L] per expert channel: base + g * L  (vector; L = its length)
   kLeafPerGroup = 3,  // [G] one value per group: base + g           (scalar broadcast)
   kLeafShared = 4,    // [N] the same vector for every group: base  (vector)
   kLeafOne = 5,       // one value for everything: base               (scalar broadcast)
@@ -30,8 +33,11 @@ struct GroupedLeaves {
   void const* base[kMaxLeaves];
   int mode[kMaxLeaves];
   int elem_bytes[kMaxLeaves];
+  int64_t group_stride[kMaxLeaves];  // elements per group for kLeafPerGroupVec
   int count;
 };
+
+enum class GroupedKind { kFprop, kSwapFprop, kWgrad };
 
 inline bool leaf_is_vector(int mode) {
   return mode == kLeafPerRow || mode == kLeafPerGroupVec || mode == kLeafShared;
@@ -39,41 +45,63 @@ inline bool leaf_is_vector(int mode) {
 
 // One thread per group. Offsets are clamped into [0, T] and made monotone so that invalid
 // offsets can never send the GEMM outside its buffers (they give empty or short groups).
-template <class ProblemShape, class StrideA, class StrideB, class StrideD, bool kSwap>
+// fprop: a [T,K], b [G,N,K], d [T,N].  wgrad: a = dy_t [N,Tp], b = x_t [K,Tp], d [G,N,K], T = Tp.
+template <class ProblemShape, class StrideA, class StrideB, class StrideD, GroupedKind kKind>
 __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64_t T, int N, int K,
-                                   char const* a, char const* b, char* d, int d_bytes,
+                                   char const* a, char const* b, char* d, int d_bytes, char const* zeros,
                                    ProblemShape* problems, void const** ptr_a, void const** ptr_b,
                                    void** ptr_d, StrideA* stride_a, StrideB* stride_b,
                                    StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs) {
   int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= G) return;
-  auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
-  int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
-  int64_t end = clamp(offsets[g]);
-  int m = end > start ? int(end - start) : 0;
-  char const* a_g = a + start * K;                       // e4m3: one byte per element
-  char const* b_g = b + int64_t(g) * N * K;
-  char* d_g = d + start * int64_t(N) * d_bytes;
-  if constexpr (kSwap) {
-    problems[g] = {N, m, K};
-    ptr_a[g] = b_g; ptr_b[g] = a_g;
-    stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(N, K, 1));
-    stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(m, K, 1));
-    stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, m, 1));
-  } else {
-    problems[g] = {m, N, K};
-    ptr_a[g] = a_g; ptr_b[g] = b_g;
-    stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, K, 1));
-    stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
-    stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, N, 1));
+  int64_t start = 0, end = 0, prev = 0, pstart = 0;
+  for (int j = 0; j <= g; ++j) {  // clamp + monotone; padded starts for wgrad (O(G) per thread)
+    int64_t e = offsets[j];
+    e = e < prev ? prev : e;
+    e = e > T ? T : e;
+    if (j == g) { start = prev; end = e; break; }
+    pstart += (e - prev + 15) / 16 * 16;
+    prev = e;
   }
-  ptr_d[g] = d_g;
+  int m = int(end - start);
+  if constexpr (kKind == GroupedKind::kWgrad) {
+    // Reduction over the group's m tokens. An empty group still has to write dW_g = 0: give it a
+    // 16-long reduction over a zero buffer (CUTLASS leaves the accumulators unset when K = 0).
+    int64_t Tp = T;
+    bool empty = m == 0 || pstart + m > Tp;
+    problems[g] = {N, K, empty ? 16 : m};
+    ptr_a[g] = empty ? zeros : a + pstart;
+    ptr_b[g] = empty ? zeros : b + pstart;
+    StrideA sa{};  cute::get<0>(sa) = empty ? 16 : Tp;
+    StrideB sb{};  cute::get<0>(sb) = empty ? 16 : Tp;
+    stride_a[g] = sa;
+    stride_b[g] = sb;
+    stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, K, 1));
+    ptr_d[g] = d + int64_t(g) * N * K * d_bytes;
+  } else {
+    char const* a_g = a + start * K;                       // e4m3: one byte per element
+    char const* b_g = b + int64_t(g) * N * K;
+    if constexpr (kKind == GroupedKind::kSwapFprop) {
+      problems[g] = {N, m, K};
+      ptr_a[g] = b_g; ptr_b[g] = a_g;
+      stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(N, K, 1));
+      stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(m, K, 1));
+      stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, m, 1));
+    } else {
+      problems[g] = {m, N, K};
+      ptr_a[g] = a_g; ptr_b[g] = b_g;
+      stride_a[g] = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, K, 1));
+      stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
+      stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, N, 1));
+    }
+    ptr_d[g] = d + start * int64_t(N) * d_bytes;
+  }
   for (int i = 0; i < leaves.count; ++i) {
     char const* base = static_cast<char const*>(leaves.base[i]);
     int64_t off = 0;
     switch (leaves.mode[i]) {
       case kLeafPerRow: off = start; break;
-      case kLeafPerGroupVec: off = int64_t(g) * N; break;
+      case kLeafPerGroupVec: off = int64_t(g) * leaves.group_stride[i]; break;
       case kLeafPerGroup: off = g; break;
       default: off = 0;
     }
@@ -82,7 +110,8 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
 }
 
 template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
-          class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt>
+          class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt,
+          bool kWgrad_ = false>
 struct Sm90GroupedGemm {
   using ElementA = ElementA_;
   using ElementB = ElementB_;
@@ -91,6 +120,8 @@ struct Sm90GroupedGemm {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
   static constexpr bool kSwap = cute::is_same_v<LayoutD, cutlass::layout::ColumnMajor>;
+  static constexpr GroupedKind kKind = kWgrad_ ? GroupedKind::kWgrad
+                                       : kSwap ? GroupedKind::kSwapFprop : GroupedKind::kFprop;
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
@@ -143,15 +174,15 @@ struct Sm90GroupedGemm {
   }
 
   static int run(void const* a, void const* b, void* d, int const* offsets, int G, int64_t T, int N,
-                 int K, GroupedLeaves const& leaves, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*),
+                 int K, void const* zeros, GroupedLeaves const& leaves, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*),
                  void* workspace, int64_t workspace_bytes, int device, cudaStream_t stream) {
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) return static_cast<int>(err);
     Arrays arr = carve(workspace, G);
     if (arr.bytes > workspace_bytes) return kWorkspaceTooSmall;
-    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kSwap><<<(G + 127) / 128, 128, 0, stream>>>(
+    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<(G + 127) / 128, 128, 0, stream>>>(
         offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
-        static_cast<char*>(d), int(sizeof(ElementD)), arr.problems, arr.ptr_a, arr.ptr_b, arr.ptr_d,
+        static_cast<char*>(d), int(sizeof(ElementD)), static_cast<char const*>(zeros), arr.problems, arr.ptr_a, arr.ptr_b, arr.ptr_d,
         arr.stride_a, arr.stride_b, arr.stride_d, leaves, arr.leaf_ptrs);
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
