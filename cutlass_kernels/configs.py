@@ -23,6 +23,10 @@ class GemmConfig:
     schedule: str = "cooperative"        # "cooperative" (2 consumer warpgroups share a tile) | "pingpong"
     swap_ab: bool = False                # compute D^T = B A^T: small M goes on the narrow tile side
     stream_k: bool = False               # stream-K / split-K tile scheduler (small grids)
+    # Run-time scheduling knobs (not compiled in, not part of the kernel): tile raster order
+    # ("auto" = CUTLASS's heuristic, "m", "n") and the swizzle width of the tile order (1, 2, 4, 8).
+    raster: str = "auto"
+    swizzle: int = 1
 
     def __post_init__(self):
         if self.schedule not in ("cooperative", "pingpong"):
@@ -33,10 +37,22 @@ class GemmConfig:
             raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
         if self.stream_k and self.schedule != "cooperative":
             raise ValueError("stream-K needs the cooperative schedule")
+        if self.raster not in ("auto", "m", "n") or self.swizzle not in (1, 2, 4, 8):
+            raise ValueError(f"raster must be auto/m/n and swizzle 1/2/4/8, got {self.raster!r}, {self.swizzle}")
 
     def key(self) -> str:
+        """The compiled kernel's name part (run-time knobs excluded)."""
         s = f"t{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}_{self.schedule[:4]}"
         return s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
+
+    def label(self) -> str:
+        """key() plus the run-time knobs when they differ from the defaults (for sweep tables)."""
+        extra = (f"_r{self.raster}" if self.raster != "auto" else "") + (f"_s{self.swizzle}" if self.swizzle != 1 else "")
+        return self.key() + extra
+
+    def compiled(self) -> "GemmConfig":
+        """The same kernel with default run-time knobs (what the JIT keys on)."""
+        return replace(self, raster="auto", swizzle=1)
 
     def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3",
             grouped: bool = False, wgrad: bool = False) -> dict[str, str]:
@@ -156,7 +172,11 @@ TUNING_CANDIDATES = {
     "mid": [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "cooperative", swap_ab=True),
             GemmConfig(64, 256, 128, 1, 1, "pingpong")],
     "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
-              GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong")],
+              GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong"),
+              GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=2),
+              GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=4),
+              GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="m", swizzle=2),
+              GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="n", swizzle=2)],
 }
 
 

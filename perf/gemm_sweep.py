@@ -94,9 +94,9 @@ def time_point(M, N, K, fast_accum, configs=(), with_bf16=True):
         fn = (lambda c: lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=c))(cfg)
         try:
             fn(0)
-            fns[cfg.key()] = fn
+            fns[cfg.label()] = fn
         except Exception as e:  # a candidate that cannot run this shape
-            print(f"  {cfg.key()} failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
+            print(f"  {cfg.label()} failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
     if with_bf16:
         a16 = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w16 = [b.to(torch.bfloat16) for b in bs]

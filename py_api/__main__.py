@@ -66,7 +66,7 @@ def kernel_set(name: str):
         from .cutlass_kernels.configs import sweep_configs
         cases += [(c, fa, bf16, None) for c, fa in sweep_configs()]
         cases += [(default_config(1, 4096, 4096, fast_accum=False), False, bf16, None)]  # eager-overhead probe
-        cases += [(c, True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
+        cases += [(c.compiled(), True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
     if not cases and not grouped:
         raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, all")
@@ -155,6 +155,32 @@ def cmd_demo(args):
             print(f"  {name:<40} {t * 1e3:9.1f} us  {flop / t / 1e9:7.1f} TFLOP/s")
         print(f"  scalemm.quantize_fp8 (per-token) of x   {t_q * 1e3:9.1f} us")
         print(f"  speed-up vs torch._scaled_mm rowwise: {t_rw / t_ours:.2f}x")
+    q4 = scalemm.quantize_nvfp4(x, scaling="tensor")
+    print(f"NVFP4 (e2m1 + e4m3/16 + fp32) quantization of x: relative error "
+          f"{err(q4.dequantize(torch.float32), x.double()):.3e}, {q4.qdata.numel() + q4.scales.numel()} bytes "
+          f"for {x.numel() * 2} bf16 bytes")
+    if cuda:
+        t4 = _time_ms(lambda: scalemm.quantize_nvfp4(x, scaling="tensor"))
+        print(f"  scalemm.quantize_nvfp4 (amax + cast): {t4 * 1e3:.1f} us, "
+              f"{(x.numel() * 4 + q4.qdata.numel() + q4.scales.numel()) / t4 / 1e9:.0f} GB/s")
+        G, per = 8, max(1, M // 8)
+        sizes = torch.tensor([per * 2, 0, per, per // 2, per, per * 2, per // 2, 0])
+        sizes[0] += G * per - int(sizes.sum())
+        offs = torch.cumsum(sizes, 0).to(torch.int32).to(dev)
+        T = int(sizes.sum())
+        we = (torch.randn(G, N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+        wq = scalemm.quantize_fp8(we.reshape(G * N, K), scaling="token")
+        w8, sw = wq.data.reshape(G, N, K), wq.scale_inv.reshape(G, N)
+        xs = scalemm.quantize_fp8(x[:T], scaling="token")
+        y = scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token")
+        ref = torch.cat([(xs.data[s:e].double() * xs.scale_inv[s:e, None].double()) @
+                         (w8[i].double() * sw[i, :, None].double()).T
+                         for i, (s, e) in enumerate(zip([0] + offs[:-1].tolist(), offs.tolist()))])
+        t_g = _time_ms(lambda: scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token"))
+        t_tg = _time_ms(lambda: torch._scaled_grouped_mm(xs.data, w8.transpose(-2, -1), xs.scale_inv, sw, offs=offs,
+                                                         out_dtype=torch.bfloat16))
+        print(f"Grouped FP8 GEMM, {G} experts (two empty), {T} tokens: error {err(y, ref):.2e}, "
+              f"{t_g * 1e3:.1f} us vs torch._scaled_grouped_mm {t_tg * 1e3:.1f} us ({t_tg / t_g:.2f}x)")
     return 0
 
 

@@ -194,7 +194,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         ws_ptr, ws_bytes = None, 0
     x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
     launch(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec, ws_ptr, ws_bytes,
-           device.index, _RASTER["auto"], 1, 1, torch._C._cuda_getCurrentRawStream(device.index))
+           device.index, _RASTER[cfg.raster], cfg.swizzle, 1, torch._C._cuda_getCurrentRawStream(device.index))
     return out
 
 
@@ -204,7 +204,7 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply."""
     tree = _resolve_epilogue(epilogue, out_dtype, True)
     cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
-    spec, emitted = gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
+    spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > 8:
         raise ValueError("an epilogue tree may have at most 8 inputs")
     leaves = tuple((leaf, None if isinstance(leaf, epi.Source) else "M" if isinstance(leaf, epi.RowVector)
