@@ -191,7 +191,7 @@ def _p(t: Optional[torch.Tensor]):
 
 
 def _stream(device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 def _swizzled_bytes(R: int, C: int) -> int:
