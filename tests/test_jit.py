@@ -120,3 +120,26 @@ def test_key_follows_included_headers_only(tmp_path, monkeypatch):
     assert jit.cache_key(spec, src) == k0
     (inc / "scalemm" / "b.cuh").write_text("int b = 2;\n")  # included through a.cuh
     assert jit.cache_key(spec, src) != k0
+
+
+def test_refuses_nvcc_newer_than_the_driver(monkeypatch):
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: (12, 4))
+    monkeypatch.setattr(toolchain, "nvcc_version", lambda: ("release 13.0, V13.0.88", (13, 0)))
+    with pytest.raises(jit.ToolchainError, match="newer than the driver"):
+        toolchain.check_nvcc_against_driver()
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: (13, 0))
+    toolchain.check_nvcc_against_driver()  # equal is fine
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: None)
+    toolchain.check_nvcc_against_driver()  # no driver (a CPU build machine): compiling is allowed
+
+
+def test_missing_nvcc_is_a_clear_error(monkeypatch):
+    toolchain.nvcc_path.cache_clear()
+    monkeypatch.setenv("CUDA_HOME", "/nonexistent")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(toolchain.Path, "is_file", lambda self: False)
+    try:
+        with pytest.raises(jit.ToolchainError, match="nvcc not found"):
+            toolchain.nvcc_path()
+    finally:
+        toolchain.nvcc_path.cache_clear()
