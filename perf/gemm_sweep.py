@@ -136,12 +136,14 @@ def main():
     p.add_argument("--tune", action="store_true", help="also time every tuning candidate of the point's bucket")
     p.add_argument("--no-slow-accum", action="store_true", help="only the fast-accumulation mode")
     p.add_argument("--max-tflop", type=float, default=4.0)
+    p.add_argument("--m-min", type=int, default=1, help="only points with M >= this")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
     points = sweep_points(args.max_tflop * 1e12)
     if args.quick:
         points = [pt for pt in points if pt[0] in ("llama3-8b.qkv", "square")]
+    points = [pt for pt in points if pt[1] >= args.m_min]
     modes = (True,) if args.no_slow_accum else (True, False)
     rows = []
     print(f"GPU: {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}", flush=True)
