@@ -96,9 +96,10 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
       out: optional [T, N] output. Rows outside every group (past offsets[-1]) are not written.
 
     The offsets are never read on the host: the call is CUDA-graph capturable and replays see
-    new offsets. They cannot be validated without a host sync either: offsets are clamped into
-    [0, T] and to be non-decreasing on the device, so bad offsets give empty or shorter groups,
-    never out-of-bounds accesses; offsets[-1] should equal T.
+    new offsets. They cannot be validated without a host sync either: on the device each offset
+    is clamped into [0, T] and a group whose end precedes its start is empty, so bad offsets
+    never cause out-of-bounds accesses (overlapping groups leave the overlapped rows
+    unspecified); offsets must be non-decreasing with offsets[-1] == T.
     """
     a, scale_a = _unwrap(a, scale_a, "a")
     b, scale_b = _unwrap(b, scale_b, "b")

@@ -43,8 +43,9 @@ inline bool leaf_is_vector(int mode) {
   return mode == kLeafPerRow || mode == kLeafPerGroupVec || mode == kLeafShared;
 }
 
-// One thread per group. Offsets are clamped into [0, T] and made monotone so that invalid
-// offsets can never send the GEMM outside its buffers (they give empty or short groups).
+// One thread per group. Offsets are clamped into [0, T] and a group whose end precedes its
+// start is empty, so invalid offsets can never send the GEMM outside its buffers (overlapping
+// groups would compute some rows twice; the result is then unspecified but in bounds).
 // fprop: a [T,K], b [G,N,K], d [T,N].  wgrad: a = dy_t [N,Tp], b = x_t [K,Tp], d [G,N,K], T = Tp.
 template <class ProblemShape, class StrideA, class StrideB, class StrideD, GroupedKind kKind>
 __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64_t T, int N, int K,
@@ -54,17 +55,21 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
                                    StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs) {
   int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= G) return;
-  int64_t start = 0, end = 0, prev = 0, pstart = 0;
-  for (int j = 0; j <= g; ++j) {  // clamp + monotone; padded starts for wgrad (O(G) per thread)
-    int64_t e = offsets[j];
-    e = e < prev ? prev : e;
-    e = e > T ? T : e;
-    if (j == g) { start = prev; end = e; break; }
-    pstart += (e - prev + 15) / 16 * 16;
-    prev = e;
-  }
+  auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
+  int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
+  int64_t end = clamp(offsets[g]);
+  end = end < start ? start : end;
   int m = int(end - start);
   if constexpr (kKind == GroupedKind::kWgrad) {
+    // The padded column start p_g = sum_{j<g} ceil(m_j/16)*16 (a serial prefix: fine for the
+    // training-time wgrad; fprop never pays it).
+    int64_t pstart = 0, prev = 0;
+    for (int j = 0; j < g; ++j) {
+      int64_t e = clamp(offsets[j]);
+      e = e < prev ? prev : e;
+      pstart += (e - prev + 15) / 16 * 16;
+      prev = e;
+    }
     // Reduction over the group's m tokens. An empty group still has to write dW_g = 0: give it a
     // 16-long reduction over a zero buffer (CUTLASS leaves the accumulators unset when K = 0).
     int64_t Tp = T;
