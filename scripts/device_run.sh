@@ -20,26 +20,27 @@ rm -rf "$SITE"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
 export PYTHONPATH=$SITE
-python3 -m scalemm info | tee "$OUT/info.txt"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$OUT/info.txt" 2>&1
+# Everything printed goes to $OUT/run.log too (the results travel as few files: the log, JSON, PNG).
+exec > >(tee -a "$OUT/run.log") 2>&1
+python3 -m scalemm info
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 status=0
 touch /tmp/scalemm-start
 if has build; then
   python3 -m scalemm build --set all --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
 fi
 if has test; then
-  timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE -p no:cacheprovider --continue-on-collection-errors 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 60
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE -p no:cacheprovider --continue-on-collection-errors || status=1
 fi
 if has sweep || has tune; then
   extra=""; has tune && extra="--tune"
-  python3 perf/gemm_sweep.py --out "$OUT" $extra 2>&1 | tee "$OUT/gemm_sweep.log" | tail -n 40 || status=1
+  python3 perf/gemm_sweep.py --out "$OUT" $extra || status=1
 fi
 if has grouped; then
-  python3 perf/grouped_sweep.py --out "$OUT" 2>&1 | tee "$OUT/grouped_sweep.log" | tail -n 50 || status=1
+  python3 perf/grouped_sweep.py --out "$OUT" || status=1
 fi
 if has quant; then
-  python3 perf/quant_bench.py --out "$OUT" 2>&1 | tee "$OUT/quant_bench.log" | tail -n 40 || status=1
+  python3 perf/quant_bench.py --out "$OUT" || status=1
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
