@@ -122,6 +122,102 @@ def torchao_case():
     return fn, f"torchao {getattr(torchao, '__version__', '?')} NVFP4Tensor.to_nvfp4 (per-tensor scale)"
 
 
+# ---------------------------------------------------------------------------
+# grouped (MoE) quantization: 16384 x 7168 bf16 in 64 ragged groups
+# ---------------------------------------------------------------------------
+
+GROUPED_SHAPE = (16384, 7168)
+GROUPED_EXPERTS = 64
+
+
+def moe_routing_counts(tokens: int, experts: int, topk: int, seed: int = 0, empty=(7,)) -> torch.Tensor:
+    """Group sizes of a realistic skewed top-k routing (expert popularity ~ exp(0.5 randn), each
+    token picks its top-k experts by a noisy score); `empty` experts get no tokens (their tokens
+    go to the most popular expert). Sums to tokens * topk."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(experts, generator=g) * 0.5
+    scores = logits[None, :] + torch.randn(tokens, experts, generator=g)
+    counts = torch.bincount(scores.topk(topk, dim=1).indices.reshape(-1), minlength=experts)
+    for e in empty:
+        counts[e] = 0
+    counts[counts.argmax()] += tokens * topk - counts.sum()
+    return counts
+
+
+def grouped_bench(iters: int, warmup: int) -> dict:
+    """GB/s of the grouped quantizers vs a copy of x and vs the single-tensor quantizer run once
+    per group (that loop reads the offsets on the host: it is the baseline, not capturable)."""
+    import scalemm
+    import scalemm.quantize as sq
+
+    T, K = GROUPED_SHAPE
+    G = GROUPED_EXPERTS
+    dev = torch.device("cuda")
+    counts = moe_routing_counts(T // 8, G, 8)
+    offsets = torch.cumsum(counts, 0).to(torch.int32).to(dev)
+    x_bytes = T * K * 2
+    gen = torch.Generator(device=dev).manual_seed(0)
+    inputs = [torch.randn(T, K, generator=gen, device=dev).mul_(3).to(torch.bfloat16) for _ in range(2)]
+    dst = torch.empty_like(inputs[0])
+    copy_ms = time_graph(lambda x: dst.copy_(x), inputs, iters)
+    copy_gbs = 2 * x_bytes / copy_ms / 1e6
+    out = {"T": T, "K": K, "G": G, "sizes": counts.tolist(), "copy_ms": copy_ms, "copy_GBs": copy_gbs, "cases": {}}
+
+    def per_group(quant):
+        def fn(x):
+            ends = offsets.tolist()  # host sync: the baseline's cost
+            start = 0
+            for e in ends:
+                if e > start:
+                    quant(x[start:e])
+                start = e
+        return fn
+
+    cases = [
+        ("nvfp4 grouped tensor", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets), 2,
+         per_group(lambda xs: sq.quantize_nvfp4(xs))),
+        ("nvfp4 grouped token", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token"), 2,
+         per_group(lambda xs: sq.quantize_nvfp4(xs, scaling="token"))),
+        ("nvfp4 grouped row+wgrad", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True), 3, None),
+        ("fp8 grouped tensor", lambda x: scalemm.quantize_fp8_grouped(x, offsets), 2,
+         per_group(lambda xs: sq.quantize_fp8(xs))),
+        ("fp8 grouped row+wgrad", lambda x: scalemm.quantize_fp8_grouped(x, offsets, columnwise=True), 2, None),
+        ("fp8 grouped token row+wgrad",
+         lambda x: scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True), 2, None),
+        ("mxfp8 grouped", lambda x: scalemm.quantize_mxfp8_grouped(x, offsets), 1,
+         per_group(lambda xs: sq.quantize_mxfp8(xs))),
+    ]
+    for name, fn, reads, loop in cases:
+        try:
+            res = fn(inputs[0])
+            moved = reads * x_bytes + (sum(_nbytes(t) for t in res[:2]) if isinstance(res, tuple) else _nbytes(res))
+            ms = time_graph(fn, inputs, iters)
+            eager = time_fn(fn, inputs, iters, warmup)
+            gbs = moved / ms / 1e6
+            row = {"ms": ms, "eager_ms": eager, "bytes": moved, "GBs": gbs, "vs_copy": gbs / copy_gbs}
+            if loop is not None:
+                loop_ms = time_fn(loop, inputs, max(5, iters // 5), 2)
+                row.update(loop_ms=loop_ms, speedup_vs_loop=loop_ms / ms, eager_speedup_vs_loop=loop_ms / eager)
+            out["cases"][name] = row
+        except Exception as e:  # report, keep benchmarking the rest
+            out["cases"][name] = {"error": f"{type(e).__name__}: {e}"}
+    del inputs, dst
+    torch.cuda.empty_cache()
+    return out
+
+
+def print_grouped(g: dict) -> None:
+    print(f"\ngrouped: {g['T']}x{g['K']} bf16 in {g['G']} ragged groups (sizes {min(g['sizes'])}..{max(g['sizes'])}, "
+          f"{g['sizes'].count(0)} empty); copy {g['copy_GBs']:.0f} GB/s")
+    print(f"{'case':30s}{'GB/s':>8s}{'% copy':>8s}{'us':>9s}{'eager us':>10s}{'loop us':>10s}{'x loop':>8s}")
+    for n, c in g["cases"].items():
+        if "error" in c:
+            print(f"{n:30s} error: {c['error']}")
+            continue
+        loop = f"{c['loop_ms'] * 1e3:>10.1f}{c['speedup_vs_loop']:>7.1f}x" if "loop_ms" in c else f"{'':>10s}{'':>8s}"
+        print(f"{n:30s}{c['GBs']:>8.0f}{100 * c['vs_copy']:>7.0f}%{c['ms'] * 1e3:>9.1f}{c['eager_ms'] * 1e3:>10.1f}" + loop)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory for JSON and PNG")
@@ -182,6 +278,8 @@ def main(argv=None) -> int:
         del inputs, dsts, ctx
         torch.cuda.empty_cache()
 
+    results["grouped"] = grouped_bench(iters, warmup)
+
     with open(os.path.join(args.out, "quant_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
 
@@ -202,6 +300,8 @@ def main(argv=None) -> int:
         for n, c in r["cases"].items():
             if "error" in c:
                 print(f"error {r['M']}x{r['K']} {n}: {c['error']}")
+
+    print_grouped(results["grouped"])
 
     try:
         import matplotlib

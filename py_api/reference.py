@@ -742,3 +742,409 @@ def gemm_reference(a_deq: torch.Tensor, b_deq: torch.Tensor,
             raise ValueError(f"'bias' must be a tensor of shape ({N},)")
         acc = acc + bias.to(_F32)
     return acc.to(out_dtype)
+
+
+# ---------------------------------------------------------------------------
+# Grouped (MoE) quantization: groups of rows given by cumulative row ends
+# (NUMERICS sections 5 "Grouped along M / K" and 7). Loops over groups in plain torch; host
+# syncs are fine here (the CUDA kernels in quant_grouped.cuh never read the offsets on the host).
+#
+# Conventions shared with the kernels:
+# - offsets int32 [G]: group g owns rows [ends[g-1], ends[g]) of x [T, K], where the ends are the
+#   offsets clamped into [0, T] and made non-decreasing (group_bounds): bad offsets give short or
+#   empty groups, never out-of-bounds reads.
+# - Rows past ends[G-1] belong to no group: their rowwise data is zero, they take no scale rows,
+#   and with "token" scaling their amax is 0 (scale_inv / alpha = 1).
+# - Empty groups have amax 0 (scale_inv / alpha = 1) and take no rows or columns.
+# ---------------------------------------------------------------------------
+
+from .tensors import GroupedFP8Tensor, GroupedNVFP4Tensor  # noqa: E402
+
+__all__ += ["group_bounds", "sf_offsets", "wgrad_column_offsets", "wgrad_width", "grouped_scale_rows",
+            "wgrad_scale_cols", "quantize_fp8_grouped", "dequantize_fp8_grouped", "quantize_nvfp4_grouped",
+            "dequantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
+            "quantize_nvfp4_stacked", "residual_width", "prepare_residual_weight", "quantize_nvfp4_residual"]
+
+
+def group_bounds(offsets: torch.Tensor, num_rows: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(starts, ends) int64 [G] of the groups: ends = offsets clamped into [0, num_rows] and made
+    non-decreasing (running max); starts[g] = ends[g-1] (0 for g = 0)."""
+    ends = torch.cummax(offsets.to(torch.int64).clamp(0, num_rows), 0).values
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    return starts, ends
+
+
+def _padded_starts(offsets: torch.Tensor, num_rows: int, align: int) -> torch.Tensor:
+    """int64 [G + 1]: sum_{j<g} ceil(m_j / align) * align, for g = 0..G."""
+    starts, ends = group_bounds(offsets, num_rows)
+    padded = (ends - starts + align - 1) // align * align
+    return torch.cat([padded.new_zeros(1), torch.cumsum(padded, 0)])
+
+
+def sf_offsets(offsets: torch.Tensor, num_rows: Optional[int] = None) -> torch.Tensor:
+    """int32 [G]: first scale row of each group in a scale buffer grouped along M (NUMERICS 5),
+    sf_offsets[g] = sum_{j<g} ceil(m_j / 128) * 128. num_rows: T, for the clamping of the
+    offsets (default: only clamped at 0 and made non-decreasing)."""
+    return _padded_starts(offsets, (1 << 31) - 1 if num_rows is None else num_rows, 128)[:-1].to(torch.int32)
+
+
+def wgrad_column_offsets(offsets: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """int64 [G + 1]: first column p_g of each group in the wgrad layout (16-aligned), and p_G."""
+    return _padded_starts(offsets, num_rows, 16)
+
+
+def wgrad_width(T: int, G: int) -> int:
+    """W = ceil((T + 15 G) / 16) * 16: the host-known width of the wgrad layout."""
+    return -(-(T + 15 * G) // 16) * 16
+
+
+def grouped_scale_rows(T: int, G: int) -> int:
+    """Rows of a scale buffer grouped along M: ceil(T / 128) * 128 + 128 G (host-known bound)."""
+    return -(-T // SF_TILE_ROWS) * SF_TILE_ROWS + SF_TILE_ROWS * G
+
+
+def wgrad_scale_cols(T: int, G: int) -> int:
+    """Scale columns of an NVFP4 buffer grouped along K: 4 * ceil((T + 63 G) / 64), a bound of
+    sum_g ceil(m_g / 64) * 4 (each group's ceil(m_g / 16) columns padded to a multiple of 4)."""
+    return 4 * -(-(T + 63 * G) // 64)
+
+
+def _check_grouped(x, offsets) -> Tuple[int, int, int]:
+    _check_matrix(x, "x")
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1 \
+            or offsets.numel() == 0:
+        raise ValueError("'offsets' must be a non-empty 1-D int32 tensor [G]")
+    if offsets.device != x.device:
+        raise ValueError(f"'offsets' is on {offsets.device} but 'x' is on {x.device}")
+    T, K = x.shape
+    return T, K, offsets.numel()
+
+
+def _group_amax(xs: torch.Tensor, dim: Optional[int] = None, width: int = 0) -> torch.Tensor:
+    """NaN-propagating amax of a group's rows (0 / zeros for an empty group)."""
+    if xs.shape[0] == 0:
+        return torch.zeros((), dtype=_F32, device=xs.device) if dim is None else \
+            torch.zeros(width, dtype=_F32, device=xs.device)
+    return _abs_amax(xs, dim)
+
+
+def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
+                         rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
+    """Grouped FP8 e4m3 current scaling (NUMERICS 7), one loop iteration per group.
+
+    x: [T, K] bf16/fp16/fp32, rows sorted by group; offsets int32 [G] cumulative row ends.
+    scaling "tensor": one amax per group (both copies); "token": per row (rowwise) and per
+    column of x within each group (columnwise).
+    Rowwise: data [T, K], scale_inv [G] or [T]. Columnwise (wgrad layout): data [K, W],
+    W = wgrad_width(T, G), group g's rows as columns [p_g, p_g + m_g), zero padding;
+    scale_inv [G] or [G, K].
+    """
+    T, K, G = _check_grouped(x, offsets)
+    _check_scaling(scaling)
+    if not (rowwise or columnwise):
+        raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
+    x32 = x.to(_F32).contiguous()
+    starts, ends = (t.tolist() for t in group_bounds(offsets, T))
+    last = ends[-1]
+    tensor = scaling == "tensor"
+    g_amax = torch.stack([_group_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
+    e4m3 = torch.float8_e4m3fn
+
+    data = scale_inv = None
+    if rowwise:
+        data = torch.zeros(T, K, dtype=torch.uint8, device=x.device)
+        if tensor:
+            scale, scale_inv = _fp8_scale(g_amax)
+            for g, (s, e) in enumerate(zip(starts, ends)):
+                data[s:e] = e4m3_satfinite(x32[s:e] * scale[g]).view(torch.uint8)
+        else:
+            amax = _abs_amax(x32, dim=1)
+            amax[last:] = 0
+            scale, scale_inv = _fp8_scale(amax)
+            data[:last] = e4m3_satfinite(x32[:last] * scale[:last, None]).view(torch.uint8)
+        data = data.view(e4m3)
+
+    col = None
+    if columnwise:
+        W = wgrad_width(T, G)
+        p16 = wgrad_column_offsets(offsets, T).tolist()
+        cdata = torch.zeros(K, W, dtype=torch.uint8, device=x.device)
+        if tensor:
+            cscale, csinv = _fp8_scale(g_amax)
+        else:
+            camax = torch.stack([_group_amax(x32[s:e], 0, K) for s, e in zip(starts, ends)])  # [G, K]
+            cscale, csinv = _fp8_scale(camax)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            if e > s:
+                sc = cscale[g] if tensor else cscale[g][:, None]
+                cdata[:, p16[g]:p16[g] + e - s] = e4m3_satfinite(x32[s:e].t() * sc).view(torch.uint8)
+        col = GroupedFP8Tensor(cdata.view(e4m3), csinv, offsets, (T, K), scaling, x.dtype, layout="wgrad")
+    return GroupedFP8Tensor(data, scale_inv, offsets, (T, K), scaling, x.dtype, columnwise=col)
+
+
+def _group_of_rows(offsets: torch.Tensor, T: int) -> torch.Tensor:
+    """int64 [T]: the group of each row (G for rows past the last group)."""
+    _, ends = group_bounds(offsets, T)
+    return torch.searchsorted(ends, torch.arange(T, device=offsets.device), right=True)
+
+
+def dequantize_fp8_grouped(t: GroupedFP8Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """"rows" layout: [T, K] = data * scale_inv of the row's group (or row); "wgrad" layout:
+    [K, T] (x.T, the padding columns dropped). Rows past the last group decode as 0."""
+    if not isinstance(t, GroupedFP8Tensor):
+        raise TypeError(f"'t' must be a GroupedFP8Tensor, got {type(t).__name__}")
+    if t.data is None:
+        raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
+    T, K = t.shape
+    G = t.offsets.numel()
+    if t.layout == "rows":
+        if t.scaling == "token":
+            sinv = t.scale_inv
+        else:
+            grp = _group_of_rows(t.offsets, T)
+            sinv = torch.cat([t.scale_inv, torch.zeros(1, dtype=_F32, device=t.data.device)])[grp]
+        return (t.data.to(_F32) * sinv[:, None]).to(dtype)
+    starts, ends = (v.tolist() for v in group_bounds(t.offsets, T))
+    p16 = wgrad_column_offsets(t.offsets, T).tolist()
+    out = torch.zeros(K, T, dtype=_F32, device=t.data.device)
+    for g in range(G):
+        m = ends[g] - starts[g]
+        if m:
+            sinv = t.scale_inv[g] if t.scaling == "tensor" else t.scale_inv[g][:, None]
+            out[:, starts[g]:ends[g]] = t.data[:, p16[g]:p16[g] + m].to(_F32) * sinv
+    return out.to(dtype)
+
+
+def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_rows=None):
+    T, K, G = _check_grouped(x, offsets)
+    _check_scaling(scaling)
+    if K % NVFP4.block_size != 0:
+        raise ValueError(f"'x' K must be a multiple of {NVFP4.block_size}, got K={K}")
+    if not (rowwise or columnwise):
+        raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
+    x32 = x.to(_F32).contiguous()
+    dev = x.device
+    starts, ends = (t.tolist() for t in group_bounds(offsets, T))
+    last = ends[-1]
+    tensor = scaling == "tensor"
+    g_amax = torch.stack([_group_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
+    e4m3 = torch.float8_e4m3fn
+    row = (None,) * 5
+    if rowwise:
+        _, Cp = swizzled_size(1, K // NVFP4.block_size)
+        sf = _padded_starts(offsets, T, SF_TILE_ROWS)
+        sf_l = sf.tolist()
+        qdata = torch.zeros(T, K // 2, dtype=torch.uint8, device=dev)
+        scales = torch.zeros(scale_rows * Cp, dtype=torch.uint8, device=dev)
+        if not tensor:
+            r_amax = _abs_amax(x32, dim=1)
+            r_amax[last:] = 0
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            if e > s:
+                q, sc, _, _ = _nvfp4_rows(x32[s:e], g_amax[g] if tensor else r_amax[s:e], False, 0, 0)
+                qdata[s:e] = q
+                scales[sf_l[g] * Cp:sf_l[g] * Cp + sc.numel()] = sc.view(torch.uint8)
+        amax = g_amax if tensor else r_amax
+        row = (qdata, scales.view(e4m3), sf[:-1].to(torch.int32), nvfp4_global_scale(amax)[1], amax)
+    col = None
+    if columnwise:
+        W = wgrad_width(T, G)
+        Rp = -(-K // SF_TILE_ROWS) * SF_TILE_ROWS
+        cb = wgrad_scale_cols(T, G)
+        p16 = wgrad_column_offsets(offsets, T).tolist()
+        p64 = _padded_starts(offsets, T, 64)
+        p64_l = p64.tolist()
+        cq = torch.zeros(K, W // 2, dtype=torch.uint8, device=dev)
+        cs = torch.zeros(Rp * cb, dtype=torch.uint8, device=dev)
+        camax = g_amax if tensor else torch.stack([_group_amax(x32[s:e], 0, K) for s, e in zip(starts, ends)])
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            m = e - s
+            if m:
+                m16 = -(-m // 16) * 16
+                xt = torch.zeros(K, m16, dtype=_F32, device=dev)
+                xt[:, :m] = x32[s:e].t()
+                q, sc, _, _ = _nvfp4_rows(xt, camax[g], False, 0, 0)
+                cq[:, p16[g] // 2:(p16[g] + m16) // 2] = q
+                base = Rp * (p64_l[g] // 16)
+                cs[base:base + sc.numel()] = sc.view(torch.uint8)
+        col = GroupedNVFP4Tensor(cq, cs.view(e4m3), (p64[:-1] // 16).to(torch.int32),
+                                 nvfp4_global_scale(camax)[1], camax, offsets, (T, K), scaling, x.dtype,
+                                 layout="wgrad")
+    return GroupedNVFP4Tensor(*row, offsets, (T, K), scaling, x.dtype, scale_rows=scale_rows,
+                              columnwise=col, group_rows=group_rows)
+
+
+def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
+                           rowwise: bool = True, columnwise: bool = False) -> GroupedNVFP4Tensor:
+    """Grouped NVFP4 (NUMERICS 2, 3, 5), one loop iteration per group.
+
+    Rowwise: qdata uint8 [T, K/2]; scales e4m3 [grouped_scale_rows(T, G) * Cp] with group g's
+    scale rows at sf_offsets[g] = sum_{j<g} ceil(m_j/128)*128 (each group's block swizzled as
+    one tensor of ceil(m_g/128)*128 rows; every other byte zero); alpha = S_dec and amax [G]
+    ("tensor": per group) or [T] ("token").
+    Columnwise (wgrad layout): qdata [K, W/2] (group g's tokens in columns [p_g, p_g + m_g),
+    blocks of 16 along tokens, zero padding); scales grouped along K: group g's K x ceil(m_g/16)
+    matrix padded to Cp_g = ceil(m_g/64)*4 columns and Rp = ceil(K/128)*128 rows, swizzled on
+    its own at byte Rp * sf_offsets[g], sf_offsets[g] = sum_{j<g} ceil(m_j/64)*4; buffer
+    Rp * wgrad_scale_cols(T, G) bytes. alpha/amax [G] ("tensor", the rowwise amax) or [G, K].
+    """
+    T, _, G = _check_grouped(x, offsets)
+    return _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, grouped_scale_rows(T, G))
+
+
+def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """"rows": [T, K] (rows past the last group decode as 0); "wgrad": [K, T] (x.T)."""
+    if not isinstance(t, GroupedNVFP4Tensor):
+        raise TypeError(f"'t' must be a GroupedNVFP4Tensor, got {type(t).__name__}")
+    if t.qdata is None:
+        raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
+    T, K = t.shape
+    G = t.offsets.numel()
+    bs = NVFP4.block_size
+    starts, ends = (v.tolist() for v in group_bounds(t.offsets, T))
+    sf = t.sf_offsets.tolist()
+    raw = t.scales.view(torch.uint8)
+    if t.layout == "rows":
+        out = torch.zeros(T, K, dtype=_F32, device=t.qdata.device)
+        _, Cp = swizzled_size(1, K // bs)
+        for g in range(G):
+            s, e = starts[g], ends[g]
+            if e > s:
+                Rp, _ = swizzled_size(e - s, K // bs)
+                sc = unswizzle_scales(raw[sf[g] * Cp:(sf[g] + Rp) * Cp], e - s, K // bs).view(torch.float8_e4m3fn)
+                vals = e2m1_decode(unpack_fp4(t.qdata[s:e])).reshape(e - s, K // bs, bs) * sc.to(_F32)[..., None]
+                alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[s:e, None, None]
+                out[s:e] = (vals * alpha).reshape(e - s, K)
+        return out.to(dtype)
+    out = torch.zeros(K, T, dtype=_F32, device=t.qdata.device)
+    p16 = wgrad_column_offsets(t.offsets, T).tolist()
+    Rp = -(-K // SF_TILE_ROWS) * SF_TILE_ROWS
+    for g in range(G):
+        s, e = starts[g], ends[g]
+        m = e - s
+        if m:
+            m16 = -(-m // 16) * 16
+            _, Cp = swizzled_size(K, m16 // bs)
+            sc = unswizzle_scales(raw[Rp * sf[g]:Rp * (sf[g] + Cp)], K, m16 // bs).view(torch.float8_e4m3fn)
+            codes = unpack_fp4(t.qdata[:, p16[g] // 2:(p16[g] + m16) // 2])
+            vals = e2m1_decode(codes).reshape(K, m16 // bs, bs) * sc.to(_F32)[..., None]
+            alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[g][:, None, None]
+            out[:, s:e] = (vals * alpha).reshape(K, m16)[:, :m]
+    return out.to(dtype)
+
+
+def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Grouped MXFP8 rowwise (NUMERICS 6, 5): (data e4m3 [T, K], scales uint8 e8m0
+    [grouped_scale_rows(T, G) * Cp] grouped along M like NVFP4 (sf_offsets), sf_offsets int32 [G]).
+    Rows past the last group: data 0, no scale rows."""
+    T, K, G = _check_grouped(x, offsets)
+    if K % MXFP8.block_size != 0:
+        raise ValueError(f"'x' K must be a multiple of {MXFP8.block_size}, got K={K}")
+    x32 = x.to(_F32).contiguous()
+    starts, ends = (t.tolist() for t in group_bounds(offsets, T))
+    _, Cp = swizzled_size(1, K // MXFP8.block_size)
+    sf = _padded_starts(offsets, T, SF_TILE_ROWS)
+    sf_l = sf.tolist()
+    data = torch.zeros(T, K, dtype=torch.uint8, device=x.device)
+    scales = torch.zeros(grouped_scale_rows(T, G) * Cp, dtype=torch.uint8, device=x.device)
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        if e > s:
+            d, sc = _mxfp8_rows(x32[s:e])
+            data[s:e] = d.view(torch.uint8)
+            scales[sf_l[g] * Cp:sf_l[g] * Cp + sc.numel()] = sc
+    return data.view(torch.float8_e4m3fn), scales, sf[:-1].to(torch.int32)
+
+
+def _stacked_offsets(w: torch.Tensor) -> torch.Tensor:
+    if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.numel() == 0:
+        raise ValueError(f"'w' must be a non-empty 3-D tensor [E, N, K], got "
+                         f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    E, N, _ = w.shape
+    return (torch.arange(1, E + 1, dtype=torch.int32, device=w.device) * N)
+
+
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedFP8Tensor:
+    """Stacked expert weights w [E, N, K] as E independent FP8 tensors: data [E*N, K]
+    (view as [E, N, K]), scale_inv [E] ("tensor") or [E*N] ("token": per output channel)."""
+    offsets = _stacked_offsets(w)
+    E, N, K = w.shape
+    t = quantize_fp8_grouped(w.reshape(E * N, K), offsets, scaling=scaling)
+    t.group_rows = N
+    return t
+
+
+def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedNVFP4Tensor:
+    """Stacked expert weights w [E, N, K] as E independent NVFP4 tensors: qdata [E*N, K/2],
+    scales batched (expert e's Rp x Cp swizzled block at byte e * Rp * Cp, NUMERICS 5), alpha/amax
+    [E] ("tensor") or [E*N] ("token")."""
+    offsets = _stacked_offsets(w)
+    E, N, K = w.shape
+    Rp = -(-N // SF_TILE_ROWS) * SF_TILE_ROWS
+    return _nvfp4_grouped(w.reshape(E * N, K), offsets, scaling, True, False, E * Rp, group_rows=N)
+
+
+# ---------------------------------------------------------------------------
+# Section 10: residual NVFP4. scalemm's layout: the K_e residual channels ride AFTER the main K,
+#   x' = [Q(x) | Q(r[:, channels]) | 0 ...],  w' = [w | w[:, channels] | 0 ...],
+# K_e padded with zero columns to a multiple of 16 (one NVFP4 block). The residual is quantized
+# with the SAME global scale (amax) as x, so one GEMM with one alpha computes
+# Q(x) W^T + Q(r_e) W_e^T. Block scales of x' are those of x followed by those of the residual.
+# ---------------------------------------------------------------------------
+
+def residual_width(num_channels: int) -> int:
+    """K_e padded to a multiple of 16."""
+    return -(-num_channels // NVFP4.block_size) * NVFP4.block_size
+
+
+def _channel_index(channels, K: int, device) -> torch.Tensor:
+    idx = torch.as_tensor(channels, device=device)
+    if idx.dtype not in (torch.int32, torch.int64) or idx.dim() != 1 or idx.numel() == 0:
+        raise ValueError("'channels' must be a non-empty 1-D sequence or tensor of integer channel indices")
+    if idx.device.type == "cpu" and (bool((idx < 0).any()) or bool((idx >= K).any())):
+        raise ValueError(f"'channels' must lie in [0, {K})")
+    return idx.to(torch.int64)
+
+
+def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
+    """w [N, K] -> w' [N, K + residual_width(K_e)] = [w | w[:, channels] | 0] (w's dtype)."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise ValueError("'w' must be a 2-D tensor [N, K]")
+    N, K = w.shape
+    idx = _channel_index(channels, K, w.device)
+    ke = residual_width(idx.numel())
+    extra = torch.zeros(N, ke, dtype=w.dtype, device=w.device)
+    extra[:, :idx.numel()] = w[:, idx]
+    return torch.cat([w, extra], dim=1)
+
+
+def _residual_parts(x: torch.Tensor, channels, scaling: str, quantize):
+    """(Q(x), r_e, padded width): the residual r_e = (x - dequant(Q(x)))[:, channels] in fp32,
+    zero-padded to residual_width columns."""
+    M, K = x.shape
+    idx = _channel_index(channels, K, x.device)
+    q = quantize(x, scaling=scaling)
+    r = x.to(_F32) - dequantize_nvfp4(q, _F32)
+    ke = residual_width(idx.numel())
+    r_e = torch.zeros(M, ke, dtype=_F32, device=x.device)
+    r_e[:, :idx.numel()] = r[:, idx]
+    return q, r_e, ke
+
+
+def _residual_combine(q: NVFP4Tensor, q2: NVFP4Tensor, M: int, K: int, ke: int, orig_dtype) -> NVFP4Tensor:
+    bs = NVFP4.block_size
+    s1 = unswizzle_scales(q.scales, M, K // bs)
+    s2 = unswizzle_scales(q2.scales, M, ke // bs)
+    scales = swizzle_scales(torch.cat([s1, s2], dim=1))
+    return NVFP4Tensor(torch.cat([q.qdata, q2.qdata], dim=1), scales, q.alpha, q.amax, (M, K + ke),
+                       q.scaling, orig_dtype)
+
+
+def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor") -> NVFP4Tensor:
+    """x [M, K] -> NVFP4Tensor of shape (M, K + residual_width(K_e)): [Q(x) | Q(r[:, channels])]
+    with r = x - dequant(Q(x)) (fp32) quantized with x's own amax (same alpha). Multiply it with
+    prepare_residual_weight(w, channels) quantized as usual."""
+    _check_matrix(x, "x")
+    M, K = x.shape
+    q, r_e, ke = _residual_parts(x, channels, scaling, quantize_nvfp4)
+    q2 = quantize_nvfp4(r_e, scaling=scaling, amax=q.amax)
+    return _residual_combine(q, q2, M, K, ke, x.dtype)

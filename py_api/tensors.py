@@ -361,3 +361,237 @@ class MXFP8Tensor:
         return (f"MXFP8Tensor(shape={self.shape}, device={self.device}, "
                 f"orig_dtype={self.orig_dtype}, rowwise={self.has_rowwise}, "
                 f"columnwise={self.columnwise is not None})")
+
+
+# ---------------------------------------------------------------------------
+# Grouped (MoE) containers: groups of rows of x [T, K] given by device offsets
+# ---------------------------------------------------------------------------
+# Layouts (shared/NUMERICS.md section 5, scalemm.reference for the spec in code):
+# - "rows": the rowwise copy, [T, K] (NVFP4: [T, K/2]); group g owns rows [ends[g-1], ends[g]).
+# - "wgrad": the columnwise copy laid out for scalemm.grouped_gemm_wgrad: [K, W] (NVFP4 packed
+#   [K, W/2]), W = ceil((T + 15 G) / 16) * 16; group g's m_g tokens are the columns
+#   [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16; every other column is zero.
+# Offsets are int32 [G] cumulative row ends, clamped into [0, T] and made non-decreasing by the
+# kernels (and the reference); they are never read on the host. Rows past the last group end
+# belong to no group (zero data, no scale rows).
+
+__all__ += ["GroupedFP8Tensor", "GroupedNVFP4Tensor"]
+
+_LAYOUTS = ("rows", "wgrad")
+
+
+def _grouped_common(cls, offsets, shape, scaling, orig_dtype, layout, group_rows):
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1 \
+            or offsets.numel() == 0:
+        raise TypeError(f"{cls}: 'offsets' must be a non-empty 1-D int32 tensor [G]")
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{cls}: 'shape' must be a pair of ints (T, K), got {shape!r}") from None
+    if len(shape) != 2 or shape[0] < 0 or shape[1] < 0:
+        raise ValueError(f"{cls}: 'shape' must be (T, K) with T, K >= 0, got {shape}")
+    _check_scaling(cls, scaling)
+    _check_orig_dtype(cls, orig_dtype)
+    if layout not in _LAYOUTS:
+        raise ValueError(f"{cls}: 'layout' must be one of {_LAYOUTS}, got {layout!r}")
+    if group_rows is not None and (not isinstance(group_rows, int) or group_rows <= 0):
+        raise ValueError(f"{cls}: 'group_rows' must be None or a positive int, got {group_rows!r}")
+    return shape
+
+
+def _wgrad_width(T: int, G: int) -> int:
+    return -(-(T + 15 * G) // 16) * 16
+
+
+def _grouped_columnwise(cls, kind, columnwise, layout, rowwise, shape, scaling, offsets, device):
+    if columnwise is None:
+        if not rowwise:
+            raise ValueError(f"{cls}: rowwise fields are None and 'columnwise' is None: "
+                             "the container would hold nothing")
+        return
+    if layout != "rows":
+        raise ValueError(f"{cls}: a 'wgrad'-layout container cannot carry a columnwise copy")
+    if not isinstance(columnwise, kind):
+        raise TypeError(f"{cls}: 'columnwise' must be a {kind.__name__} or None, got {type(columnwise).__name__}")
+    if columnwise.layout != "wgrad" or columnwise.columnwise is not None:
+        raise ValueError(f"{cls}: 'columnwise' must be a 'wgrad'-layout copy without its own columnwise")
+    if columnwise.shape != shape or columnwise.scaling != scaling:
+        raise ValueError(f"{cls}: 'columnwise' must have shape {shape} and scaling {scaling!r}, got "
+                         f"{columnwise.shape} and {columnwise.scaling!r}")
+    if columnwise.offsets.numel() != offsets.numel():
+        raise ValueError(f"{cls}: 'columnwise' has {columnwise.offsets.numel()} groups, expected {offsets.numel()}")
+    if device is not None and columnwise.device != device:
+        raise ValueError(f"{cls}: 'columnwise' is on {columnwise.device}, rowwise data on {device}")
+
+
+class GroupedFP8Tensor:
+    """Grouped FP8 e4m3 (per group or per token current scaling) of x [T, K] in G groups.
+
+    Fields:
+      data: float8_e4m3fn; layout "rows": [T, K]; layout "wgrad": [K, W] (see the layout notes
+        above; padding columns are zero).
+      scale_inv: fp32 decode scales; scaling "tensor": [G] (one per group); "token": [T] (rows:
+        per row) or [G, K] (wgrad: per column of x within each group).
+      offsets: int32 [G] device tensor, the cumulative row ends the copy was made with.
+      shape: (T, K) of x (for both layouts). scaling, orig_dtype as FP8Tensor.
+      layout: "rows" or "wgrad".
+      columnwise: None or the "wgrad"-layout GroupedFP8Tensor of the same x.
+      group_rows: None, or N when every group has exactly N rows (stacked expert weights: view
+        data as [E, N, K] and a "token" scale_inv as [E, N]).
+    data and scale_inv are both tensors or both None (columnwise-only container).
+
+    Example (MoE layer, fprop and wgrad):
+      xq = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
+      y = scalemm.grouped_gemm(xq.data, w_fp8, offsets, xq.scale_inv, w_scale)
+      dW = scalemm.grouped_gemm_wgrad(dyq.columnwise.data, xq.columnwise.data, offsets,
+                                      dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
+    """
+
+    __slots__ = ("data", "scale_inv", "offsets", "shape", "scaling", "orig_dtype", "layout", "columnwise",
+                 "group_rows")
+
+    def __init__(self, data, scale_inv, offsets, shape, scaling, orig_dtype, layout="rows", columnwise=None,
+                 group_rows=None):
+        cls = "GroupedFP8Tensor"
+        shape = _grouped_common(cls, offsets, shape, scaling, orig_dtype, layout, group_rows)
+        T, K = shape
+        G = offsets.numel()
+        rowwise = _check_all_or_none(cls, [("data", data), ("scale_inv", scale_inv)])
+        if rowwise:
+            want = (T, K) if layout == "rows" else (K, _wgrad_width(T, G))
+            _check_tensor(cls, "data", data, torch.float8_e4m3fn, want)
+            if scaling == "tensor":
+                sshape = (G,)
+            else:
+                sshape = (T,) if layout == "rows" else (G, K)
+            _check_tensor(cls, "scale_inv", scale_inv, torch.float32, sshape)
+            _check_same_device(cls, [("data", data), ("scale_inv", scale_inv), ("offsets", offsets)])
+        _grouped_columnwise(cls, GroupedFP8Tensor, columnwise, layout, rowwise, shape, scaling, offsets,
+                            data.device if rowwise else None)
+        self.data, self.scale_inv, self.offsets, self.shape = data, scale_inv, offsets, shape
+        self.scaling, self.orig_dtype, self.layout = scaling, orig_dtype, layout
+        self.columnwise, self.group_rows = columnwise, group_rows
+
+    @property
+    def num_groups(self) -> int:
+        return self.offsets.numel()
+
+    @property
+    def has_rowwise(self) -> bool:
+        return self.data is not None
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device if self.data is not None else self.columnwise.device
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """"rows": [T, K]; "wgrad": [K, T] (x.T without the padding columns). Syncs the host."""
+        from .reference import dequantize_fp8_grouped
+
+        return dequantize_fp8_grouped(self, dtype)
+
+    def to(self, device) -> "GroupedFP8Tensor":
+        """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
+        return GroupedFP8Tensor(_move(self.data, device), _move(self.scale_inv, device), self.offsets.to(device),
+                                self.shape, self.scaling, self.orig_dtype, self.layout,
+                                None if self.columnwise is None else self.columnwise.to(device), self.group_rows)
+
+    def __repr__(self) -> str:
+        return (f"GroupedFP8Tensor(shape={self.shape}, groups={self.num_groups}, layout={self.layout!r}, "
+                f"scaling={self.scaling!r}, device={self.device}, orig_dtype={self.orig_dtype}, "
+                f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None})")
+
+
+class GroupedNVFP4Tensor:
+    """Grouped NVFP4 of x [T, K] in G groups (NUMERICS 2, 3, 5).
+
+    Fields:
+      qdata: uint8 packed e2m1; "rows": [T, K/2]; "wgrad": [K, W/2] (blocks of 16 along tokens).
+      scales: float8_e4m3fn 1-D, every unused byte zero.
+        "rows" (grouped along M): scale_rows * Cp bytes, Cp = ceil(K/64)*4; group g's local
+          row r is scale row sf_offsets[g] + r of the 128x4 swizzled layout.
+        "wgrad" (grouped along K): Rp * Cb bytes, Rp = ceil(K/128)*128, Cb = 4*ceil((T + 63 G)/64);
+          group g's K x ceil(m_g/16) matrix, padded to Rp x Cp_g (Cp_g = ceil(m_g/64)*4), is
+          swizzled on its own and starts at byte Rp * sf_offsets[g].
+      sf_offsets: int32 [G] (device-computed): "rows": sum_{j<g} ceil(m_j/128)*128;
+        "wgrad": sum_{j<g} ceil(m_j/64)*4 (scale columns).
+      alpha: fp32 S_dec, amax: fp32; "tensor": [G]; "token": [T] ("rows") or [G, K] ("wgrad").
+      offsets, shape (T, K), scaling, orig_dtype, layout, columnwise, group_rows: as GroupedFP8Tensor.
+      scale_rows: rows of the "rows" scale buffer (host-known): ceil(T/128)*128 + 128 G for
+        grouped activations, E * ceil(N/128)*128 for stacked expert weights (the batched
+        layout: expert e's block at byte e * Rp * Cp). Unused for "wgrad".
+    qdata, scales, sf_offsets, alpha and amax are all tensors or all None (columnwise-only).
+    """
+
+    __slots__ = ("qdata", "scales", "sf_offsets", "alpha", "amax", "offsets", "shape", "scaling", "orig_dtype",
+                 "layout", "scale_rows", "columnwise", "group_rows")
+
+    def __init__(self, qdata, scales, sf_offsets, alpha, amax, offsets, shape, scaling, orig_dtype,
+                 layout="rows", scale_rows=None, columnwise=None, group_rows=None):
+        cls = "GroupedNVFP4Tensor"
+        shape = _grouped_common(cls, offsets, shape, scaling, orig_dtype, layout, group_rows)
+        T, K = shape
+        G = offsets.numel()
+        if K % NVFP4.block_size != 0:
+            raise ValueError(f"{cls}: 'shape' K must be a multiple of {NVFP4.block_size}, got K={K}")
+        if layout == "rows":
+            if scale_rows is None:
+                scale_rows = -(-T // SF_TILE_ROWS) * SF_TILE_ROWS + SF_TILE_ROWS * G
+            if not isinstance(scale_rows, int) or scale_rows < 0 or scale_rows % SF_TILE_ROWS:
+                raise ValueError(f"{cls}: 'scale_rows' must be a non-negative multiple of 128, got {scale_rows!r}")
+        rowwise = _check_all_or_none(cls, [("qdata", qdata), ("scales", scales), ("sf_offsets", sf_offsets),
+                                           ("alpha", alpha), ("amax", amax)])
+        if rowwise:
+            cp = -(-(K // NVFP4.block_size) // SF_TILE_COLS) * SF_TILE_COLS
+            if layout == "rows":
+                _check_tensor(cls, "qdata", qdata, torch.uint8, (T, K // 2))
+                _check_tensor(cls, "scales", scales, torch.float8_e4m3fn, (scale_rows * cp,))
+                gshape = (G,) if scaling == "tensor" else (T,)
+            else:
+                W = _wgrad_width(T, G)
+                rp = -(-K // SF_TILE_ROWS) * SF_TILE_ROWS
+                cb = 4 * -(-(T + 63 * G) // 64)
+                _check_tensor(cls, "qdata", qdata, torch.uint8, (K, W // 2))
+                _check_tensor(cls, "scales", scales, torch.float8_e4m3fn, (rp * cb,))
+                gshape = (G,) if scaling == "tensor" else (G, K)
+            _check_tensor(cls, "sf_offsets", sf_offsets, torch.int32, (G,))
+            _check_tensor(cls, "alpha", alpha, torch.float32, gshape)
+            _check_tensor(cls, "amax", amax, torch.float32, gshape)
+            _check_same_device(cls, [("qdata", qdata), ("scales", scales), ("sf_offsets", sf_offsets),
+                                     ("alpha", alpha), ("amax", amax), ("offsets", offsets)])
+        _grouped_columnwise(cls, GroupedNVFP4Tensor, columnwise, layout, rowwise, shape, scaling, offsets,
+                            qdata.device if rowwise else None)
+        self.qdata, self.scales, self.sf_offsets, self.alpha, self.amax = qdata, scales, sf_offsets, alpha, amax
+        self.offsets, self.shape, self.scaling, self.orig_dtype = offsets, shape, scaling, orig_dtype
+        self.layout, self.scale_rows, self.columnwise, self.group_rows = layout, scale_rows, columnwise, group_rows
+
+    @property
+    def num_groups(self) -> int:
+        return self.offsets.numel()
+
+    @property
+    def has_rowwise(self) -> bool:
+        return self.qdata is not None
+
+    @property
+    def device(self) -> torch.device:
+        return self.qdata.device if self.qdata is not None else self.columnwise.device
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """"rows": [T, K]; "wgrad": [K, T] (x.T). Syncs the host."""
+        from .reference import dequantize_nvfp4_grouped
+
+        return dequantize_nvfp4_grouped(self, dtype)
+
+    def to(self, device) -> "GroupedNVFP4Tensor":
+        """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
+        return GroupedNVFP4Tensor(
+            _move(self.qdata, device), _move(self.scales, device), _move(self.sf_offsets, device),
+            _move(self.alpha, device), _move(self.amax, device), self.offsets.to(device), self.shape, self.scaling,
+            self.orig_dtype, self.layout, self.scale_rows,
+            None if self.columnwise is None else self.columnwise.to(device), self.group_rows)
+
+    def __repr__(self) -> str:
+        return (f"GroupedNVFP4Tensor(shape={self.shape}, groups={self.num_groups}, layout={self.layout!r}, "
+                f"scaling={self.scaling!r}, device={self.device}, orig_dtype={self.orig_dtype}, "
+                f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None})")

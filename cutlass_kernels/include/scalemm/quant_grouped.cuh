@@ -1,0 +1,695 @@
+// scalemm grouped (MoE) quantization for Hopper: FP8 (per group / per token, rowwise [T, K] and
+// the columnwise copy in the wgrad layout), NVFP4 rowwise with scales "grouped along M",
+// NVFP4 columnwise in the wgrad layout with scales "grouped along K", MXFP8 rowwise.
+// Numerics: quant_numerics.cuh (bit-exact with py_api/reference.py); tile helpers: quant.cuh.
+//
+// The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is:
+// 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing
+//    (ends[g] = max(ends[g-1], clamp(offsets[g], 0, T))), and writes the position tables
+//    pos_A[g] = sum_{j<g} ceil(m_j / A) * A for A = 16 (wgrad columns), 64 (wgrad scale
+//    columns * 16) and 128 (scale rows, NUMERICS 5 "grouped along M"), each with G + 1 entries.
+//    Bad offsets therefore give short or empty groups, never out-of-bounds accesses.
+// 2. grouped_stats_kernel (when an amax is needed): one read of x giving the per-group amax
+//    [G], the per-row amax [T] and/or the per-(group, column) amax [G, K], by atomicMax on
+//    float bits (NaN-propagating; buffers zeroed by cudaMemsetAsync in the same sequence).
+//    Each warp walks the group segments inside its 16 rows, so a tile may straddle groups.
+// 3. grouped_quantize_kernel: ONE launch over all groups. Its grid covers a host-known
+//    "position space" of 128-position x 64-column tiles; position c maps to a row of x by a
+//    binary search of pos_A (A = 1: the rows themselves; A = 16: wgrad columns; A = 128:
+//    scale rows). Every position is written (padding positions as zeros), so every output
+//    byte is written by the kernel, padding included. Positions past the last group map to
+//    the rows of x beyond offsets[G-1] (rows that belong to no group): their rowwise data
+//    is written as zero and they have no scale rows.
+// 4. nvfp4_wgrad_kernel (NVFP4 columnwise): the same over 64-aligned token positions.
+// A final grid-stride loop of the quantize kernels writes the fp32 decode scales (alpha /
+// scale_inv) from the amax buffers: one per group, row or (group, column).
+#pragma once
+
+#include "scalemm/quant.cuh"
+
+namespace scalemm {
+namespace quant {
+namespace grouped {
+
+constexpr int kSetupThreads = 1024;
+constexpr int kSlots = 4;  // groups per stats tile reduced in shared memory (more go to global atomics)
+
+// int32 table: ends[G] | pos16[G+1] | pos64[G+1] | pos128[G+1]
+__host__ __device__ inline int64_t table_ints(int64_t G) { return G + 3 * (G + 1); }
+
+struct Table {
+  const int* ends;
+  const int* pos16;
+  const int* pos64;
+  const int* pos128;
+  int G;
+};
+
+__host__ __device__ inline Table make_table(const int* t, int G) {
+  return Table{t, t + G, t + G + (G + 1), t + G + 2 * (G + 1), G};
+}
+
+// ---------------------------------------------------------------------------
+// 1. the group table
+// ---------------------------------------------------------------------------
+
+struct MaxOp {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+struct SumOp {
+  __device__ int operator()(int a, int b) const { return a + b; }
+};
+
+// Inclusive scan over the 1024 threads of the block.
+template <typename Op>
+__device__ __forceinline__ int block_scan(int v, Op op, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int s = 1; s < 32; s <<= 1) {
+    const int n = __shfl_up_sync(kFullMask, v, s);
+    if (lane >= s) v = op(v, n);
+  }
+  if (lane == 31) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_sums[lane];
+#pragma unroll
+    for (int s = 1; s < 32; s <<= 1) {
+      const int n = __shfl_up_sync(kFullMask, w, s);
+      if (lane >= s) w = op(w, n);
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  if (warp > 0) v = op(v, warp_sums[warp - 1]);
+  __syncthreads();  // warp_sums is reused by the next scan
+  return v;
+}
+
+__device__ __forceinline__ int round_up(int v, int a) { return (v + a - 1) / a * a; }
+
+// The host guarantees T + 128 * G < 2^31, so every sum here fits in int32.
+__global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* offsets, int G, int T, int* table) {
+  __shared__ int warp_sums[32];
+  __shared__ int ends_s[kSetupThreads];
+  __shared__ int carry_s[4];
+  int* ends = table;
+  int* pos16 = table + G;
+  int* pos64 = pos16 + G + 1;
+  int* pos128 = pos64 + G + 1;
+  const int t = threadIdx.x;
+  if (t == 0) pos16[0] = pos64[0] = pos128[0] = 0;
+  int c_end = 0, c16 = 0, c64 = 0, c128 = 0;
+  for (int base = 0; base < G; base += kSetupThreads) {
+    const int g = base + t;
+    int e = g < G ? min(max(__ldg(offsets + g), 0), T) : 0;
+    e = max(block_scan(e, MaxOp{}, warp_sums), c_end);
+    ends_s[t] = e;
+    __syncthreads();
+    const int m = e - (t > 0 ? ends_s[t - 1] : c_end);  // >= 0; 0 past G
+    const int a16 = block_scan(round_up(m, 16), SumOp{}, warp_sums) + c16;
+    const int a64 = block_scan(round_up(m, 64), SumOp{}, warp_sums) + c64;
+    const int a128 = block_scan(round_up(m, 128), SumOp{}, warp_sums) + c128;
+    if (g < G) {
+      ends[g] = e;
+      pos16[g + 1] = a16;
+      pos64[g + 1] = a64;
+      pos128[g + 1] = a128;
+    }
+    if (t == kSetupThreads - 1) carry_s[0] = e, carry_s[1] = a16, carry_s[2] = a64, carry_s[3] = a128;
+    __syncthreads();
+    c_end = carry_s[0], c16 = carry_s[1], c64 = carry_s[2], c128 = carry_s[3];
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// group lookups
+// ---------------------------------------------------------------------------
+
+// Number of entries of the sorted array a[0..n) that are <= v.
+__device__ __forceinline__ int count_le(const int* a, int n, int64_t v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (__ldg(a + mid) <= v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ int group_start(const Table& tb, int g) { return g > 0 ? __ldg(tb.ends + g - 1) : 0; }
+
+// The group of row r: the first g with ends[g] > r, or G (no group: r >= ends[G-1]).
+__device__ __forceinline__ int group_of_row(const Table& tb, int64_t r) { return count_le(tb.ends, tb.G, r); }
+
+// What position c of a launch's position space holds.
+struct Slot {
+  int64_t row;    // row of x
+  int g;          // group (G: past the last group)
+  bool in_group;  // row is a row of group g (else padding, or a row past the last group)
+  bool valid;     // row is a row of x whose rowwise data this position writes
+};
+
+// pos == nullptr: A = 1 (positions are rows). Else pos = pos_A [G + 1]: group g owns positions
+// [pos[g], pos[g+1]); the first m_g are its rows, the rest padding. Positions from pos[G] on
+// map to the rows past the last group, in order.
+__device__ __forceinline__ Slot map_position(const Table& tb, const int* pos, int64_t T, int64_t c) {
+  Slot s;
+  if (pos == nullptr) {
+    s.g = group_of_row(tb, c);
+    s.row = c;
+    s.valid = c < T;
+    s.in_group = s.g < tb.G;
+    return s;
+  }
+  const int g = count_le(pos, tb.G + 1, c) - 1;  // pos[0] = 0 <= c
+  s.g = g;
+  if (g < tb.G) {
+    const int start = group_start(tb, g);
+    const int64_t local = c - __ldg(pos + g);
+    s.in_group = local < __ldg(tb.ends + g) - start;
+    s.row = start + local;
+    s.valid = s.in_group;
+  } else {
+    s.row = group_start(tb, tb.G) + (c - __ldg(pos + tb.G));
+    s.in_group = false;
+    s.valid = s.row < T;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// 2. amax statistics per group / row / (group, column)
+// ---------------------------------------------------------------------------
+
+struct GStatsParams {
+  const void* x;
+  int64_t T, K;
+  int64_t tiles_k, num_tiles;
+  Table tb;
+  float* g_amax;     // [G] max |x| over each group's rows, or nullptr
+  float* row_amax;   // [T] max |x| per row (0 for rows in no group), or nullptr
+  float* gcol_amax;  // [G, K] max |x| per column within each group, or nullptr
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsParams p) {
+  __shared__ unsigned col_red[kSlots][kStatsTileK];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const T* x = static_cast<const T*>(p.x);
+  const int G = p.tb.G;
+  const int64_t last = G > 0 ? __ldg(p.tb.ends + G - 1) : 0;  // rows >= last belong to no group
+  const bool want_rows = p.row_amax != nullptr, want_cols = p.gcol_amax != nullptr;
+
+  for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const int64_t tm = tile / p.tiles_k, tk = tile - tm * p.tiles_k;
+    const int64_t m0 = tm * kStatsTileM;
+    const int64_t r0 = m0 + kStatsRows * warp;
+    const int64_t col = tk * kStatsTileK + 8 * lane;
+    const bool col_ok = col < p.K;
+    Raw8<T> raw[kStatsRows];
+#pragma unroll
+    for (int i = 0; i < kStatsRows; ++i) {
+      const bool ok = col_ok && r0 + i < last;
+      load8(raw[i], x + (ok ? (r0 + i) * p.K + col : 0), ok);
+    }
+    const int g_lo = want_cols ? group_of_row(p.tb, m0) : 0;  // CTA-uniform
+    if (want_cols) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) col_red[s][t] = 0u;
+      __syncthreads();
+    }
+
+    float rowmax[kStatsRows];
+#pragma unroll
+    for (int i = 0; i < kStatsRows; ++i) {
+      float v[8];
+      to_float8(raw[i], v);
+      rowmax[i] = absmax_nan<8>(v);  // rows outside x or any group loaded as zeros
+    }
+    if (want_rows) {  // lane i ends up owning row r0 + i (as in quant.cuh)
+      float mine = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kStatsRows; ++i) {
+        float m = rowmax[i];
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) m = max_nan(m, __shfl_xor_sync(kFullMask, m, s));
+        if (lane == i) mine = m;
+      }
+      if (lane < kStatsRows && r0 + lane < last) atomic_max_nonneg(p.row_amax + r0 + lane, mine);
+    }
+
+    if (p.g_amax != nullptr || want_cols) {
+      // the group segments of rows [r0, r0 + 16): warp-uniform loop, usually one segment
+      for (int g = group_of_row(p.tb, r0); g < G; ++g) {
+        const int64_t lo = max(r0, static_cast<int64_t>(group_start(p.tb, g)));
+        const int64_t e = __ldg(p.tb.ends + g);
+        const int64_t hi = min(r0 + kStatsRows, e);
+        if (lo < hi) {
+          float seg = 0.0f, colmax[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) colmax[j] = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kStatsRows; ++i) {
+            if (r0 + i >= lo && r0 + i < hi) {
+              seg = max_nan(seg, rowmax[i]);
+              if (want_cols) {
+                float v[8];
+                to_float8(raw[i], v);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) colmax[j] = max_nan(colmax[j], fabsf(v[j]));
+              }
+            }
+          }
+          if (p.g_amax != nullptr) {
+#pragma unroll
+            for (int s = 16; s > 0; s >>= 1) seg = max_nan(seg, __shfl_xor_sync(kFullMask, seg, s));
+            if (lane == 0) atomic_max_nonneg(p.g_amax + g, seg);
+          }
+          if (want_cols && col_ok) {
+            if (g - g_lo < kSlots) {
+#pragma unroll
+              for (int j = 0; j < 8; ++j)
+                atomicMax(&col_red[g - g_lo][8 * lane + j], __float_as_uint(colmax[j]) & 0x7fffffffu);
+            } else {  // many small groups in one tile: straight to global
+#pragma unroll
+              for (int j = 0; j < 8; ++j)
+                if (col + j < p.K) atomic_max_nonneg(p.gcol_amax + g * p.K + col + j, colmax[j]);
+            }
+          }
+        }
+        if (e >= r0 + kStatsRows) break;
+      }
+    }
+
+    if (want_cols) {
+      __syncthreads();
+      const int64_t c = tk * kStatsTileK + t;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const unsigned v = col_red[s][t];
+        if (v != 0u && g_lo + s < G && c < p.K)  // 0 is the memset value already
+          atomicMax(reinterpret_cast<unsigned*>(p.gcol_amax + (g_lo + s) * p.K + c), v);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 3. the grouped quantize tile kernel (FP8 rows + wgrad columns, NVFP4 / MXFP8 rows)
+// ---------------------------------------------------------------------------
+
+struct GQuantParams {
+  const void* x;
+  int64_t T, K;
+  int64_t tiles_k;
+  Table tb;
+  const int* pos;  // position table of this launch (nullptr: positions are rows)
+  int64_t space;   // positions covered (the scale rows of the rowwise NVFP4/MXFP8 buffer)
+  // rowwise copy [T, K]
+  uint8_t* q_row;
+  uint8_t* s_row;  // NVFP4 / MXFP8 swizzled scales, row = position
+  int64_t cp_row;
+  const float* amax_row;  // [G] (row_token = 0) or [T]
+  int row_token;
+  // FP8 columnwise copy, wgrad layout [K, W]
+  uint8_t* q_col;
+  int64_t W;
+  const float* amax_col;  // [G] (col_token = 0) or [G, K]
+  int col_token;
+  // decode scales written from amaxes at the end (NVFP4: S_dec; FP8: scale_inv)
+  float* g_row;
+  const float* g_row_amax;
+  int64_t n_g_row;
+  float* g_col;
+  const float* g_col_amax;
+  int64_t n_g_col;
+};
+
+template <Format F>
+__device__ __forceinline__ float decode_scale(float amax) {
+  if constexpr (F == Format::kNVFP4) return Nvfp4Global(amax).s_dec;
+  else return __frcp_rn(fp8_scale(amax));
+}
+
+template <Format F>
+__device__ __forceinline__ void write_decode_scales(const GQuantParams& p) {
+  const int64_t n = max(p.n_g_row, p.n_g_col);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    if (i < p.n_g_row) p.g_row[i] = decode_scale<F>(__ldg(p.g_row_amax + i));
+    if (i < p.n_g_col) p.g_col[i] = decode_scale<F>(__ldg(p.g_col_amax + i));
+  }
+}
+
+// One thread's 16-element block of the rowwise copy at position c (row s.row of x).
+template <Format F>
+__device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const float (&v)[16], const Slot& s,
+                                                  int64_t c, int64_t col, int blk, int64_t k0) {
+  const bool in = s.in_group && col < p.K;  // a real block of a group
+  const bool write = s.valid && col < p.K;  // data written (zeros for rows past the last group)
+  float amax = 0.0f;
+  if constexpr (F != Format::kMXFP8) {
+    if (p.row_token) amax = s.valid ? __ldg(p.amax_row + s.row) : 0.0f;
+    else amax = s.in_group ? __ldg(p.amax_row + s.g) : 0.0f;
+  }
+  if constexpr (F == Format::kFP8) {
+    if (write) *reinterpret_cast<uint4*>(p.q_row + s.row * p.K + col) = e4m3x16(v, fp8_scale(amax));
+  } else if constexpr (F == Format::kNVFP4) {
+    const Nvfp4Global g(amax);
+    const TileParams no_sr{};
+    uint32_t sb;
+    const uint2 q = nvfp4_block<false>(v, g, 0, no_sr, in, sb);
+    if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
+    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
+    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
+    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    const int64_t sc = k0 / 16;
+    if (blk == 0 && c < p.space && sc < p.cp_row)
+      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(c, sc, p.cp_row)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+  } else {  // MXFP8: a 32-block is two adjacent threads
+    float bm = absmax_nan<16>(v);
+    bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));
+    uint32_t b = mxfp8_scale_byte(bm);
+    if (!in) b = 0u;
+    if (write) *reinterpret_cast<uint4*>(p.q_row + s.row * p.K + col) = e4m3x16(v, mxfp8_inv_scale(b));
+    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 2);
+    const int64_t sc = k0 / 32;
+    if (blk == 0 && c < p.space && sc < p.cp_row)
+      *reinterpret_cast<uint16_t*>(p.s_row + swizzle_offset(c, sc, p.cp_row)) = static_cast<uint16_t>(b | (b1 << 8));
+  }
+}
+
+template <Format F, typename T, bool ROW, bool COL>
+__global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
+  static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
+  __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
+  __shared__ int chunk_group[kTileM / 16];
+  const int t = threadIdx.x;
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
+  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
+  const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
+  const T* x = static_cast<const T*>(p.x);
+
+  const int blk = t & 3, r4 = t >> 2;
+  const int64_t col = k0 + 16 * blk;
+  const bool col_ok = col < p.K;
+  Slot s[2];
+  Raw8<T> raw[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    s[i] = map_position(p.tb, p.pos, p.T, c0 + r4 + 64 * i);
+    const bool ok = col_ok && s[i].in_group;
+    load16(raw[i], x + (ok ? s[i].row * p.K + col : 0), ok);
+  }
+  if (COL && blk == 0 && (r4 & 15) == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) chunk_group[(r4 + 64 * i) >> 4] = s[i].g;  // 16-chunks are group-uniform
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float v[16];
+    to_float16(raw[i], v);
+    const int rl = r4 + 64 * i;
+    if constexpr (ROW) grouped_row_block<F>(p, v, s[i], c0 + rl, col, blk, k0);
+    if constexpr (COL) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
+            make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    }
+  }
+  if constexpr (COL) {
+    __syncthreads();
+    const int lane = t & 31, warp = t >> 5;
+    const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
+    const int64_t k = k0 + kl;
+    float scale[2];  // both scales before the tile reads (fewer live registers across the divisions)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int g = chunk_group[mq + 4 * i];
+      float amax = 0.0f;
+      if (g < p.tb.G && k < p.K) amax = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
+      scale[i] = fp8_scale(amax);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int mb = mq + 4 * i;
+      const int64_t pos = c0 + 16 * mb;
+      float v[16];
+      read_column<16>(tile, 16 * mb, kl, v);
+      if (k < p.K && pos < p.W) *reinterpret_cast<uint4*>(p.q_col + k * p.W + pos) = e4m3x16(v, scale[i]);
+    }
+  }
+  write_decode_scales<F>(p);
+}
+
+// ---------------------------------------------------------------------------
+// 4. NVFP4 columnwise copy in the wgrad layout, scales grouped along K
+// ---------------------------------------------------------------------------
+// Positions are 64-aligned token slots: group g owns [pos64[g], pos64[g+1]). Slot local l
+// (l < ceil16(m_g)) is data column pos16[g] + l of q_col [K, W/2 bytes]; 16-slot chunk l/16 is
+// scale column l/16 of group g's own K x Cp_g swizzled matrix (Cp_g = ceil64(m_g)/16, rows
+// padded to Rp = ceil(K/128)*128), which starts at byte Rp * pos64[g] / 16 of s_col. Slots from
+// pos64[G] on zero the data columns from pos16[G] to W and the scale bytes up to Rp * cb_total
+// (the host-known bound, cb_total = 4 * ceil((T + 63 G) / 64)), as one more swizzled matrix.
+
+struct GWgradParams {
+  const void* x;
+  int64_t T, K;
+  int64_t tiles_k;  // covers Rp
+  Table tb;
+  int64_t space;  // slots covered (>= 16 * cb_total and >= pos64[G] + W - pos16[G])
+  uint8_t* q_col;
+  int64_t W;
+  uint8_t* s_col;
+  int64_t rp, cb_total;
+  const float* amax_col;  // [G] (token = 0) or [G, K]
+  int col_token;
+  float* g_col;
+  const float* g_col_amax;
+  int64_t n_g_col;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParams p) {
+  __shared__ __align__(16) float tile[kTileM * kTileK];
+  __shared__ int64_t chunk_info[2][4];  // per 64-slot half: group, local slot, m_g, pos16[g]
+  const int t = threadIdx.x;
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
+  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
+  const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
+  const T* x = static_cast<const T*>(p.x);
+  const int G = p.tb.G;
+
+  if (t < 2) {  // the two 64-slot halves of the tile each lie in one group (or the tail)
+    const int64_t c = c0 + 64 * t;
+    const int g = count_le(p.tb.pos64, G + 1, c) - 1;
+    chunk_info[t][0] = g;
+    chunk_info[t][1] = c - __ldg(p.tb.pos64 + g);
+    chunk_info[t][2] = g < G ? __ldg(p.tb.ends + g) - group_start(p.tb, g) : 0;
+    chunk_info[t][3] = g < G ? group_start(p.tb, g) : 0;
+  }
+  __syncthreads();
+
+  const int blk = t & 3, r4 = t >> 2;
+  const int64_t col = k0 + 16 * blk;
+  const bool col_ok = col < p.K;
+  Raw8<T> raw[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // slot r4 + 64 i is slot r4 of half i
+    const int64_t local = chunk_info[i][1] + r4;
+    const bool ok = col_ok && chunk_info[i][0] < G && local < chunk_info[i][2];
+    load16(raw[i], x + (ok ? (chunk_info[i][3] + local) * p.K + col : 0), ok);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float v[16];
+    to_float16(raw[i], v);
+    const int rl = r4 + 64 * i;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
+          make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+  }
+  __syncthreads();
+
+  const int lane = t & 31, warp = t >> 5;
+  const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
+  const int64_t k = k0 + kl;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // half i: 16-slot chunk mq of it
+    const int g = static_cast<int>(chunk_info[i][0]);
+    const int64_t local = chunk_info[i][1] + 16 * mq;  // first slot of this chunk in its group
+    const int64_t m = chunk_info[i][2];
+    float amax = 0.0f;
+    if (g < G && k < p.K) amax = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
+    const Nvfp4Global gs(amax);
+    float v[16];
+    read_column<16>(tile, 16 * (mq + 4 * i), kl, v);
+    const bool in = g < G && k < p.K && local < m;  // a real block (possibly partial)
+    const TileParams no_sr{};
+    uint32_t sb;
+    const uint2 q = nvfp4_block<false>(v, gs, 0, no_sr, in, sb);
+    int64_t data_col;  // slot -> wgrad data column
+    if (g < G) data_col = local < (m + 15) / 16 * 16 ? __ldg(p.tb.pos16 + g) + local : -1;
+    else data_col = __ldg(p.tb.pos16 + G) + local;
+    if (k < p.K && data_col >= 0 && data_col < p.W)
+      *reinterpret_cast<uint2*>(p.q_col + k * (p.W / 2) + data_col / 2) = q;
+    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
+    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
+    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    if (mq == 0 && k < p.rp) {
+      const int64_t base_col = __ldg(p.tb.pos64 + min(g, G)) / 16;  // scale columns before this matrix
+      const int64_t cp = g < G ? (m + 63) / 64 * 4 : p.cb_total - base_col;
+      const int64_t sc = chunk_info[i][1] / 16;  // multiple of 4
+      if (sc < cp)
+        *reinterpret_cast<uint32_t*>(p.s_col + p.rp * base_col + swizzle_offset(k, sc, cp)) =
+            sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+    }
+  }
+  const int64_t n = p.n_g_col;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + t; i < n; i += static_cast<int64_t>(gridDim.x) * kThreads)
+    p.g_col[i] = Nvfp4Global(__ldg(p.g_col_amax + i)).s_dec;
+}
+
+// ---------------------------------------------------------------------------
+// host launchers (0 or a cudaError_t; no allocation, no synchronisation: graph-capturable)
+// ---------------------------------------------------------------------------
+
+template <typename T>
+inline int grouped_stats_grid(int64_t num_tiles) {
+  constexpr int kMaxDevices = 64;
+  static int wave[kMaxDevices] = {};  // benign race: every writer stores the same value
+  int dev = 0;
+  cudaGetDevice(&dev);
+  int g = dev < kMaxDevices ? wave[dev] : 0;
+  if (g == 0) {
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_stats_kernel<T>, kThreads, 0);
+    g = sms * (per_sm > 0 ? per_sm : 1);
+    if (dev < kMaxDevices) wave[dev] = g;
+  }
+  return static_cast<int>(num_tiles < g ? num_tiles : g);
+}
+
+inline int memset_f32(float* p, int64_t n, cudaStream_t stream) {
+  if (p == nullptr || n <= 0) return 0;
+  return static_cast<int>(cudaMemsetAsync(p, 0, sizeof(float) * n, stream));
+}
+
+// Table, then zeroed amax buffers filled by one read of x.
+template <typename T>
+int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table,
+                           float* g_amax, float* row_amax, float* gcol_amax, cudaStream_t stream) {
+  group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
+  int err = static_cast<int>(cudaGetLastError());
+  if (!err) err = memset_f32(g_amax, G, stream);
+  if (!err) err = memset_f32(row_amax, T_, stream);
+  if (!err) err = memset_f32(gcol_amax, static_cast<int64_t>(G) * K, stream);
+  if (err || (!g_amax && !row_amax && !gcol_amax) || T_ <= 0 || K <= 0) return err;
+  GStatsParams sp{x, T_, K, ceil_div(K, kStatsTileK), 0, make_table(table, G), g_amax, row_amax, gcol_amax};
+  sp.num_tiles = ceil_div(T_, kStatsTileM) * sp.tiles_k;
+  grouped_stats_kernel<T><<<grouped_stats_grid<T>(sp.num_tiles), kThreads, 0, stream>>>(sp);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Format F, typename T, bool ROW, bool COL>
+int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
+  const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
+  if (tiles <= 0) return 0;
+  grouped_quantize_kernel<F, T, ROW, COL><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+inline constexpr int kBadArgs = static_cast<int>(cudaErrorInvalidValue);
+
+// FP8: rowwise [T, K] (q_row) and/or the wgrad-layout columnwise copy [K, W] (q_col).
+// token: amax per row (rowwise) and per (group, column) (columnwise); else per group.
+template <typename T>
+int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
+                       float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, float* sinv_row,
+                       uint8_t* q_col, int64_t W, float* sinv_col, cudaStream_t stream) {
+  if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || (q_col && W % 16 != 0)) return kBadArgs;
+  if (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax) return kBadArgs;
+  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
+                                      token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
+                                      stream);
+  if (err) return err;
+  const Table tb = make_table(table, G);
+  GQuantParams p{};
+  p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
+  p.q_row = q_row, p.amax_row = token ? row_amax : g_amax, p.row_token = token;
+  p.q_col = q_col, p.W = W, p.amax_col = token ? gcol_amax : g_amax, p.col_token = token;
+  if (q_row) p.g_row = sinv_row, p.g_row_amax = token ? row_amax : g_amax, p.n_g_row = token ? T_ : G;
+  if (q_col) p.g_col = sinv_col, p.g_col_amax = token ? gcol_amax : g_amax, p.n_g_col = token ? G * K : G;
+  if (q_col) {  // positions = wgrad columns; the rows past the last group follow pos16[G]
+    p.pos = tb.pos16, p.space = W;
+    return q_row ? launch_grouped_tiles<Format::kFP8, T, true, true>(p, stream)
+                 : launch_grouped_tiles<Format::kFP8, T, false, true>(p, stream);
+  }
+  p.pos = nullptr, p.space = T_;
+  return launch_grouped_tiles<Format::kFP8, T, true, false>(p, stream);
+}
+
+// NVFP4 rowwise [T, K/2] with scales grouped along M (space = scale rows of the buffer) and/or
+// the wgrad-layout columnwise copy.
+template <typename T>
+int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
+                         float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, uint8_t* s_row,
+                         int64_t scale_rows, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
+                         int64_t cb_total, float* alpha_col, cudaStream_t stream) {
+  if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0))
+    return kBadArgs;
+  if (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax) return kBadArgs;
+  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
+                                      token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
+                                      stream);
+  if (err) return err;
+  const Table tb = make_table(table, G);
+  if (q_row) {
+    GQuantParams p{};
+    p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
+    p.pos = tb.pos128, p.space = scale_rows;
+    p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 16, 4) * 4;
+    p.amax_row = token ? row_amax : g_amax, p.row_token = token;
+    p.g_row = alpha_row, p.g_row_amax = p.amax_row, p.n_g_row = token ? T_ : G;
+    err = launch_grouped_tiles<Format::kNVFP4, T, true, false>(p, stream);
+    if (err) return err;
+  }
+  if (q_col) {
+    GWgradParams p{};
+    p.x = x, p.T = T_, p.K = K, p.tb = tb;
+    p.rp = ceil_div(K, 128) * 128, p.tiles_k = p.rp / kTileK;
+    p.q_col = q_col, p.W = W, p.s_col = s_col, p.cb_total = cb_total;
+    p.space = ceil_div(16 * cb_total + W, kTileM) * kTileM;
+    p.amax_col = token ? gcol_amax : g_amax, p.col_token = token;
+    p.g_col = alpha_col, p.g_col_amax = p.amax_col, p.n_g_col = token ? G * K : G;
+    const int64_t tiles = (p.space / kTileM) * p.tiles_k;
+    nvfp4_wgrad_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+    err = static_cast<int>(cudaGetLastError());
+  }
+  return err;
+}
+
+// MXFP8 rowwise with scales grouped along M (no amax pass).
+template <typename T>
+int launch_mxfp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table,
+                         uint8_t* q_row, uint8_t* s_row, int64_t scale_rows, cudaStream_t stream) {
+  if (K % 32 != 0 || !q_row || G <= 0 || scale_rows % 128 != 0) return kBadArgs;
+  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, nullptr, nullptr, nullptr, stream);
+  if (err) return err;
+  const Table tb = make_table(table, G);
+  GQuantParams p{};
+  p.x = x, p.T = T_, p.K = K, p.tiles_k = 2 * ceil_div(K, 128), p.tb = tb;
+  p.pos = tb.pos128, p.space = scale_rows;
+  p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 32, 4) * 4;
+  return launch_grouped_tiles<Format::kMXFP8, T, true, false>(p, stream);
+}
+
+}  // namespace grouped
+}  // namespace quant
+}  // namespace scalemm

@@ -1,0 +1,368 @@
+"""scalemm grouped (MoE) quantization: FP8, NVFP4 and MXFP8 over groups of rows given by device
+offsets, stacked expert weights, and residual NVFP4 (shared/NUMERICS.md sections 5, 7, 10).
+
+CUDA tensors run cutlass_kernels/include/scalemm/quant_grouped.cuh, CPU tensors the pure-torch
+reference (scalemm.reference.quantize_*_grouped); both give the same bytes.
+
+Offsets: int32 [G] on x's device, cumulative row ends (torch._grouped_mm's `offs`): group g owns
+rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). They are never read on the host:
+the kernels clamp them into [0, T] and make them non-decreasing (a running max), so bad offsets
+give short or empty groups, never out-of-bounds accesses, and every call is CUDA-graph
+capturable (replays may see new offsets). Empty groups and groups of any size are fine. Rows
+past offsets[-1] belong to no group: their rowwise data is zero and they take no scale rows.
+
+Each call is a fixed sequence of launches whatever the offsets: a 1-CTA setup kernel (clamped
+ends and the padded position tables), memsets of the amax scratch, one amax pass over x (not for
+MXFP8) and one quantize pass over all groups' tiles (NVFP4 with both copies: two).
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+
+from . import quantize as _q
+from . import reference
+from .formats import INPUT_DTYPES, MXFP8, NVFP4
+from .jit import KernelSpec, build, i32, i64, ptr
+from .tensors import GroupedFP8Tensor, GroupedNVFP4Tensor, NVFP4Tensor
+
+__all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
+           "quantize_nvfp4_stacked", "quantize_nvfp4_residual", "prepare_residual_weight", "GroupedMXFP8",
+           "GroupedFP8Tensor", "GroupedNVFP4Tensor"]
+
+_ARGTYPES = {
+    "scalemm_quantize_fp8_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr],
+    "scalemm_quantize_nvfp4_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr,
+                                       i64, ptr, i64, ptr, ptr],
+    "scalemm_quantize_mxfp8_grouped": [ptr, i64, i64, ptr, i32, ptr, ptr, ptr, i64, ptr],
+}
+_INT32_LIMIT = (1 << 31) - 1
+
+
+class GroupedMXFP8(NamedTuple):
+    """Grouped MXFP8 rowwise copy: data float8_e4m3fn [T, K]; scales uint8 e8m0
+    [grouped_scale_rows(T, G) * ceil(K/128)*4] grouped along M (group g's scale rows start at
+    sf_offsets[g] = sum_{j<g} ceil(m_j/128)*128, every unused byte zero); sf_offsets int32 [G];
+    offsets as given."""
+    data: torch.Tensor
+    scales: torch.Tensor
+    sf_offsets: torch.Tensor
+    offsets: torch.Tensor
+
+
+# ---------------------------------------------------------------------------
+# validation (before any dispatch: CPU and CUDA callers get the same errors)
+# ---------------------------------------------------------------------------
+
+def _check_x(x, name: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"'{name}' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"'{name}' must be 2-D [T, K] (rows sorted by group), got shape {tuple(x.shape)}")
+    if not x.is_contiguous():
+        raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
+                         f"{tuple(x.stride())} for shape {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+
+
+def _check_offsets(offsets, x: torch.Tensor) -> int:
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"'offsets' must be a torch.Tensor, got {type(offsets).__name__}")
+    if offsets.dtype != torch.int32:
+        raise TypeError(f"'offsets' must be int32 (cumulative row ends), got {offsets.dtype}")
+    if offsets.dim() != 1 or offsets.numel() == 0:
+        raise ValueError(f"'offsets' must be 1-D [G] with G >= 1, got shape {tuple(offsets.shape)}")
+    if offsets.device != x.device:
+        raise ValueError(f"'offsets' is on {offsets.device} but 'x' is on {x.device}")
+    if not offsets.is_contiguous():
+        raise ValueError("'offsets' must be contiguous")
+    T, G = x.shape[0], offsets.numel()
+    if T + 128 * G + 64 > _INT32_LIMIT:  # the device tables are int32
+        raise ValueError(f"T + 128 G must stay below 2^31, got T={T}, G={G}")
+    return G
+
+
+def _check_grouped_args(x, offsets, block: int, scaling=None, rowwise=True, columnwise=False) -> int:
+    _check_x(x)
+    G = _check_offsets(offsets, x)
+    if scaling is not None:
+        _q._check_scaling(scaling)
+    _q._check_copies(rowwise, columnwise)
+    _q._check_multiple(x.shape[1], block, "K (last dim)")
+    return G
+
+
+# ---------------------------------------------------------------------------
+# the CUDA path
+# ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _launcher(dtype: torch.dtype, name: str):
+    spec = KernelSpec(name=f"quant_grouped_{str(dtype).split('.')[-1]}", template="quant_grouped.cu",
+                      params={"IN_T": _q._CXX_TYPES[dtype]}, cutlass=False)
+    return build(spec).function(name, _ARGTYPES[name])
+
+
+def _table(G: int, device) -> torch.Tensor:
+    """int32 scratch for the group table: ends [G] | pos16 [G+1] | pos64 [G+1] | pos128 [G+1]."""
+    return torch.empty(G + 3 * (G + 1), dtype=torch.int32, device=device)
+
+
+def _table_slice(table: torch.Tensor, G: int, which: int) -> torch.Tensor:
+    """pos16 (0), pos64 (1) or pos128 (2), first G entries (the exclusive starts)."""
+    start = G + which * (G + 1)
+    return table[start:start + G]
+
+
+def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=None) -> GroupedFP8Tensor:
+    T, K = x.shape
+    dev = x.device
+    f32 = torch.float32
+    token = scaling == "token"
+    table = _table(G, dev)
+    g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
+    row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
+    gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
+    W = reference.wgrad_width(T, G)
+    q_row = sinv_row = q_col = sinv_col = None
+    if rowwise:
+        q_row = _q._empty((T, K), torch.uint8, dev)
+        sinv_row = _q._empty((T,) if token else (G,), f32, dev)
+    if columnwise:
+        q_col = _q._empty((K, W), torch.uint8, dev)
+        sinv_col = _q._empty((G, K) if token else (G,), f32, dev)
+    _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(
+        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
+        _q._p(gcol_amax), _q._p(q_row), _q._p(sinv_row), _q._p(q_col), W, _q._p(sinv_col), _q._stream(dev))
+    e4m3 = torch.float8_e4m3fn
+    col = None
+    if columnwise:
+        col = GroupedFP8Tensor(q_col.view(e4m3), sinv_col, offsets, (T, K), scaling, x.dtype, layout="wgrad")
+    return GroupedFP8Tensor(None if q_row is None else q_row.view(e4m3), sinv_row, offsets, (T, K), scaling,
+                            x.dtype, columnwise=col, group_rows=group_rows)
+
+
+def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
+                        group_rows=None) -> GroupedNVFP4Tensor:
+    T, K = x.shape
+    dev = x.device
+    f32 = torch.float32
+    token = scaling == "token"
+    table = _table(G, dev)
+    g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
+    row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
+    gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
+    W = reference.wgrad_width(T, G)
+    cb = reference.wgrad_scale_cols(T, G)
+    q_row = s_row = a_row = q_col = s_col = a_col = None
+    if rowwise:
+        _, cp = reference.swizzled_size(1, K // NVFP4.block_size)
+        q_row = _q._empty((T, K // 2), torch.uint8, dev)
+        s_row = _q._empty((scale_rows * cp,), torch.uint8, dev)
+        a_row = _q._empty((T,) if token else (G,), f32, dev)
+    if columnwise:
+        rp = -(-K // 128) * 128
+        q_col = _q._empty((K, W // 2), torch.uint8, dev)
+        s_col = _q._empty((rp * cb,), torch.uint8, dev)
+        a_col = _q._empty((G, K) if token else (G,), f32, dev)
+    _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(
+        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
+        _q._p(gcol_amax), _q._p(q_row), _q._p(s_row), scale_rows, _q._p(a_row), _q._p(q_col), W, _q._p(s_col), cb,
+        _q._p(a_col), _q._stream(dev))
+    e4m3 = torch.float8_e4m3fn
+    col = None
+    if columnwise:
+        col = GroupedNVFP4Tensor(q_col, s_col.view(e4m3), _table_slice(table, G, 1) // 16, a_col,
+                                 gcol_amax if token else g_amax, offsets, (T, K), scaling, x.dtype, layout="wgrad")
+    if not rowwise:
+        return GroupedNVFP4Tensor(None, None, None, None, None, offsets, (T, K), scaling, x.dtype,
+                                  scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
+    return GroupedNVFP4Tensor(q_row, s_row.view(e4m3), _table_slice(table, G, 2), a_row,
+                              row_amax if token else g_amax, offsets, (T, K), scaling, x.dtype,
+                              scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
+
+
+def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
+    T, K = x.shape
+    dev = x.device
+    table = _table(G, dev)
+    scale_rows = reference.grouped_scale_rows(T, G)
+    _, cp = reference.swizzled_size(1, K // MXFP8.block_size)
+    q = _q._empty((T, K), torch.uint8, dev)
+    s = _q._empty((scale_rows * cp,), torch.uint8, dev)
+    _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(
+        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), q.data_ptr(), s.data_ptr(), scale_rows,
+        _q._stream(dev))
+    return GroupedMXFP8(q.view(torch.float8_e4m3fn), s, _table_slice(table, G, 2), offsets)
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+
+def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
+                         rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
+    """Quantize the G groups of x to FP8 e4m3 with current scaling (NUMERICS 7), in one pass.
+
+    x: contiguous bf16/fp16/fp32 [T, K], rows sorted by group, K % 16 == 0.
+    offsets: int32 [G] on x's device, cumulative row ends (see the module notes: clamped on the
+      device, never read on the host; CUDA-graph capturable).
+    scaling: "tensor": one amax / scale per group (both copies); "token": per row for the
+      rowwise copy, per column of x within each group for the columnwise copy.
+    rowwise: data float8_e4m3fn [T, K], scale_inv fp32 [G] ("tensor") or [T] ("token").
+    columnwise: `.columnwise` in THE WGRAD LAYOUT: data [K, W], W = ceil((T + 15 G)/16)*16, group
+      g's tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16, zero padding;
+      scale_inv [G] or [G, K].
+    Returns a GroupedFP8Tensor. Both copies come straight off one quantize pass, e.g.:
+
+      xq = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
+      y = scalemm.grouped_gemm(xq.data, w_fp8, offsets, xq.scale_inv, w_scale_inv)   # fprop
+      dyq = scalemm.quantize_fp8_grouped(dy, offsets, rowwise=False, columnwise=True)
+      dw = scalemm.grouped_gemm_wgrad(dyq.columnwise.data, xq.columnwise.data, offsets,
+                                      dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
+    """
+    G = _check_grouped_args(x, offsets, 16, scaling, rowwise, columnwise)
+    if _q._on_cuda(x):
+        with _q._on_device(x.device):
+            return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise)
+    return reference.quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
+def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
+                           rowwise: bool = True, columnwise: bool = False) -> GroupedNVFP4Tensor:
+    """Quantize the G groups of x to NVFP4 (NUMERICS 2, 3, 5) in one pass per copy.
+
+    x: contiguous bf16/fp16/fp32 [T, K], rows sorted by group, K % 16 == 0. offsets: as
+      quantize_fp8_grouped.
+    scaling: "tensor": one global scale per group (alpha, amax [G]); "token": per row (rowwise:
+      [T]) and per (group, column of x) (columnwise: [G, K]).
+    Rowwise: qdata uint8 [T, K/2]; scales float8_e4m3fn swizzled and grouped along M: group g's
+      scale rows start at sf_offsets[g] = sum_{j<g} ceil(m_j/128)*128 (int32 [G], computed on the
+      device and stored in the container); buffer (ceil(T/128)*128 + 128 G) x Cp bytes (a
+      host-known bound), every unused or padding byte zero.
+    Columnwise (`.columnwise`, layout "wgrad"): qdata [K, W/2] (tokens packed along the wgrad
+      layout, blocks of 16 along tokens); scales grouped along K: group g's K x ceil(m_g/16)
+      matrix padded to ceil(K/128)*128 rows and ceil(m_g/64)*4 columns, swizzled on its own at
+      byte Rp * sf_offsets[g] (sf_offsets[g] = sum_{j<g} ceil(m_j/64)*4); buffer
+      Rp * 4*ceil((T + 63 G)/64) bytes, unused bytes zero.
+    """
+    G = _check_grouped_args(x, offsets, NVFP4.block_size, scaling, rowwise, columnwise)
+    T = x.shape[0]
+    if _q._on_cuda(x):
+        with _q._on_device(x.device):
+            return _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise,
+                                       reference.grouped_scale_rows(T, G))
+    return reference.quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
+def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: bool = True) -> GroupedMXFP8:
+    """Quantize the G groups of x to MXFP8 (NUMERICS 6), rowwise, scales grouped along M at the
+    same sf_offsets rule as NVFP4. x: contiguous [T, K], K % 32 == 0. Returns GroupedMXFP8."""
+    if rowwise is not True:
+        raise ValueError("quantize_mxfp8_grouped produces the rowwise copy only: 'rowwise' must be True")
+    G = _check_grouped_args(x, offsets, MXFP8.block_size)
+    if _q._on_cuda(x):
+        with _q._on_device(x.device):
+            return _mxfp8_grouped_cuda(x, offsets, G)
+    return GroupedMXFP8(*reference.quantize_mxfp8_grouped(x, offsets), offsets)
+
+
+def _check_stacked(w, block: int, scaling) -> None:
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"'w' must be a torch.Tensor, got {type(w).__name__}")
+    if w.dtype not in INPUT_DTYPES:
+        raise TypeError(f"'w' must be bfloat16, float16 or float32, got {w.dtype}")
+    if w.dim() != 3:
+        raise ValueError(f"'w' must be 3-D [E, N, K] (stacked expert weights), got shape {tuple(w.shape)}")
+    if not w.is_contiguous():
+        raise ValueError("'w' must be contiguous (call .contiguous() first)")
+    if w.numel() == 0:
+        raise ValueError(f"'w' must not be empty, got shape {tuple(w.shape)}")
+    _q._check_scaling(scaling)
+    _q._check_multiple(w.shape[2], block, "K (last dim)")
+
+
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedFP8Tensor:
+    """Stacked expert weights w [E, N, K] as E independent FP8 tensors, one launch sequence.
+
+    scaling "tensor": one scale per expert; "token": one per output channel (row of each expert).
+    Returns a GroupedFP8Tensor with group_rows = N: data [E*N, K] (data.view(E, N, K) is what
+    scalemm.grouped_gemm takes as b), scale_inv [E] or [E*N] (view(E, N) for scale_b).
+    """
+    _check_stacked(w, 16, scaling)
+    E, N, K = w.shape
+    w2 = w.reshape(E * N, K)
+    offsets = torch.arange(1, E + 1, dtype=torch.int32, device=w.device) * N
+    _check_offsets(offsets, w2)
+    if _q._on_cuda(w2):
+        with _q._on_device(w.device):
+            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, False, group_rows=N)
+    return reference.quantize_fp8_stacked(w, scaling=scaling)
+
+
+def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedNVFP4Tensor:
+    """Stacked expert weights w [E, N, K] as E independent NVFP4 tensors, one launch sequence.
+
+    Global scale per expert ("tensor": alpha/amax [E]) or per output channel ("token": [E*N]).
+    qdata [E*N, K/2]; scales batched (NUMERICS 5): expert e's Rp x Cp swizzled block (Rp =
+    ceil(N/128)*128) at byte e * Rp * Cp, i.e. scales.view(E, Rp * Cp)[e] is exactly what
+    quantize_nvfp4(w[e]) gives. group_rows = N, scale_rows = E * Rp.
+    """
+    _check_stacked(w, NVFP4.block_size, scaling)
+    E, N, K = w.shape
+    w2 = w.reshape(E * N, K)
+    offsets = torch.arange(1, E + 1, dtype=torch.int32, device=w.device) * N
+    _check_offsets(offsets, w2)
+    if _q._on_cuda(w2):
+        with _q._on_device(w.device):
+            return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, E * (-(-N // 128) * 128),
+                                       group_rows=N)
+    return reference.quantize_nvfp4_stacked(w, scaling=scaling)
+
+
+def _check_channels(channels, K: int):
+    if isinstance(channels, torch.Tensor):
+        if channels.dtype not in (torch.int32, torch.int64) or channels.dim() != 1 or channels.numel() == 0:
+            raise ValueError("'channels' must be a non-empty 1-D int32/int64 tensor of channel indices")
+        return channels
+    try:
+        idx = [int(c) for c in channels]
+    except (TypeError, ValueError):
+        raise TypeError("'channels' must be a sequence of ints or an integer tensor") from None
+    if not idx or any(c < 0 or c >= K for c in idx):
+        raise ValueError(f"'channels' must be non-empty with every index in [0, {K})")
+    return idx
+
+
+def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
+    """w [N, K] -> [w | w[:, channels] | 0] of shape [N, K + ceil(K_e/16)*16] (w's dtype): the
+    weight that matches quantize_nvfp4_residual(x, channels). Quantize it as usual."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise ValueError("'w' must be a 2-D tensor [N, K]")
+    return reference.prepare_residual_weight(w, _check_channels(channels, w.shape[1]))
+
+
+def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor") -> NVFP4Tensor:
+    """Residual NVFP4 (NUMERICS 10, ARCQuant-style) in scalemm's layout.
+
+    x: contiguous [M, K], K % 16 == 0. channels: the K_e residual channels (e.g. the top-|x|
+    channels), a sequence or int tensor. Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' =
+    ceil(K_e/16)*16: columns [0, K) are Q(x), columns K + i hold Q(r)[:, channels[i]] with
+    r = x - dequant(Q(x)) in fp32, the rest zero. The residual uses x's own amax (same alpha), so
+      gemm(Q'(x), Q(prepare_residual_weight(w, channels)))  ~=  Q(x) W^T + Q(r_e) W_e^T
+    in one GEMM. On CUDA it is quantize_nvfp4 twice plus torch ops (bit-identical to
+    scalemm.reference.quantize_nvfp4_residual).
+    """
+    _check_x(x)
+    _q._check_scaling(scaling)
+    M, K = x.shape
+    _q._check_multiple(K, NVFP4.block_size, "K (last dim)")
+    idx = _check_channels(channels, K)
+    q, r_e, ke = reference._residual_parts(x, idx, scaling, _q.quantize_nvfp4)
+    q2 = _q.quantize_nvfp4(r_e, scaling=scaling, amax=q.amax)
+    return reference._residual_combine(q, q2, M, K, ke, x.dtype)

@@ -1,0 +1,402 @@
+"""scalemm grouped / stacked / residual quantization: argument validation and the CPU (reference)
+path. No GPU needed.
+
+Validation runs before the CPU/CUDA dispatch, so these errors are the ones a CUDA caller gets too,
+before any kernel is built or launched (checked by making both paths raise if they are reached).
+The CPU results are checked against independent constructions: the single-tensor quantizers on
+each group's rows, grouped.pad_groups_transposed for the wgrad layout, hand-computed offsets.
+"""
+import pytest
+import torch
+
+import scalemm
+import scalemm.quantize_grouped as sqg
+from scalemm import reference as ref
+from scalemm.grouped import pad_groups_transposed
+
+GROUPED = [scalemm.quantize_fp8_grouped, scalemm.quantize_nvfp4_grouped, scalemm.quantize_mxfp8_grouped]
+
+
+def x_(T=40, K=64, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, K, generator=g) * torch.exp(torch.randn(T, K, generator=g))).to(dtype)
+
+
+def offs(*ends):
+    return torch.tensor(ends, dtype=torch.int32)
+
+
+@pytest.fixture
+def no_dispatch(monkeypatch):
+    """Make the reference and the CUDA launchers raise: a validation error must come first."""
+    def boom(*a, **k):
+        raise AssertionError("dispatched before validation finished")
+    for name in ("quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped",
+                 "quantize_fp8_stacked", "quantize_nvfp4_stacked"):
+        monkeypatch.setattr(ref, name, boom)
+    monkeypatch.setattr(sqg, "_launcher", boom)
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", GROUPED)
+def test_x_validation(fn, no_dispatch):
+    o = offs(10, 40)
+    with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
+        fn([[1.0] * 64], o)
+    with pytest.raises(TypeError, match="'x' must be bfloat16, float16 or float32"):
+        fn(torch.zeros(40, 64, dtype=torch.float64), o)
+    with pytest.raises(ValueError, match="'x' must be 2-D"):
+        fn(torch.zeros(2, 20, 64, dtype=torch.bfloat16), o)
+    with pytest.raises(ValueError, match="'x' must be 2-D"):
+        fn(torch.zeros(64, dtype=torch.bfloat16), o)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        fn(x_(64, 64).t(), o)
+    with pytest.raises(ValueError, match="must not be empty"):
+        fn(torch.zeros(0, 64, dtype=torch.bfloat16), o)
+
+
+@pytest.mark.parametrize("fn", GROUPED)
+def test_offsets_validation(fn, no_dispatch):
+    x = x_()
+    with pytest.raises(TypeError, match="'offsets' must be a torch.Tensor"):
+        fn(x, [10, 40])
+    with pytest.raises(TypeError, match="'offsets' must be int32"):
+        fn(x, torch.tensor([10, 40]))  # int64
+    with pytest.raises(TypeError, match="'offsets' must be int32"):
+        fn(x, torch.tensor([10.0, 40.0]))
+    with pytest.raises(ValueError, match=r"'offsets' must be 1-D \[G\]"):
+        fn(x, offs(10, 40).view(1, 2))
+    with pytest.raises(ValueError, match=r"'offsets' must be 1-D \[G\] with G >= 1"):
+        fn(x, torch.zeros(0, dtype=torch.int32))
+    with pytest.raises(ValueError, match="'offsets' is on meta but 'x' is on cpu"):
+        fn(x, torch.empty(2, dtype=torch.int32, device="meta"))
+    with pytest.raises(ValueError, match="'offsets' must be contiguous"):
+        fn(x, offs(10, 0, 40, 0)[::2])
+
+
+def test_k_multiple_and_flags(no_dispatch):
+    o = offs(10, 40)
+    with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 16, got 40"):
+        scalemm.quantize_fp8_grouped(x_(40, 40), o)
+    with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 16, got 24"):
+        scalemm.quantize_nvfp4_grouped(x_(40, 24), o)
+    with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 32, got 48"):
+        scalemm.quantize_mxfp8_grouped(x_(40, 48), o)
+    for fn in (scalemm.quantize_fp8_grouped, scalemm.quantize_nvfp4_grouped):
+        with pytest.raises(ValueError, match="'scaling' must be one of"):
+            fn(x_(), o, scaling="row")
+        with pytest.raises(ValueError, match="'scaling' must be one of"):
+            fn(x_(), o, scaling="group")
+        with pytest.raises(ValueError, match="at least one of 'rowwise' and 'columnwise'"):
+            fn(x_(), o, rowwise=False)
+        with pytest.raises(TypeError, match="'columnwise' must be a bool"):
+            fn(x_(), o, columnwise=1)
+    with pytest.raises(ValueError, match="rowwise copy only"):
+        scalemm.quantize_mxfp8_grouped(x_(), o, rowwise=False)
+
+
+def test_stacked_validation(no_dispatch):
+    for fn in (scalemm.quantize_fp8_stacked, scalemm.quantize_nvfp4_stacked):
+        with pytest.raises(ValueError, match=r"'w' must be 3-D \[E, N, K\]"):
+            fn(x_())
+        with pytest.raises(ValueError, match="'w' must be contiguous"):
+            fn(x_(64, 64).view(4, 16, 64).transpose(1, 2))
+        with pytest.raises(TypeError, match="'w' must be bfloat16"):
+            fn(torch.zeros(2, 16, 64, dtype=torch.int8))
+        with pytest.raises(ValueError, match="multiple of 16"):
+            fn(torch.zeros(2, 16, 40, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="'scaling' must be one of"):
+            fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), scaling="expert")
+
+
+def test_residual_validation():
+    with pytest.raises(ValueError, match="'channels' must be non-empty"):
+        scalemm.quantize_nvfp4_residual(x_(), [])
+    with pytest.raises(ValueError, match=r"in \[0, 64\)"):
+        scalemm.quantize_nvfp4_residual(x_(), [3, 64])
+    with pytest.raises(TypeError, match="'channels' must be a sequence of ints"):
+        scalemm.quantize_nvfp4_residual(x_(), "abc")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        scalemm.quantize_nvfp4_residual(x_(32, 40), [1])
+    with pytest.raises(ValueError, match="'w' must be a 2-D tensor"):
+        scalemm.prepare_residual_weight(torch.zeros(2, 3, 4), [1])
+
+
+def test_container_validation():
+    o = offs(10, 40)
+    d = torch.zeros(40, 64, dtype=torch.float8_e4m3fn)
+    scalemm.GroupedFP8Tensor(d, torch.ones(2), o, (40, 64), "tensor", torch.bfloat16)  # fine
+    with pytest.raises(ValueError, match=r"'scale_inv' must have shape \(2,\)"):
+        scalemm.GroupedFP8Tensor(d, torch.ones(40), o, (40, 64), "tensor", torch.bfloat16)
+    with pytest.raises(ValueError, match=r"'data' must have shape \(64, 80\)"):  # W = ceil((40 + 2*15)/16)*16
+        scalemm.GroupedFP8Tensor(torch.zeros(64, 40, dtype=torch.float8_e4m3fn), torch.ones(2), o, (40, 64),
+                                 "tensor", torch.bfloat16, layout="wgrad")
+    with pytest.raises(ValueError, match="'layout' must be one of"):
+        scalemm.GroupedFP8Tensor(d, torch.ones(2), o, (40, 64), "tensor", torch.bfloat16, layout="cols")
+    with pytest.raises(TypeError, match="'offsets' must be a non-empty 1-D int32"):
+        scalemm.GroupedFP8Tensor(d, torch.ones(2), o.long(), (40, 64), "tensor", torch.bfloat16)
+    q = scalemm.quantize_nvfp4_grouped(x_(), o)
+    with pytest.raises(ValueError, match="'scales' must have shape"):
+        scalemm.GroupedNVFP4Tensor(q.qdata, q.scales[:-4], q.sf_offsets, q.alpha, q.amax, o, (40, 64), "tensor",
+                                   torch.bfloat16)
+    with pytest.raises(ValueError, match="rowwise fields must be all set or all None"):
+        scalemm.GroupedNVFP4Tensor(q.qdata, None, q.sf_offsets, q.alpha, q.amax, o, (40, 64), "tensor",
+                                   torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# layout helpers
+# ---------------------------------------------------------------------------
+
+def test_offsets_helpers():
+    o = offs(0, 17, 17, 150, 290)
+    assert ref.sf_offsets(o).tolist() == [0, 0, 128, 128, 384]
+    assert ref.wgrad_column_offsets(o, 300).tolist() == [0, 0, 32, 32, 176, 320]
+    assert ref.wgrad_width(300, 5) == 384
+    assert ref.grouped_scale_rows(300, 5) == 384 + 640
+    assert ref.wgrad_scale_cols(300, 5) == 4 * 10
+    # bad offsets: clamped into [0, T], made non-decreasing
+    s, e = ref.group_bounds(offs(100, 50, 300, -4, 1000), 250)
+    assert e.tolist() == [100, 100, 250, 250, 250] and s.tolist() == [0, 100, 100, 250, 250]
+    assert ref.sf_offsets(offs(100, 50, 300), 250).tolist() == [0, 128, 128]
+    # the grouped.py helper agrees on valid offsets
+    assert ref.wgrad_column_offsets(o, 290).tolist() == scalemm.grouped.wgrad_column_starts(o).tolist()
+
+
+# ---------------------------------------------------------------------------
+# CPU path results
+# ---------------------------------------------------------------------------
+
+SIZES = [[40], [0, 1, 0, 15, 16, 17, 0, 129, 1, 0], [7] * 9, [0, 0, 200]]
+
+
+def _bounds(sizes):
+    ends = torch.cumsum(torch.tensor(sizes), 0).tolist()
+    return [(ends[g - 1] if g else 0, ends[g]) for g in range(len(sizes))]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_cpu_matches_single_tensor(sizes, scaling):
+    T = sum(sizes)
+    x = x_(T, 96, seed=len(sizes))
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    q = scalemm.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+    assert isinstance(q, scalemm.GroupedFP8Tensor) and q.columnwise.layout == "wgrad"
+    assert q.columnwise.data.shape == (96, ref.wgrad_width(T, len(sizes)))
+    p16 = ref.wgrad_column_offsets(o, T).tolist()
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        if e == s:
+            assert q.scale_inv[g].item() == 1.0 if scaling == "tensor" else True
+            continue
+        single = scalemm.quantize_fp8(x[s:e], scaling=scaling)
+        assert torch.equal(q.data[s:e].view(torch.uint8), single.data.view(torch.uint8))
+        assert torch.equal(q.scale_inv[g] if scaling == "tensor" else q.scale_inv[s:e], single.scale_inv)
+        if scaling == "token":  # columnwise: per column of x within the group
+            colq = ref.quantize_fp8(x[s:e].t().contiguous(), scaling="token")
+            assert torch.equal(q.columnwise.scale_inv[g], colq.scale_inv)
+            assert torch.equal(q.columnwise.data[:, p16[g]:p16[g] + e - s].view(torch.uint8),
+                               colq.data.view(torch.uint8))
+    if scaling == "tensor":  # same scale for both copies: the wgrad copy is the padded transpose
+        W = q.columnwise.data.shape[1]
+        assert torch.equal(q.columnwise.data.view(torch.uint8), pad_groups_transposed(q.data.view(torch.uint8), o, W))
+    # padding columns of the wgrad layout are zero
+    used = torch.zeros(q.columnwise.data.shape[1], dtype=torch.bool)
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        used[p16[g]:p16[g] + e - s] = True
+    assert torch.count_nonzero(q.columnwise.data.view(torch.uint8)[:, ~used]) == 0
+    # dequantize: both copies close to x
+    xf = x.float()
+    assert ((q.dequantize() - xf).norm() / xf.norm()) < 0.05
+    assert ((q.columnwise.dequantize() - xf.t()).norm() / xf.norm()) < 0.05
+
+
+def test_fp8_rows_past_last_group_and_bad_offsets():
+    x = x_(50, 32, seed=3)
+    q = scalemm.quantize_fp8_grouped(x, offs(10, 5, 30), scaling="token", columnwise=True)
+    assert torch.count_nonzero(q.data[30:].view(torch.uint8)) == 0
+    assert torch.equal(q.scale_inv[30:], torch.ones(20))
+    assert torch.count_nonzero(q.data[:30].view(torch.uint8)) > 0
+    # group 1 (offset 5 < 10) is empty after the clamp
+    assert torch.equal(q.columnwise.scale_inv[1], torch.ones(32))
+    q2 = scalemm.quantize_fp8_grouped(x, offs(10, 10, 30), scaling="token", columnwise=True)
+    assert torch.equal(q.columnwise.data.view(torch.uint8), q2.columnwise.data.view(torch.uint8))
+    big = scalemm.quantize_fp8_grouped(x, offs(-3, 10_000))  # clamped: [0, 0), [0, 50)
+    assert torch.equal(big.scale_inv[0], torch.tensor(1.0))
+    assert torch.equal(big.scale_inv[1], scalemm.quantize_fp8(x).scale_inv)
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_cpu_matches_single_tensor(sizes, scaling):
+    T, K = sum(sizes), 64
+    G = len(sizes)
+    x = x_(T, K, seed=10 + len(sizes))
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    q = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True)
+    assert q.sf_offsets.dtype == torch.int32
+    assert q.sf_offsets.tolist() == ref.sf_offsets(o).tolist()
+    raw = q.scales.view(torch.uint8)
+    assert raw.numel() == ref.grouped_scale_rows(T, G) * 4
+    used = torch.zeros_like(raw, dtype=torch.bool)
+    craw = q.columnwise.scales.view(torch.uint8)
+    cused = torch.zeros_like(craw, dtype=torch.bool)
+    rp = 128
+    p16 = ref.wgrad_column_offsets(o, T).tolist()
+    csf = q.columnwise.sf_offsets.tolist()
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        m = e - s
+        if m == 0:
+            continue
+        single = scalemm.quantize_nvfp4(x[s:e], scaling=scaling, amax=None if scaling == "token" else q.amax[g])
+        assert torch.equal(q.qdata[s:e], single.qdata)
+        base = q.sf_offsets[g].item() * 4
+        n = single.scales.numel()
+        assert torch.equal(raw[base:base + n], single.scales.view(torch.uint8))
+        used[base:base + n] = True
+        if scaling == "tensor":
+            assert torch.equal(q.amax[g], x[s:e].float().abs().amax())
+            assert torch.equal(q.alpha[g], single.alpha)
+        # columnwise: the group's tokens, zero-padded to 16, quantized as x_g.T
+        m16 = -(-m // 16) * 16
+        xt = torch.zeros(K, m16)
+        xt[:, :m] = x[s:e].float().t()
+        camax = q.amax[g] if scaling == "tensor" else x[s:e].float().abs().amax(0)
+        cs = scalemm.quantize_nvfp4(xt, scaling=scaling, amax=camax)
+        assert torch.equal(q.columnwise.qdata[:, p16[g] // 2:(p16[g] + m16) // 2], cs.qdata)
+        cb = rp * csf[g]
+        assert torch.equal(craw[cb:cb + cs.scales.numel()], cs.scales.view(torch.uint8))
+        cused[cb:cb + cs.scales.numel()] = True
+    assert torch.count_nonzero(raw[~used]) == 0  # every byte outside the groups' blocks is zero
+    assert torch.count_nonzero(craw[~cused]) == 0
+    xf = x.float()
+    assert ((q.dequantize() - xf).norm() / xf.norm()) < 0.15
+    assert ((q.columnwise.dequantize() - xf.t()).norm() / xf.norm()) < 0.15
+
+
+def test_mxfp8_cpu():
+    sizes = [0, 1, 0, 15, 129, 0, 40]
+    T = sum(sizes)
+    x = x_(T, 96, seed=5)
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    q = scalemm.quantize_mxfp8_grouped(x, o)
+    assert q.sf_offsets.tolist() == ref.sf_offsets(o).tolist()
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        if e > s:
+            single = scalemm.quantize_mxfp8(x[s:e])
+            assert torch.equal(q.data[s:e].view(torch.uint8), single.data.view(torch.uint8))
+            base = q.sf_offsets[g].item() * 4
+            assert torch.equal(q.scales[base:base + single.scales.numel()], single.scales)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_stacked_cpu(scaling):
+    E, N, K = 3, 130, 64
+    w = x_(E * N, K, seed=7).view(E, N, K)
+    q = scalemm.quantize_nvfp4_stacked(w, scaling=scaling)
+    rp, cp = ref.swizzled_size(N, K // 16)
+    assert q.scales.numel() == E * rp * cp and q.group_rows == N and q.scale_rows == E * rp
+    q8 = scalemm.quantize_fp8_stacked(w, scaling=scaling)
+    assert q8.group_rows == N and q8.data.shape == (E * N, K)
+    for e in range(E):
+        single = scalemm.quantize_nvfp4(w[e], scaling=scaling)
+        assert torch.equal(q.scales.view(E, rp * cp)[e].view(torch.uint8), single.scales.view(torch.uint8))
+        assert torch.equal(q.qdata.view(E, N, K // 2)[e], single.qdata)
+        a = q.alpha[e] if scaling == "tensor" else q.alpha.view(E, N)[e]
+        assert torch.equal(a, single.alpha)
+        s8 = scalemm.quantize_fp8(w[e], scaling=scaling)
+        assert torch.equal(q8.data.view(E, N, K)[e].view(torch.uint8), s8.data.view(torch.uint8))
+        assert torch.equal(q8.scale_inv[e] if scaling == "tensor" else q8.scale_inv.view(E, N)[e], s8.scale_inv)
+
+
+def test_containers_to_and_repr():
+    o = offs(10, 40)
+    q = scalemm.quantize_nvfp4_grouped(x_(), o, columnwise=True)
+    assert "GroupedNVFP4Tensor(shape=(40, 64), groups=2" in repr(q)
+    q2 = q.to("cpu")
+    assert torch.equal(q2.qdata, q.qdata) and q2.columnwise.layout == "wgrad"
+    f = scalemm.quantize_fp8_grouped(x_(), o, rowwise=False, columnwise=True)
+    assert f.data is None and f.columnwise is not None and "rowwise=False" in repr(f)
+    with pytest.raises(ValueError, match="no rowwise copy"):
+        f.dequantize()
+
+
+# ---------------------------------------------------------------------------
+# residual NVFP4 (NUMERICS 10)
+# ---------------------------------------------------------------------------
+
+def _outlier_input(M=128, K=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g)
+    hot = torch.randperm(K, generator=g)[:12]
+    x[:, hot] *= 30  # a few outlier channels, as in LLM activations
+    return x.to(torch.bfloat16), hot
+
+
+def _sqnr_db(approx, exact):
+    return (10 * torch.log10(exact.pow(2).sum() / (approx - exact).pow(2).sum())).item()
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_residual_layout_roundtrip(scaling):
+    x, _ = _outlier_input()
+    M, K = x.shape
+    channels = x.float().abs().amax(0).topk(20).indices  # K_e = 20 -> padded to 32
+    q = scalemm.quantize_nvfp4_residual(x, channels, scaling=scaling)
+    assert q.shape == (M, K + 32)
+    main = scalemm.quantize_nvfp4(x, scaling=scaling)
+    # the first K columns are Q(x) exactly (codes, scales, alpha)
+    assert torch.equal(q.qdata[:, :K // 2], main.qdata)
+    s_all = ref.unswizzle_scales(q.scales, M, (K + 32) // 16).view(torch.uint8)
+    assert torch.equal(s_all[:, :K // 16], ref.unswizzle_scales(main.scales, M, K // 16).view(torch.uint8))
+    assert torch.equal(q.alpha, main.alpha)
+    # the residual columns dequantize to (approximately) x - dequant(Q(x)) on those channels; padding is 0
+    deq = q.dequantize()
+    r = x.float() - main.dequantize()
+    assert torch.count_nonzero(deq[:, K + 20:]) == 0
+    r_e = r[:, channels]
+    err = ((deq[:, K:K + 20] - r_e).norm() / r_e.norm()).item()
+    assert err < 0.2, err
+    # reconstruction: main + residual scattered back is closer to x than main alone
+    recon = main.dequantize().clone()
+    recon[:, channels] += deq[:, K:K + 20]
+    xf = x.float()
+    assert _sqnr_db(recon, xf) > _sqnr_db(main.dequantize(), xf) + 1
+    # on the residual channels themselves the error drops by an order of magnitude
+    assert _sqnr_db(recon[:, channels], xf[:, channels]) > _sqnr_db(main.dequantize()[:, channels], xf[:, channels]) + 10
+    # the public CPU path is the reference
+    want = ref.quantize_nvfp4_residual(x, channels, scaling=scaling)
+    assert torch.equal(q.qdata, want.qdata) and torch.equal(q.scales.view(torch.uint8), want.scales.view(torch.uint8))
+
+
+def test_residual_weight():
+    w = x_(48, 64, seed=2)
+    ch = [5, 0, 63]
+    wp = scalemm.prepare_residual_weight(w, ch)
+    assert wp.shape == (48, 80) and wp.dtype == w.dtype
+    assert torch.equal(wp[:, :64], w) and torch.equal(wp[:, 64:67], w[:, ch])
+    assert torch.count_nonzero(wp[:, 67:]) == 0
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_residual_gemm_sqnr_gain(scaling):
+    """Q(X) W^T + Q(R) W_e^T (one GEMM over K + K_e, W in bf16) is closer to X W^T than Q(X) W^T."""
+    x, _ = _outlier_input(256, 512, seed=4)
+    w = (torch.randn(384, 512, generator=torch.Generator().manual_seed(5)) * 0.05).to(torch.bfloat16)
+    exact = x.double() @ w.double().t()
+    xq = scalemm.quantize_nvfp4(x, scaling=scaling)
+    base = ref.gemm_reference(xq.dequantize(), w.float())
+    # the caller's choice here: the 64 channels (1/8 of K) with the largest quantization error energy
+    channels = (x.float() - xq.dequantize()).pow(2).sum(0).topk(64).indices
+    xr = scalemm.quantize_nvfp4_residual(x, channels, scaling=scaling)
+    res = ref.gemm_reference(xr.dequantize(), scalemm.prepare_residual_weight(w, channels).float())
+    g_base, g_res = _sqnr_db(base.double(), exact), _sqnr_db(res.double(), exact)
+    print(f"residual NVFP4 ({scaling}): GEMM SQNR {g_base:.2f} dB -> {g_res:.2f} dB (+{g_res - g_base:.2f} dB)")
+    assert g_res > g_base + 2.0, (g_base, g_res)
+    # the same single GEMM with folded alphas (the operands as a block-scaled GEMM sees them)
+    folded = ref.gemm_reference(ref.dequantize_nvfp4(xr, apply_alpha=False),
+                                scalemm.prepare_residual_weight(w, channels).float(), xr.alpha, None)
+    assert _sqnr_db(folded.double(), exact) > g_base + 2.0

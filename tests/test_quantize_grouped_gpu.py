@@ -1,0 +1,415 @@
+"""scalemm's grouped (MoE) quantization kernels against the pure-torch reference, bit for bit.
+
+Every comparison is on raw bytes (atol = rtol = 0): FP8 data, FP4 codes, e4m3 / e8m0 scale bytes
+including the zeroed padding of the grouped layouts, the wgrad-layout padding columns, sf_offsets,
+alphas, amaxes and scale_inv (a NaN equals any NaN, other floats compare by bits). Every kernel
+run happens twice, on outputs pre-filled with 0xFF and with 0x00 (scalemm.quantize._poison_byte),
+so an unwritten byte cannot pass.
+
+Run on an sm_90 GPU:  python -m pytest tests/test_quantize_grouped_gpu.py -q
+"""
+import pytest
+import torch
+
+import scalemm
+import scalemm.quantize as sq
+from scalemm import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():  # the conftest skips too; this keeps collection cheap
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+def make_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=False, block=16):
+    """Wide dynamic range, ~4% zero blocks, ~4% blocks scaled by 1e-4 (subnormal e4m3 scales),
+    ~2% by 1e-12 (scales underflow to 0); optional +-Inf/NaN spots."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, generator=g, device="cuda") * torch.exp(torch.randn(M, K, generator=g, device="cuda") * 4)
+    if dtype == torch.float16:
+        x = x.clamp(-60000, 60000) * 1e-3
+    xb = x.view(M, K // block, block)
+    u = torch.rand(M, K // block, generator=g, device="cuda")
+    xb[u < 0.04] = 0
+    xb[(u >= 0.04) & (u < 0.08)] *= 1e-4
+    xb[(u >= 0.08) & (u < 0.10)] *= 1e-12
+    if specials:
+        flat = x.view(-1)
+        idx = torch.randint(0, flat.numel(), (max(3, flat.numel() // 5000),), generator=g, device="cuda")
+        vals = torch.tensor([float("inf"), float("-inf"), float("nan")], device="cuda")
+        flat[idx] = vals[torch.arange(idx.numel(), device="cuda") % 3]
+    return x.to(dtype)
+
+
+def routing_counts(tokens, G, *, topk=2, seed=0, empty=(), ones=(), sizes=None):
+    """Group sizes of a realistic skewed top-k routing: expert popularity ~ exp(1.2 * randn), each
+    token picks topk distinct experts. `empty` groups are forced to 0 tokens, `ones` to 1 token
+    (the difference goes to the largest group). `sizes`: explicit sizes instead."""
+    if sizes is not None:
+        return torch.tensor(sizes, dtype=torch.int64)
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(G, generator=g) * 1.2
+    k = min(topk, G)
+    scores = logits[None, :] + torch.randn(tokens, G, generator=g) * 1.0
+    choice = scores.topk(k, dim=1).indices.reshape(-1)
+    counts = torch.bincount(choice, minlength=G)
+    for e in empty:
+        counts[e] = 0
+    for o in ones:
+        counts[o] = 1
+    total = tokens * k
+    counts[counts.argmax()] += total - counts.sum()
+    assert counts.min() >= 0
+    return counts
+
+
+def offsets_of(counts):
+    return torch.cumsum(counts, 0).to(torch.int32).cuda()
+
+
+# ---------------------------------------------------------------------------
+# comparisons
+# ---------------------------------------------------------------------------
+
+def _bytes(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_same_bytes(got, want, what):
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    got = got.to(want.device)
+    if got.dtype == torch.float32:
+        same = (got.view(torch.int32) == want.view(torch.int32)) | (torch.isnan(got) & torch.isnan(want))
+        bad = (~same).reshape(-1).nonzero().flatten()
+        if bad.numel():
+            i = bad[:8].tolist()
+            raise AssertionError(f"{what}: {bad.numel()} of {same.numel()} floats differ; first at {i}: got "
+                                 f"{got.reshape(-1)[i].tolist()} want {want.reshape(-1)[i].tolist()}")
+        return
+    a, b = _bytes(got), _bytes(want)
+    bad = (a != b).nonzero().flatten()
+    if bad.numel():
+        i = bad[:8].tolist()
+        raise AssertionError(f"{what}: {bad.numel()} of {a.numel()} bytes differ; first at {i}: "
+                             f"got {[hex(v) for v in a[i].tolist()]} want {[hex(v) for v in b[i].tolist()]}")
+
+
+def assert_grouped_fp8_equal(got, want, what="fp8g"):
+    assert got.shape == want.shape and got.scaling == want.scaling and got.layout == want.layout, what
+    assert got.orig_dtype == want.orig_dtype, what
+    assert (got.data is None) == (want.data is None), what
+    if want.data is not None:
+        assert_same_bytes(got.data, want.data, f"{what}.data")
+        assert_same_bytes(got.scale_inv, want.scale_inv, f"{what}.scale_inv")
+    assert (got.columnwise is None) == (want.columnwise is None), f"{what}.columnwise presence"
+    if want.columnwise is not None:
+        assert_grouped_fp8_equal(got.columnwise, want.columnwise, f"{what}.columnwise")
+
+
+def assert_grouped_nvfp4_equal(got, want, what="nvfp4g"):
+    assert got.shape == want.shape and got.scaling == want.scaling and got.layout == want.layout, what
+    assert got.scale_rows == want.scale_rows and got.group_rows == want.group_rows, what
+    assert (got.qdata is None) == (want.qdata is None), what
+    if want.qdata is not None:
+        for f in ("qdata", "scales", "sf_offsets", "alpha", "amax"):
+            assert_same_bytes(getattr(got, f), getattr(want, f), f"{what}.{f}")
+    assert (got.columnwise is None) == (want.columnwise is None), f"{what}.columnwise presence"
+    if want.columnwise is not None:
+        assert_grouped_nvfp4_equal(got.columnwise, want.columnwise, f"{what}.columnwise")
+
+
+def run_poisoned(monkeypatch, fn):
+    """fn() twice, outputs pre-filled with 0xFF and then 0x00; returns both results."""
+    outs = []
+    for byte in (0xFF, 0x00):
+        monkeypatch.setattr(sq, "_poison_byte", byte)
+        outs.append(fn())
+    torch.cuda.synchronize()
+    monkeypatch.setattr(sq, "_poison_byte", None)
+    return outs
+
+
+def check_fp8(monkeypatch, x, offsets, **kw):
+    want = ref.quantize_fp8_grouped(x, offsets, **kw)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_fp8_grouped(x, offsets, **kw)):
+        assert_grouped_fp8_equal(got, want)
+
+
+def check_nvfp4(monkeypatch, x, offsets, **kw):
+    want = ref.quantize_nvfp4_grouped(x, offsets, **kw)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_nvfp4_grouped(x, offsets, **kw)):
+        assert_grouped_nvfp4_equal(got, want)
+
+
+def check_mxfp8(monkeypatch, x, offsets):
+    want = ref.quantize_mxfp8_grouped(x, offsets)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_mxfp8_grouped(x, offsets)):
+        assert_same_bytes(got.data, want[0], "mxfp8g.data")
+        assert_same_bytes(got.scales, want[1], "mxfp8g.scales")
+        assert_same_bytes(got.sf_offsets, want[2], "mxfp8g.sf_offsets")
+
+
+# G, tokens (before top-k), K
+ROUTINGS = [(1, 300, 64), (8, 1000, 4096 + 48), (64, 2048, 7168), (256, 2048, 512)]
+ROW_COL = [(True, False), (True, True), (False, True)]
+
+
+def _case(G, tokens, K, seed):
+    counts = routing_counts(tokens, G, seed=seed, empty=(G // 2,) if G > 2 else (),
+                            ones=(G - 1,) if G > 1 else ())
+    T = int(counts.sum())
+    return make_input(T, K, seed=seed + G), offsets_of(counts)
+
+
+# ---------------------------------------------------------------------------
+# FP8
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("G,tokens,K", ROUTINGS)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rowwise,columnwise", ROW_COL)
+def test_fp8_grouped(monkeypatch, G, tokens, K, scaling, rowwise, columnwise):
+    x, offsets = _case(G, tokens, K, seed=1)
+    check_fp8(monkeypatch, x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
+@pytest.mark.parametrize("sizes", [[1], [15], [129], [0, 1, 0, 15, 16, 17, 0, 129, 1, 1, 255, 0],
+                                   [0, 0, 0, 300], [300, 0, 0, 0], [7] * 40])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_grouped_edges(monkeypatch, sizes, scaling):
+    counts = torch.tensor(sizes)
+    x = make_input(int(counts.sum()), 96, seed=len(sizes))
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_grouped_dtypes_specials(monkeypatch, dtype, scaling):
+    counts = routing_counts(500, 8, seed=3, empty=(2,))
+    x = make_input(int(counts.sum()), 320, dtype, seed=4, specials=True)
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_grouped_bad_offsets(monkeypatch, scaling):
+    """Offsets are clamped into [0, T] and made non-decreasing on the device; rows past the last
+    group get zero data. Same rule as the reference."""
+    T = 400
+    x = make_input(T, 64, seed=8)
+    for offs in ([100, 50, 300, 350], [-5, 120, 10_000, 390], [0, 0, 0, 0], [10, 20, 30, 40], [T + 5] * 3):
+        check_fp8(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling,
+                  columnwise=True)
+
+
+def test_fp8_grouped_columnwise_is_transpose():
+    """Per-group scales: the wgrad copy holds the same bytes as the rowwise copy, transposed."""
+    counts = routing_counts(3000, 16, seed=5, empty=(3, 4))
+    x = make_input(int(counts.sum()), 256, seed=6)
+    offsets = offsets_of(counts)
+    q = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
+    W = q.columnwise.data.shape[1]
+    want = scalemm.grouped.pad_groups_transposed(q.data.view(torch.uint8), offsets, W)
+    assert torch.equal(q.columnwise.data.view(torch.uint8), want)
+
+
+# ---------------------------------------------------------------------------
+# NVFP4
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("G,tokens,K", ROUTINGS)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rowwise,columnwise", ROW_COL)
+def test_nvfp4_grouped(monkeypatch, G, tokens, K, scaling, rowwise, columnwise):
+    x, offsets = _case(G, tokens, K, seed=2)
+    check_nvfp4(monkeypatch, x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
+@pytest.mark.parametrize("sizes", [[1], [15], [129], [0, 1, 0, 15, 16, 17, 0, 129, 1, 1, 255, 0],
+                                   [0, 0, 0, 300], [300, 0, 0, 0], [7] * 40, [64] * 5, [65, 63, 128, 127]])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_grouped_edges(monkeypatch, sizes, scaling):
+    counts = torch.tensor(sizes)
+    x = make_input(int(counts.sum()), 48, seed=len(sizes))
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_grouped_dtypes_specials(monkeypatch, dtype, scaling):
+    counts = routing_counts(500, 8, seed=3, empty=(5,))
+    x = make_input(int(counts.sum()), 4096 + 16, dtype, seed=9, specials=True)
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_grouped_bad_offsets(monkeypatch, scaling):
+    T = 400
+    x = make_input(T, 64, seed=8)
+    for offs in ([100, 50, 300, 350], [-5, 120, 10_000, 390], [0, 0, 0, 0], [10, 20, 30, 40], [T + 5] * 3):
+        check_nvfp4(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling,
+                    columnwise=True)
+
+
+def test_nvfp4_grouped_matches_single_tensor_per_group():
+    """Each group's rows, scales and alpha are what quantize_nvfp4 gives for that group alone."""
+    counts = routing_counts(2000, 8, seed=12, empty=(1,))
+    x = make_input(int(counts.sum()), 512, seed=13)
+    offsets = offsets_of(counts)
+    q = scalemm.quantize_nvfp4_grouped(x, offsets)
+    _, cp = ref.swizzled_size(1, 512 // 16)
+    ends = torch.cumsum(counts, 0).tolist()
+    sf = q.sf_offsets.tolist()
+    for g in range(8):
+        s, e = (ends[g - 1] if g else 0), ends[g]
+        if e == s:
+            continue
+        single = scalemm.quantize_nvfp4(x[s:e].contiguous())
+        assert torch.equal(q.qdata[s:e], single.qdata)
+        n = single.scales.numel()
+        assert torch.equal(q.scales.view(torch.uint8)[sf[g] * cp:sf[g] * cp + n], single.scales.view(torch.uint8))
+        assert torch.equal(q.alpha[g], single.alpha)
+
+
+def test_mxfp8_grouped(monkeypatch):
+    for G, tokens, K in ((1, 300, 64), (8, 1000, 4096 + 32), (64, 2048, 7168)):
+        x, offsets = _case(G, tokens, K, seed=7)
+        check_mxfp8(monkeypatch, x, offsets)
+    counts = torch.tensor([0, 1, 0, 15, 129, 0])
+    check_mxfp8(monkeypatch, make_input(int(counts.sum()), 96, seed=3, specials=True, block=32), offsets_of(counts))
+
+
+# ---------------------------------------------------------------------------
+# stacked expert weights
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 200, 512), (32, 129, 256)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_stacked(monkeypatch, E, N, K, scaling):
+    w = make_input(E * N, K, seed=E + N).view(E, N, K)
+    want = ref.quantize_nvfp4_stacked(w, scaling=scaling)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_nvfp4_stacked(w, scaling=scaling)):
+        assert_grouped_nvfp4_equal(got, want)
+    rp, cp = ref.swizzled_size(N, K // 16)
+    for e in (0, E - 1):  # the batched layout: expert e's block at byte e * Rp * Cp
+        single = scalemm.quantize_nvfp4(w[e], scaling=scaling)
+        assert torch.equal(got.scales.view(E, rp * cp)[e].view(torch.uint8), single.scales.view(torch.uint8))
+        assert torch.equal(got.qdata.view(E, N, K // 2)[e], single.qdata)
+    want8 = ref.quantize_fp8_stacked(w, scaling=scaling)
+    for got8 in run_poisoned(monkeypatch, lambda: scalemm.quantize_fp8_stacked(w, scaling=scaling)):
+        assert_grouped_fp8_equal(got8, want8)
+        assert got8.group_rows == N
+    single8 = scalemm.quantize_fp8(w[E - 1], scaling=scaling)
+    assert torch.equal(got8.data.view(E, N, K)[E - 1].view(torch.uint8), single8.data.view(torch.uint8))
+
+
+# ---------------------------------------------------------------------------
+# residual NVFP4
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_residual_bitexact(scaling):
+    x = make_input(256, 1024, seed=17)
+    channels = x.float().abs().amax(0).topk(40).indices
+    got = scalemm.quantize_nvfp4_residual(x, channels, scaling=scaling)
+    want = ref.quantize_nvfp4_residual(x.cpu(), channels.cpu(), scaling=scaling)
+    for f in ("qdata", "scales", "alpha", "amax"):
+        assert_same_bytes(getattr(got, f), getattr(want, f), f"residual.{f}")
+
+
+# ---------------------------------------------------------------------------
+# CUDA graphs: no host sync, new offsets on every replay
+# ---------------------------------------------------------------------------
+
+def test_graph_capture_new_offsets():
+    G, K = 16, 512
+    T = 2048
+    x = make_input(T, K, seed=31)
+    offsets = offsets_of(routing_counts(T // 2, G, seed=0))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (JIT build) outside the capture
+        scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
+        scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
+        scalemm.quantize_mxfp8_grouped(x, offsets)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        f8 = scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
+        f8t = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
+        nv = scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
+        mx = scalemm.quantize_mxfp8_grouped(x, offsets)
+    for seed, empty in ((1, ()), (2, (0, 5, 15)), (3, (1,))):
+        offsets.copy_(offsets_of(routing_counts(T // 2, G, seed=seed, empty=empty)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_grouped_fp8_equal(f8, ref.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True))
+        assert_grouped_fp8_equal(f8t, ref.quantize_fp8_grouped(x, offsets, columnwise=True))
+        assert_grouped_nvfp4_equal(nv, ref.quantize_nvfp4_grouped(x, offsets, columnwise=True))
+        want = ref.quantize_mxfp8_grouped(x, offsets)
+        assert_same_bytes(mx.scales, want[1], "mxfp8g.scales")
+        assert_same_bytes(mx.data, want[0], "mxfp8g.data")
+
+
+# ---------------------------------------------------------------------------
+# the quantized copies feed scalemm's grouped GEMMs directly
+# ---------------------------------------------------------------------------
+
+def _rel_err(got, want):
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_wgrad_gemm_from_columnwise(scaling):
+    G, N, K = 8, 256, 512
+    counts = routing_counts(1500, G, seed=41, empty=(3,), ones=(6,))
+    T = int(counts.sum())
+    offsets = offsets_of(counts)
+    dy = torch.randn(T, N, device="cuda").to(torch.bfloat16)
+    x = torch.randn(T, K, device="cuda").to(torch.bfloat16)
+    dyq = scalemm.quantize_fp8_grouped(dy, offsets, scaling=scaling, rowwise=False, columnwise=True)
+    xq = scalemm.quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=False, columnwise=True)
+    dw = scalemm.grouped_gemm_wgrad(dyq.columnwise.data, xq.columnwise.data, offsets,
+                                    dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
+    dy_t = dyq.columnwise.dequantize()  # [N, T], exact dequant (fp32)
+    x_t = xq.columnwise.dequantize()    # [K, T]
+    ends = torch.cumsum(counts, 0).tolist()
+    for g in range(G):
+        s, e = (ends[g - 1] if g else 0), ends[g]
+        want = dy_t[:, s:e].double() @ x_t[:, s:e].double().t()
+        if e == s:
+            assert torch.count_nonzero(dw[g]) == 0
+            continue
+        err = _rel_err(dw[g], want)
+        assert err <= 4e-3, f"group {g} ({e - s} tokens): rel err {err:.2e}"
+    # and the quantization itself is close to the bf16 product (sanity of the scales' roles)
+    g = int(counts.argmax())
+    s, e = (ends[g - 1] if g else 0), ends[g]
+    bf = dy[s:e].double().t() @ x[s:e].double()
+    assert _rel_err(dw[g], bf) < 0.08
+
+
+def test_fprop_gemm_from_rowwise():
+    G, N, K = 8, 256, 512
+    counts = routing_counts(1500, G, seed=43, empty=(2,))
+    T = int(counts.sum())
+    offsets = offsets_of(counts)
+    x = torch.randn(T, K, device="cuda").to(torch.bfloat16)
+    w = torch.randn(G, N, K, device="cuda").to(torch.bfloat16)
+    xq = scalemm.quantize_fp8_grouped(x, offsets)
+    wq = scalemm.quantize_fp8_stacked(w, scaling="token")
+    y = scalemm.grouped_gemm(xq.data, wq.data.view(G, N, K), offsets, xq.scale_inv, wq.scale_inv.view(G, N))
+    xd = xq.dequantize()
+    wd = wq.dequantize().view(G, N, K)
+    ends = torch.cumsum(counts, 0).tolist()
+    for g in range(G):
+        s, e = (ends[g - 1] if g else 0), ends[g]
+        if e > s:
+            assert _rel_err(y[s:e], xd[s:e].double() @ wd[g].double().t()) <= 4e-3
