@@ -79,7 +79,8 @@ def kernel_set(name: str):
     quant = []
     if name in ("default", "tests", "all"):
         from .quantize import kernel_specs as quant_specs
-        quant = list(quant_specs())
+        from .quantize_grouped import kernel_specs as grouped_quant_specs
+        quant = list(quant_specs()) + list(grouped_quant_specs())
     return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant
 
 

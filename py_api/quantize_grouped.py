@@ -101,11 +101,19 @@ def _check_grouped_args(x, offsets, block: int, scaling=None, rowwise=True, colu
 # the CUDA path
 # ---------------------------------------------------------------------------
 
+def _spec(dtype: torch.dtype) -> KernelSpec:
+    return KernelSpec(name=f"quant_grouped_{str(dtype).split('.')[-1]}", template="quant_grouped.cu",
+                      params={"IN_T": _q._CXX_TYPES[dtype]}, cutlass=False)
+
+
+def kernel_specs():
+    """The grouped quantization libraries (one per input dtype), for `python -m scalemm build`."""
+    return [_spec(dtype) for dtype in _q._CXX_TYPES]
+
+
 @functools.lru_cache(maxsize=None)
 def _launcher(dtype: torch.dtype, name: str):
-    spec = KernelSpec(name=f"quant_grouped_{str(dtype).split('.')[-1]}", template="quant_grouped.cu",
-                      params={"IN_T": _q._CXX_TYPES[dtype]}, cutlass=False)
-    return build(spec).function(name, _ARGTYPES[name])
+    return build(_spec(dtype)).function(name, _ARGTYPES[name])
 
 
 def _table(G: int, device) -> torch.Tensor:
