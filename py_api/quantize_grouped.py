@@ -116,9 +116,10 @@ def _launcher(dtype: torch.dtype, name: str):
     return build(_spec(dtype)).function(name, _ARGTYPES[name])
 
 
-def _table(G: int, device) -> torch.Tensor:
-    """int32 scratch for the group table: ends [G] | pos16 [G+1] | pos64 [G+1] | pos128 [G+1]."""
-    return torch.empty(G + 3 * (G + 1), dtype=torch.int32, device=device)
+def _table(G: int, device, tiles: int = 0) -> torch.Tensor:
+    """int32 scratch for the group table: ends [G] | pos16 [G+1] | pos64 [G+1] | pos128 [G+1], then
+    (16-byte aligned) 4 ints per 128-row tile of the rowwise scale space (quant_grouped.cuh)."""
+    return torch.empty((G + 3 * (G + 1) + 3) // 4 * 4 + 4 * tiles, dtype=torch.int32, device=device)
 
 
 def _table_slice(table: torch.Tensor, G: int, which: int) -> torch.Tensor:
@@ -161,7 +162,7 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     dev = x.device
     f32 = torch.float32
     token = scaling == "token"
-    table = _table(G, dev)
+    table = _table(G, dev, tiles=scale_rows // 128 if rowwise else 0)
     g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
     gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
@@ -198,8 +199,8 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
 def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
     T, K = x.shape
     dev = x.device
-    table = _table(G, dev)
     scale_rows = reference.grouped_scale_rows(T, G)
+    table = _table(G, dev, tiles=scale_rows // 128)
     _, cp = reference.swizzled_size(1, K // MXFP8.block_size)
     q = _q._empty((T, K), torch.uint8, dev)
     s = _q._empty((scale_rows * cp,), torch.uint8, dev)

@@ -49,6 +49,10 @@ __host__ __device__ inline Table make_table(const int* t, int G) {
   return Table{t, t + G, t + G + (G + 1), t + G + 2 * (G + 1), G};
 }
 
+// After the table (16-byte aligned): one int4 per 128-row tile of the pos128 space, {first row,
+// rows of the tile that are rows of x, group, unused}, so a CTA finds its rows with one load.
+inline int4* tile_table(int* t, int G) { return reinterpret_cast<int4*>(t + (G + 3 * (G + 1) + 3) / 4 * 4); }
+
 // ---------------------------------------------------------------------------
 // 1. the group table
 // ---------------------------------------------------------------------------
@@ -308,6 +312,8 @@ struct GQuantParams {
   Table tb;
   const int* pos;  // position table of this launch (nullptr: positions are rows)
   int64_t space;   // positions covered (the scale rows of the rowwise NVFP4/MXFP8 buffer)
+  const int4* tiles;  // non-null when pos is pos128: a tile's 128 positions lie in one group (or all
+                      // past the last); tiles[t] = {first row, rows of x in it, group, -}
   // rowwise copy [T, K]
   uint8_t* q_row;
   uint8_t* s_row;  // NVFP4 / MXFP8 swizzled scales, row = position
@@ -345,9 +351,12 @@ __device__ __forceinline__ void write_decode_scales(const GQuantParams& p) {
 }
 
 // One thread's 16-element block of the rowwise copy at position c (row s.row of x).
+// `pre`: the slot's NVFP4 global scale when the caller already has it (tensor scaling, one group
+// per tile), else nullptr.
 template <Format F>
 __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const float (&v)[16], const Slot& s,
-                                                  int64_t c, int64_t col, int blk, int64_t k0) {
+                                                  int64_t c, int64_t col, int blk, int64_t k0,
+                                                  const Nvfp4Global* pre = nullptr) {
   const bool in = s.in_group && col < p.K;  // a real block of a group
   const bool write = s.valid && col < p.K;  // data written (zeros for rows past the last group)
   float amax = 0.0f;
@@ -358,10 +367,14 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
   if constexpr (F == Format::kFP8) {
     if (write) *reinterpret_cast<uint4*>(p.q_row + s.row * p.K + col) = e4m3x16(v, fp8_scale(amax));
   } else if constexpr (F == Format::kNVFP4) {
-    const Nvfp4Global g(amax);
-    const TileParams no_sr{};
-    uint32_t sb;
-    const uint2 q = nvfp4_block<false>(v, g, 0, no_sr, in, sb);
+    // Rows outside every group encode as zeros (code 0, scale 0): skip the arithmetic there.
+    uint32_t sb = 0u;
+    uint2 q = make_uint2(0u, 0u);
+    if (in) {
+      const Nvfp4Global g = pre ? *pre : Nvfp4Global(amax);
+      const TileParams no_sr{};
+      q = nvfp4_block<false>(v, g, 0, no_sr, in, sb);
+    }
     if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
     const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
     const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
@@ -397,13 +410,40 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
   const int64_t col = k0 + 16 * blk;
   const bool col_ok = col < p.K;
   Slot s[2];
+  if (p.tiles) {
+    // One 16-byte load of the tile table instead of a binary search per row: the search's chain
+    // of dependent loads sat in front of every thread's data loads (2x slower, H200).
+    const int4 ti = __ldg(p.tiles + tm);
+    const int64_t rows_left = ti.y;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t d = r4 + 64 * i;
+      s[i].g = ti.z;
+      s[i].row = ti.x + d;
+      s[i].in_group = ti.z < p.tb.G && d < rows_left;
+      s[i].valid = d < rows_left;
+    }
+    if (!COL && rows_left <= 0) {  // a tile of padding only (the buffer is sized by a host-known bound)
+      const float zeros[16] = {};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) grouped_row_block<F>(p, zeros, s[i], c0 + r4 + 64 * i, col, blk, k0);
+      write_decode_scales<F>(p);
+      return;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) s[i] = map_position(p.tb, p.pos, p.T, c0 + r4 + 64 * i);
+  }
   Raw8<T> raw[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    s[i] = map_position(p.tb, p.pos, p.T, c0 + r4 + 64 * i);
     const bool ok = col_ok && s[i].in_group;
     load16(raw[i], x + (ok ? s[i].row * p.K + col : 0), ok);
   }
+  // Tensor scaling with one group per tile: one global scale (two IEEE divisions) per thread.
+  Nvfp4Global g_tile{};
+  const bool tile_global = F == Format::kNVFP4 && p.tiles && !p.row_token && s[0].in_group;
+  if (tile_global) g_tile = Nvfp4Global(__ldg(p.amax_row + s[0].g));
   if (COL && blk == 0 && (r4 & 15) == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) chunk_group[(r4 + 64 * i) >> 4] = s[i].g;  // 16-chunks are group-uniform
@@ -413,7 +453,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     float v[16];
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
-    if constexpr (ROW) grouped_row_block<F>(p, v, s[i], c0 + rl, col, blk, k0);
+    if constexpr (ROW) grouped_row_block<F>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
     if constexpr (COL) {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -597,6 +637,20 @@ int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offs
   return static_cast<int>(cudaGetLastError());
 }
 
+__global__ void tile_table_kernel(const Table tb, int64_t T, int64_t ntiles, int4* tiles) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= ntiles) return;
+  const Slot b = map_position(tb, tb.pos128, T, i * kTileM);
+  const int64_t rows = b.g < tb.G ? (b.in_group ? __ldg(tb.ends + b.g) - b.row : 0) : T - b.row;
+  tiles[i] = make_int4(static_cast<int>(b.row), static_cast<int>(rows < 0 ? 0 : rows), b.g, 0);
+}
+
+inline int launch_tile_table(const Table& tb, int64_t T, int64_t space, int4* tiles, cudaStream_t stream) {
+  const int64_t ntiles = space / kTileM;
+  tile_table_kernel<<<static_cast<unsigned>((ntiles + 255) / 256), 256, 0, stream>>>(tb, T, ntiles, tiles);
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <Format F, typename T, bool ROW, bool COL>
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
@@ -653,7 +707,8 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   if (q_row) {
     GQuantParams p{};
     p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
-    p.pos = tb.pos128, p.space = scale_rows;
+    p.pos = tb.pos128, p.space = scale_rows, p.tiles = tile_table(table, G);
+    if ((err = launch_tile_table(tb, T_, scale_rows, tile_table(table, G), stream))) return err;
     p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 16, 4) * 4;
     p.amax_row = token ? row_amax : g_amax, p.row_token = token;
     p.g_row = alpha_row, p.g_row_amax = p.amax_row, p.n_g_row = token ? T_ : G;
@@ -685,7 +740,8 @@ int launch_mxfp8_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   const Table tb = make_table(table, G);
   GQuantParams p{};
   p.x = x, p.T = T_, p.K = K, p.tiles_k = 2 * ceil_div(K, 128), p.tb = tb;
-  p.pos = tb.pos128, p.space = scale_rows;
+  p.pos = tb.pos128, p.space = scale_rows, p.tiles = tile_table(table, G);
+  if ((err = launch_tile_table(tb, T_, scale_rows, tile_table(table, G), stream))) return err;
   p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 32, 4) * 4;
   return launch_grouped_tiles<Format::kMXFP8, T, true, false>(p, stream);
 }

@@ -1,0 +1,43 @@
+"""Per-kernel GPU times of the quantizers (torch.profiler), to see which pass costs what.
+
+  python scripts/profile_quant.py
+"""
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import scalemm
+
+
+def main():
+    T, K, G = 16384, 7168, 64
+    x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    w = torch.rand(G, generator=g) ** 3
+    w[5] = 0
+    sizes = (w / w.sum() * T).floor().long()
+    sizes[int(w.argmax())] += T - int(sizes.sum())
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    amax = x.abs().amax().float()
+    cases = {
+        "nvfp4 single fused": lambda: scalemm.quantize_nvfp4(x),
+        "nvfp4 single given amax": lambda: scalemm.quantize_nvfp4(x, amax=amax),
+        "nvfp4 grouped tensor": lambda: scalemm.quantize_nvfp4_grouped(x, offs),
+        "nvfp4 grouped token": lambda: scalemm.quantize_nvfp4_grouped(x, offs, scaling="token"),
+        "fp8 grouped tensor": lambda: scalemm.quantize_fp8_grouped(x, offs),
+    }
+    for name, fn in cases.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}")
+        for ev in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:6]:
+            if ev.device_time_total > 0:
+                print(f"   {ev.key[:70]:<70} {ev.device_time_total / ev.count:8.1f} us x{ev.count // 10}")
+
+
+if __name__ == "__main__":
+    main()
