@@ -85,7 +85,31 @@ def _move(t: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
 # NVFP4
 # ---------------------------------------------------------------------------
 
-class NVFP4Tensor:
+class _Container:
+    """What every quantized container shares: its logical shape's M and K, whether it holds the
+    rowwise copy, and its device. `_ROW` names the rowwise payload attribute."""
+    __slots__ = ()
+    _ROW = "data"
+
+    @property
+    def M(self) -> int:
+        return self.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.shape[1]
+
+    @property
+    def has_rowwise(self) -> bool:
+        return getattr(self, self._ROW) is not None
+
+    @property
+    def device(self) -> torch.device:
+        row = getattr(self, self._ROW)
+        return row.device if row is not None else self.columnwise.device
+
+
+class NVFP4Tensor(_Container):
     """NVFP4 (e2m1 data, e4m3 scales per 16 elements along K, fp32 global scale).
 
     Fields:
@@ -104,6 +128,7 @@ class NVFP4Tensor:
     materialised; then columnwise must be present).
     """
 
+    _ROW = "qdata"
     __slots__ = ("qdata", "scales", "alpha", "amax", "shape", "scaling", "orig_dtype", "rht",
                  "columnwise")
 
@@ -145,22 +170,6 @@ class NVFP4Tensor:
         self.qdata, self.scales, self.alpha, self.amax = qdata, scales, alpha, amax
         self.shape, self.scaling, self.orig_dtype, self.rht = shape, scaling, orig_dtype, rht
         self.columnwise = columnwise
-
-    @property
-    def M(self) -> int:
-        return self.shape[0]
-
-    @property
-    def K(self) -> int:
-        return self.shape[1]
-
-    @property
-    def has_rowwise(self) -> bool:
-        return self.qdata is not None
-
-    @property
-    def device(self) -> torch.device:
-        return self.qdata.device if self.qdata is not None else self.columnwise.device
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[M, K] tensor of `dtype`: value(code) * block scale * alpha, computed in fp32.
@@ -208,7 +217,7 @@ def _check_columnwise(cls, kind, columnwise, shape, rowwise, rowwise_tensor):
 # FP8 (e4m3, per-tensor or per-row scale)
 # ---------------------------------------------------------------------------
 
-class FP8Tensor:
+class FP8Tensor(_Container):
     """FP8 e4m3 with one fp32 scale per tensor or per row ("current scaling").
 
     Fields:
@@ -252,22 +261,6 @@ class FP8Tensor:
         k, m = self.columnwise.shape
         return (m, k)
 
-    @property
-    def M(self) -> int:
-        return self.shape[0]
-
-    @property
-    def K(self) -> int:
-        return self.shape[1]
-
-    @property
-    def has_rowwise(self) -> bool:
-        return self.data is not None
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device if self.data is not None else self.columnwise.device
-
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[M, K] tensor of `dtype`: fl(data * scale_inv) (rowwise copy only)."""
         from .reference import dequantize_fp8
@@ -290,7 +283,7 @@ class FP8Tensor:
 # MXFP8 (e4m3 data, e8m0 scale per 32 elements)
 # ---------------------------------------------------------------------------
 
-class MXFP8Tensor:
+class MXFP8Tensor(_Container):
     """MXFP8: e4m3 data with one e8m0 (power-of-two) scale per 32 elements along K.
 
     Fields:
@@ -328,22 +321,6 @@ class MXFP8Tensor:
         _check_columnwise(cls, MXFP8Tensor, columnwise, shape, rowwise, data)
         self.data, self.scales, self.shape = data, scales, shape
         self.orig_dtype, self.columnwise = orig_dtype, columnwise
-
-    @property
-    def M(self) -> int:
-        return self.shape[0]
-
-    @property
-    def K(self) -> int:
-        return self.shape[1]
-
-    @property
-    def has_rowwise(self) -> bool:
-        return self.data is not None
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device if self.data is not None else self.columnwise.device
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[M, K] tensor of `dtype`: data * 2^(b - 127) per 32-block (rowwise copy only)."""
@@ -424,7 +401,7 @@ def _grouped_columnwise(cls, kind, columnwise, layout, rowwise, shape, scaling, 
         raise ValueError(f"{cls}: 'columnwise' is on {columnwise.device}, rowwise data on {device}")
 
 
-class GroupedFP8Tensor:
+class GroupedFP8Tensor(_Container):
     """Grouped FP8 e4m3 (per group or per token current scaling) of x [T, K] in G groups.
 
     Fields:
@@ -476,14 +453,6 @@ class GroupedFP8Tensor:
     def num_groups(self) -> int:
         return self.offsets.numel()
 
-    @property
-    def has_rowwise(self) -> bool:
-        return self.data is not None
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device if self.data is not None else self.columnwise.device
-
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """"rows": [T, K]; "wgrad": [K, T] (x.T without the padding columns). Syncs the host."""
         from .reference import dequantize_fp8_grouped
@@ -502,7 +471,7 @@ class GroupedFP8Tensor:
                 f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None})")
 
 
-class GroupedNVFP4Tensor:
+class GroupedNVFP4Tensor(_Container):
     """Grouped NVFP4 of x [T, K] in G groups (NUMERICS 2, 3, 5).
 
     Fields:
@@ -523,6 +492,7 @@ class GroupedNVFP4Tensor:
     qdata, scales, sf_offsets, alpha and amax are all tensors or all None (columnwise-only).
     """
 
+    _ROW = "qdata"
     __slots__ = ("qdata", "scales", "sf_offsets", "alpha", "amax", "offsets", "shape", "scaling", "orig_dtype",
                  "layout", "scale_rows", "columnwise", "group_rows")
 
@@ -568,14 +538,6 @@ class GroupedNVFP4Tensor:
     @property
     def num_groups(self) -> int:
         return self.offsets.numel()
-
-    @property
-    def has_rowwise(self) -> bool:
-        return self.qdata is not None
-
-    @property
-    def device(self) -> torch.device:
-        return self.qdata.device if self.qdata is not None else self.columnwise.device
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """"rows": [T, K]; "wgrad": [K, T] (x.T). Syncs the host."""
