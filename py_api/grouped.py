@@ -11,6 +11,7 @@ from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
 from .jit import KernelSpec, build, i64, ptr
+from .tensors import GroupedFP8Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
            "pad_groups_transposed"]
@@ -78,14 +79,42 @@ def _scale_b_mode(s, G, N):
                      f"(shared) or one value; got shape {tuple(s.shape)}")
 
 
+def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
+    """Accept the grouped containers: activations from quantize_fp8_grouped ("rows" layout) and
+    stacked expert weights from quantize_fp8_stacked (group_rows = N)."""
+    if isinstance(a, GroupedFP8Tensor):
+        if a.layout != "rows" or a.data is None:
+            raise ValueError("a: grouped_gemm takes the rowwise ('rows' layout) copy of a GroupedFP8Tensor")
+        if scale_a is not None:
+            raise ValueError("a is a GroupedFP8Tensor: it carries its own scale; pass scale_a=None")
+        if offsets is None:
+            offsets = a.offsets
+        elif offsets is not a.offsets:
+            raise ValueError("a is a GroupedFP8Tensor: pass offsets=None (its own offsets are used) or the same "
+                             "tensor it was quantized with")
+        scale_a, scale_a_per = a.scale_inv, ("token" if a.scaling == "token" else "group")
+        a = a.data
+    if isinstance(b, GroupedFP8Tensor):
+        if b.group_rows is None or b.data is None:
+            raise ValueError("b: a GroupedFP8Tensor weight must come from quantize_fp8_stacked (equal-size groups)")
+        if scale_b is not None:
+            raise ValueError("b is a GroupedFP8Tensor: it carries its own scale; pass scale_b=None")
+        E, N = b.offsets.numel(), b.group_rows
+        scale_b = b.scale_inv.view(E, N) if b.scaling == "token" else b.scale_inv
+        b = b.data.view(E, N, b.shape[1])
+    return a, b, offsets, scale_a, scale_b, scale_a_per
+
+
 def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16,
                  epilogue=None, out=None, fast_accum=False, scale_a_per: str | None = None,
                  config: GemmConfig | None = None):
     """out[rows of g] = act(scale_a * scale_b[g] * (a[rows of g] @ b[g].T) + bias[g]) for every group g.
 
     Args:
-      a: [T, K] float8_e4m3fn, rows sorted by group (or an FP8Tensor).
-      b: [G, N, K] float8_e4m3fn: stacked expert weights in nn.Linear layout.
+      a: [T, K] float8_e4m3fn, rows sorted by group, or an FP8Tensor, or a GroupedFP8Tensor from
+        scalemm.quantize_fp8_grouped (its scales and offsets are used; pass offsets=None).
+      b: [G, N, K] float8_e4m3fn: stacked expert weights in nn.Linear layout, or a
+        GroupedFP8Tensor from scalemm.quantize_fp8_stacked (its scales are used).
       offsets: int32 [G] on the device: cumulative row ends (torch._grouped_mm's `offs`);
         group g owns rows offsets[g-1] .. offsets[g]-1 (offsets[-1] = 0). Empty groups are fine.
       scale_a: fp32 [T] (per token), [G] (per group) or one value. When T == G say which with
@@ -101,8 +130,8 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     never cause out-of-bounds accesses (overlapping groups leave the overlapped rows
     unspecified); offsets must be non-decreasing with offsets[-1] == T.
     """
+    a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per)
     a, scale_a = _unwrap(a, scale_a, "a")
-    b, scale_b = _unwrap(b, scale_b, "b")
     for t, n, nd in ((a, "a", 2), (b, "b", 3)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{n} must be a float8_e4m3fn tensor, got {getattr(t, 'dtype', type(t))}")
@@ -200,8 +229,8 @@ def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) ->
     return out
 
 
-def grouped_gemm_wgrad(dy_t, x_t, offsets, scale_dy, scale_x, *, out_dtype=torch.bfloat16, out=None,
-                       fast_accum=False, config: GemmConfig | None = None):
+def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, out_dtype=torch.bfloat16,
+                       out=None, fast_accum=False, config: GemmConfig | None = None):
     """Weight gradient of a grouped linear layer: out[g] = scale_dy[g] * scale_x[g] * (dY_g^T X_g).
 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
@@ -213,9 +242,25 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets, scale_dy, scale_x, *, out_dtype=torch
       offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.
       scale_dy: fp32 [G] (per group) or [G, N] (per output row of dW: the columnwise scales of dY).
       scale_x:  fp32 [G] or [G, K].
+    Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
+    and x_t (their wgrad-layout copies, scales and offsets are used).
     Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. A group whose columns
     would run past W (inconsistent offsets) is treated as empty rather than read out of bounds.
     """
+    containers = []
+    for t, n in ((dy_t, "dy_t"), (x_t, "x_t")):  # GroupedFP8Tensor copies in the wgrad layout
+        if isinstance(t, GroupedFP8Tensor):
+            c = t.columnwise if t.layout == "rows" else t
+            if c is None or c.data is None:
+                raise ValueError(f"{n}: quantize with columnwise=True to get the wgrad-layout copy")
+            containers.append(c)
+    if containers:
+        if len(containers) != 2 or scale_dy is not None or scale_x is not None:
+            raise ValueError("pass both dy_t and x_t as GroupedFP8Tensors (with scale_dy = scale_x = None), "
+                             "or both as tensors with their scales")
+        (cd, cx) = containers
+        offsets = cd.offsets if offsets is None else offsets
+        dy_t, x_t, scale_dy, scale_x = cd.data, cx.data, cd.scale_inv, cx.scale_inv
     for t, n in ((dy_t, "dy_t"), (x_t, "x_t")):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{n} must be a float8_e4m3fn tensor, got {getattr(t, 'dtype', type(t))}")

@@ -189,3 +189,31 @@ def test_grouped_wgrad_graph_capture_and_errors():
         scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, torch.ones(G, N + 1, device="cuda"))
     with pytest.raises(ValueError, match="multiple of 16"):
         scalemm.grouped_gemm_wgrad(dy_t[:, :W - 8].contiguous(), x_t[:, :W - 8].contiguous(), offs, s, s)
+
+
+def test_grouped_containers_end_to_end():
+    """quantize_fp8_grouped / quantize_fp8_stacked containers go straight into the grouped GEMMs."""
+    G, T, N, K = 8, 1024, 512, 256
+    sizes = _sizes(G, T, seed=21, empty=(3,))
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(21)
+    x = torch.randn(T, K, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(G, N, K, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
+    dy = torch.randn(T, N, device="cuda", generator=g).to(torch.bfloat16)
+    xq = scalemm.quantize_fp8_grouped(x, offs, scaling="token", columnwise=True)
+    wq = scalemm.quantize_fp8_stacked(w, scaling="token")
+    y = scalemm.grouped_gemm(xq, wq, None)
+    w8, sw = wq.data.view(G, N, K), wq.scale_inv.view(G, N)
+    assert _rel(y, _reference(xq.data, w8, offs, xq.scale_inv, sw)) <= 4e-3  # exact on the quantized data
+    bounds = [0] + offs.tolist()
+    true_y = torch.cat([x[s:e].double() @ w[i].double().T for i, (s, e) in enumerate(zip(bounds, bounds[1:]))])
+    assert _rel(y, true_y) < 0.08  # e4m3 quantization of both operands
+    dyq = scalemm.quantize_fp8_grouped(dy, offs, scaling="token", columnwise=True)
+    dw = scalemm.grouped_gemm_wgrad(dyq, xq)
+    assert dw.shape == (G, N, K) and (dw[3] == 0).all()
+    true_dw = torch.stack([dy[s:e].double().T @ x[s:e].double() for s, e in zip(bounds, bounds[1:])])
+    assert _rel(dw, true_dw) < 0.08
+    with pytest.raises(ValueError, match="offsets=None"):
+        scalemm.grouped_gemm(xq, wq, offs.clone())
+    with pytest.raises(ValueError, match="carries its own scale"):
+        scalemm.grouped_gemm(xq, wq, None, xq.scale_inv)
