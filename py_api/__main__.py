@@ -146,24 +146,26 @@ def cmd_demo(args):
     print(f"  error vs the bf16 product (quantization): {err(out, ref_bf16):.2e}")
     if cuda:
         flop = 2 * M * N * K
-        t_ours = _time_ms(lambda: scalemm.gemm(xq, wq))
         sa, sb = xq.scale_inv[:, None], wq.scale_inv[None, :]
-        t_rw = _time_ms(lambda: torch._scaled_mm(xq.data, wq.data.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+        for fast in (True, False):
+            t_ours = _time_ms(lambda: scalemm.gemm(xq, wq, fast_accum=fast))
+            t_rw = _time_ms(lambda: torch._scaled_mm(xq.data, wq.data.T, scale_a=sa, scale_b=sb,
+                                                     out_dtype=torch.bfloat16, use_fast_accum=fast))
+            print(f"  {'fast' if fast else 'full'} FP8 accumulation: scalemm.gemm {t_ours * 1e3:8.1f} us "
+                  f"({flop / t_ours / 1e9:6.1f} TFLOP/s), torch._scaled_mm rowwise {t_rw * 1e3:8.1f} us "
+                  f"({flop / t_rw / 1e9:6.1f}): {t_rw / t_ours:.2f}x")
         t_bf16 = _time_ms(lambda: x @ w.T)
         t_q = _time_ms(lambda: scalemm.quantize_fp8(x, scaling="token"))
-        for name, t in (("scalemm.gemm (per-token x per-channel)", t_ours), ("torch._scaled_mm rowwise", t_rw),
-                        ("torch bf16 matmul", t_bf16)):
-            print(f"  {name:<40} {t * 1e3:9.1f} us  {flop / t / 1e9:7.1f} TFLOP/s")
-        print(f"  scalemm.quantize_fp8 (per-token) of x   {t_q * 1e3:9.1f} us")
-        print(f"  speed-up vs torch._scaled_mm rowwise: {t_rw / t_ours:.2f}x")
+        print(f"  torch bf16 matmul {t_bf16 * 1e3:.1f} us ({flop / t_bf16 / 1e9:.1f} TFLOP/s); "
+              f"scalemm.quantize_fp8 (per-token) of x {t_q * 1e3:.1f} us")
     q4 = scalemm.quantize_nvfp4(x, scaling="tensor")
     print(f"NVFP4 (e2m1 + e4m3/16 + fp32) quantization of x: relative error "
           f"{err(q4.dequantize(torch.float32), x.double()):.3e}, {q4.qdata.numel() + q4.scales.numel()} bytes "
           f"for {x.numel() * 2} bf16 bytes")
     if cuda:
         t4 = _time_ms(lambda: scalemm.quantize_nvfp4(x, scaling="tensor"))
-        print(f"  scalemm.quantize_nvfp4 (amax + cast): {t4 * 1e3:.1f} us, "
-              f"{(x.numel() * 4 + q4.qdata.numel() + q4.scales.numel()) / t4 / 1e9:.0f} GB/s")
+        moved = x.numel() * x.element_size() * 2 + q4.qdata.numel() + q4.scales.numel()  # amax read + cast read/write
+        print(f"  scalemm.quantize_nvfp4 (amax + cast): {t4 * 1e3:.1f} us, {moved / (t4 * 1e-3) / 1e9:.0f} GB/s")
         G, per = 8, max(1, M // 8)
         sizes = torch.tensor([per * 2, 0, per, per // 2, per, per * 2, per // 2, 0])
         sizes[0] += G * per - int(sizes.sum())
@@ -173,14 +175,15 @@ def cmd_demo(args):
         wq = scalemm.quantize_fp8(we.reshape(G * N, K), scaling="token")
         w8, sw = wq.data.reshape(G, N, K), wq.scale_inv.reshape(G, N)
         xs = scalemm.quantize_fp8(x[:T], scaling="token")
-        y = scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token")
+        y = scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token", fast_accum=True)
         ref = torch.cat([(xs.data[s:e].double() * xs.scale_inv[s:e, None].double()) @
                          (w8[i].double() * sw[i, :, None].double()).T
                          for i, (s, e) in enumerate(zip([0] + offs[:-1].tolist(), offs.tolist()))])
-        t_g = _time_ms(lambda: scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token"))
+        t_g = _time_ms(lambda: scalemm.grouped_gemm(xs.data, w8, offs, xs.scale_inv, sw, scale_a_per="token",
+                                                    fast_accum=True))
         t_tg = _time_ms(lambda: torch._scaled_grouped_mm(xs.data, w8.transpose(-2, -1), xs.scale_inv, sw, offs=offs,
-                                                         out_dtype=torch.bfloat16))
-        print(f"Grouped FP8 GEMM, {G} experts (two empty), {T} tokens: error {err(y, ref):.2e}, "
+                                                         out_dtype=torch.bfloat16, use_fast_accum=True))
+        print(f"Grouped FP8 GEMM (fast accumulation), {G} experts (two empty), {T} tokens: error {err(y, ref):.2e}, "
               f"{t_g * 1e3:.1f} us vs torch._scaled_grouped_mm {t_tg * 1e3:.1f} us ({t_tg / t_g:.2f}x)")
     return 0
 
