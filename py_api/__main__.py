@@ -113,14 +113,20 @@ def cmd_info(args):
     return 0
 
 
-def _time_ms(fn, reps=50):
+def _time_ms(fn, reps=7, calls=20):
+    """Median ms per call over `reps` batches of `calls` back-to-back launches (launch cost
+    overlaps the GPU work, as in a model; a lone call between two events would time the host)."""
     for _ in range(3):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(reps):
-        start.record(); fn(); end.record(); end.synchronize()
-        times.append(start.elapsed_time(end))
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
     return sorted(times)[len(times) // 2]
 
 
