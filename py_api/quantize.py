@@ -249,12 +249,15 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
 
     col = None
     if columnwise:
-        col = NVFP4Tensor(q_col, s_col.view(torch.float8_e4m3fn), alpha_col, col_amax, (K, M),
-                          scaling, x2.dtype, rht=rht)
+        col = NVFP4Tensor._trusted(qdata=q_col, scales=s_col.view(torch.float8_e4m3fn), alpha=alpha_col,
+                                   amax=col_amax, shape=(K, M), scaling=scaling, orig_dtype=x2.dtype, rht=rht,
+                                   columnwise=None)
     if not rowwise:
-        return NVFP4Tensor(None, None, None, None, (M, K), scaling, x2.dtype, columnwise=col)
-    return NVFP4Tensor(q_row, s_row.view(torch.float8_e4m3fn), alpha_row, row_amax, (M, K),
-                       scaling, x2.dtype, columnwise=col)
+        return NVFP4Tensor._trusted(qdata=None, scales=None, alpha=None, amax=None, shape=(M, K), scaling=scaling,
+                                    orig_dtype=x2.dtype, rht=False, columnwise=col)
+    return NVFP4Tensor._trusted(qdata=q_row, scales=s_row.view(torch.float8_e4m3fn), alpha=alpha_row,
+                                amax=row_amax, shape=(M, K), scaling=scaling, orig_dtype=x2.dtype, rht=False,
+                                columnwise=col)
 
 
 def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
@@ -280,9 +283,10 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
         x2.data_ptr(), M, K, _p(d_row), _p(sinv_row), _p(row_amax), int(token), _p(d_col),
         _p(sinv_col), _p(col_amax), int(token), _stream(dev))
     e4m3 = torch.float8_e4m3fn
-    col = FP8Tensor(d_col.view(e4m3), sinv_col, scaling, x2.dtype) if columnwise else None
-    return FP8Tensor(None if d_row is None else d_row.view(e4m3), sinv_row, scaling, x2.dtype,
-                     columnwise=col)
+    col = FP8Tensor._trusted(data=d_col.view(e4m3), scale_inv=sinv_col, scaling=scaling, orig_dtype=x2.dtype,
+                             columnwise=None) if columnwise else None
+    return FP8Tensor._trusted(data=None if d_row is None else d_row.view(e4m3), scale_inv=sinv_row, scaling=scaling,
+                              orig_dtype=x2.dtype, columnwise=col)
 
 
 def _mxfp8_cuda(x2, rowwise, columnwise) -> MXFP8Tensor:

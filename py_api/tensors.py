@@ -108,6 +108,17 @@ class _Container:
         row = getattr(self, self._ROW)
         return row.device if row is not None else self.columnwise.device
 
+    @classmethod
+    def _trusted(cls, **fields):
+        """Build without validation: for kernel outputs the quantizer just allocated with the
+        right shapes (validation costs ~10 us per call on the eager path). Every slot must be given."""
+        self = object.__new__(cls)
+        for name in cls.__slots__:
+            setattr(self, name, fields.pop(name))
+        if fields:
+            raise TypeError(f"{cls.__name__}._trusted: unknown fields {sorted(fields)}")
+        return self
+
 
 class NVFP4Tensor(_Container):
     """NVFP4 (e2m1 data, e4m3 scales per 16 elements along K, fp32 global scale).
