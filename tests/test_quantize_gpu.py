@@ -12,7 +12,7 @@ import torch
 
 import scalemm.quantize as sq
 from scalemm import reference as ref
-from bytecheck import _bytes, assert_same_bytes  # noqa: F401
+from quantcheck import _bytes, assert_same_bytes, make_input  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
@@ -23,33 +23,7 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 # ---------------------------------------------------------------------------
-# inputs
-# ---------------------------------------------------------------------------
-
-def make_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=False, block=16):
-    """Wide dynamic range (randn * exp(4 randn)), ~4% zero blocks, ~4% blocks scaled by 1e-4
-    (subnormal e4m3 scales), ~2% blocks by 1e-12 (scales underflow to 0); optional +-Inf/NaN."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(M, K, generator=g, device="cuda") * torch.exp(
-        torch.randn(M, K, generator=g, device="cuda") * 4)
-    if dtype == torch.float16:
-        x = x.clamp(-60000, 60000) * 1e-3  # keep inside fp16, still ~1e7 range
-    xb = x.view(M, K // block, block)
-    u = torch.rand(M, K // block, generator=g, device="cuda")
-    xb[u < 0.04] = 0
-    xb[(u >= 0.04) & (u < 0.08)] *= 1e-4
-    xb[(u >= 0.08) & (u < 0.10)] *= 1e-12
-    if specials:
-        flat = x.view(-1)
-        n = flat.numel()
-        idx = torch.randint(0, n, (max(3, n // 5000),), generator=g, device="cuda")
-        vals = torch.tensor([float("inf"), float("-inf"), float("nan")], device="cuda")
-        flat[idx] = vals[torch.arange(idx.numel(), device="cuda") % 3]
-    return x.to(dtype)
-
-
-# ---------------------------------------------------------------------------
-# comparisons
+# comparisons (inputs: quantcheck.make_input)
 # ---------------------------------------------------------------------------
 
 def assert_nvfp4_equal(got, want, what="nvfp4"):

@@ -14,7 +14,7 @@ import torch
 import scalemm
 import scalemm.quantize as sq
 from scalemm import reference as ref
-from bytecheck import _bytes, assert_same_bytes  # noqa: F401
+from quantcheck import _bytes, assert_same_bytes, make_input  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
@@ -27,26 +27,6 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # ---------------------------------------------------------------------------
 # inputs
 # ---------------------------------------------------------------------------
-
-def make_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=False, block=16):
-    """Wide dynamic range, ~4% zero blocks, ~4% blocks scaled by 1e-4 (subnormal e4m3 scales),
-    ~2% by 1e-12 (scales underflow to 0); optional +-Inf/NaN spots."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(M, K, generator=g, device="cuda") * torch.exp(torch.randn(M, K, generator=g, device="cuda") * 4)
-    if dtype == torch.float16:
-        x = x.clamp(-60000, 60000) * 1e-3
-    xb = x.view(M, K // block, block)
-    u = torch.rand(M, K // block, generator=g, device="cuda")
-    xb[u < 0.04] = 0
-    xb[(u >= 0.04) & (u < 0.08)] *= 1e-4
-    xb[(u >= 0.08) & (u < 0.10)] *= 1e-12
-    if specials:
-        flat = x.view(-1)
-        idx = torch.randint(0, flat.numel(), (max(3, flat.numel() // 5000),), generator=g, device="cuda")
-        vals = torch.tensor([float("inf"), float("-inf"), float("nan")], device="cuda")
-        flat[idx] = vals[torch.arange(idx.numel(), device="cuda") % 3]
-    return x.to(dtype)
-
 
 def routing_counts(tokens, G, *, topk=2, seed=0, empty=(), ones=(), sizes=None):
     """Group sizes of a realistic skewed top-k routing: expert popularity ~ exp(1.2 * randn), each
