@@ -178,9 +178,6 @@ class Emitted:
     leaves: list         # pointer-taking leaves, in `ptrs` order
     source_dtype: str | None  # dtype of the C operand if the tree reads one
 
-    def key(self) -> str:
-        return self.evt_type
-
 
 def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False) -> Emitted:
     """C++ for `tree` whose root is cast to `out_dtype`.

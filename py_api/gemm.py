@@ -44,7 +44,7 @@ def _launcher(spec: KernelSpec):
     return build(spec).function("scalemm_gemm", _ARGTYPES)
 
 
-def _resolve_epilogue(epilogue, out_dtype, has_bias: bool):
+def _resolve_epilogue(epilogue, out_dtype):
     if epilogue is None or isinstance(epilogue, str):
         return _preset(epilogue, out_dtype)
     if isinstance(epilogue, epi.Node):
@@ -137,7 +137,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             raise ValueError(f"bias must be a [N] = [{N}] tensor of {out_dtype} on {device}, got "
                              f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
         bias = bias.contiguous()
-    tree = _resolve_epilogue(epilogue, out_dtype, bias is not None)
+    tree = _resolve_epilogue(epilogue, out_dtype)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **(epilogue_inputs or {})}
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (M, N) \
@@ -202,7 +202,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply."""
-    tree = _resolve_epilogue(epilogue, out_dtype, True)
+    tree = _resolve_epilogue(epilogue, out_dtype)
     cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > 8:

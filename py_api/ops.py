@@ -39,10 +39,8 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, fast_accum):
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, scale_a: torch.Tensor,
                  scale_b: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype,
                  fast_accum: bool, scale_a_per: Optional[str]) -> torch.Tensor:
-    """scalemm.grouped_gemm as a custom op. Rows past offsets[-1] come back as zeros here (the
-    op must return a fully defined tensor; the plain function leaves them unwritten)."""
-    out = torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    return _grouped_gemm(a, b, offsets, scale_a, scale_b, bias=bias, out_dtype=out_dtype, out=out,
+    """scalemm.grouped_gemm as a custom op (rows past offsets[-1] are unspecified, as there)."""
+    return _grouped_gemm(a, b, offsets, scale_a, scale_b, bias=bias, out_dtype=out_dtype,
                          fast_accum=fast_accum, scale_a_per=scale_a_per)
 
 

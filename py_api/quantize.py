@@ -83,14 +83,6 @@ def _check_multiple(value: int, of: int, what: str) -> None:
         raise ValueError(f"'x' {what} must be a multiple of {of}, got {value}")
 
 
-def _check_u64(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"'{name}' must be an int, got {type(value).__name__}")
-    if not 0 <= value < _U64_LIMIT:
-        raise ValueError(f"'{name}' must be in [0, 2^64), got {value}")
-    return value
-
-
 def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tensor:
     if not isinstance(amax, torch.Tensor):
         raise TypeError(f"'amax' must be a torch.Tensor or None, got {type(amax).__name__}")
@@ -116,9 +108,9 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
     it, so successive calls draw fresh bits and torch.manual_seed makes runs repeatable; a
     CPU generator gives one torch.randint draw from it. Either way no device sync happens.
     """
-    _check_u64(offset, "offset")
+    reference._check_u64(offset, "offset")
     if seed is not None:
-        return _check_u64(seed, "seed"), offset
+        return reference._check_u64(seed, "seed"), offset
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     gen = generator
@@ -369,8 +361,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
         seed, offset = _resolve_seed(seed, offset, generator, x2.device)
     else:
         if seed is not None:
-            _check_u64(seed, "seed")
-        _check_u64(offset, "offset")
+            reference._check_u64(seed, "seed")
+        reference._check_u64(offset, "offset")
         seed = 0
     if _on_cuda(x2):
         with _on_device(x2.device):

@@ -56,11 +56,15 @@ class GroupedMXFP8(NamedTuple):
 # validation (before any dispatch: CPU and CUDA callers get the same errors)
 # ---------------------------------------------------------------------------
 
-def _check_x(x, name: str = "x") -> None:
+def _check_input(x, name: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"'{name}' must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in INPUT_DTYPES:
         raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
+
+
+def _check_x(x, name: str = "x") -> None:
+    _check_input(x, name)
     if x.dim() != 2:
         raise ValueError(f"'{name}' must be 2-D [T, K] (rows sorted by group), got shape {tuple(x.shape)}")
     if not x.is_contiguous():
@@ -282,10 +286,7 @@ def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: b
 
 
 def _check_stacked(w, block: int, scaling) -> None:
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"'w' must be a torch.Tensor, got {type(w).__name__}")
-    if w.dtype not in INPUT_DTYPES:
-        raise TypeError(f"'w' must be bfloat16, float16 or float32, got {w.dtype}")
+    _check_input(w, "w")
     if w.dim() != 3:
         raise ValueError(f"'w' must be 3-D [E, N, K] (stacked expert weights), got shape {tuple(w.shape)}")
     if not w.is_contiguous():

@@ -138,8 +138,18 @@ def describe_status(rc: int) -> str:
         except Exception:
             return f"CUDA error {rc}"
     if rc < 2000:
-        return f"CUTLASS status {rc - 1000} (1 = misaligned operand, 2 = invalid problem, 7 = workspace/internal)"
-    return f"scalemm launcher code {rc - 2000}"
+        status = rc - 1000
+        name = _CUTLASS_STATUS[status] if 0 <= status < len(_CUTLASS_STATUS) else "unknown"
+        return f"CUTLASS status {status} ({name})"
+    return {2001: "scalemm launcher code 1 (workspace too small)",
+            2002: "scalemm launcher code 2 (CUTLASS can_implement refused the problem: shape or alignment)",
+            }.get(rc, f"scalemm launcher code {rc - 2000}")
+
+
+# cutlass::Status, in the order of cutlass/cutlass.h
+_CUTLASS_STATUS = ("success", "misaligned operand", "invalid data type", "invalid layout", "invalid problem",
+                   "not supported", "workspace null", "internal error", "arch mismatch", "insufficient driver",
+                   "memory allocation")
 
 
 _loaded: dict[str, Kernel] = {}
