@@ -179,6 +179,9 @@ def grouped_bench(iters: int, warmup: int) -> dict:
         ("nvfp4 grouped token", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token"), 2,
          per_group(lambda xs: sq.quantize_nvfp4(xs, scaling="token"))),
         ("nvfp4 grouped row+wgrad", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True), 3, None),
+        ("nvfp4 grouped row+wgrad rht+sr",  # stats, rows, RHT stats, wgrad: 4 reads of x
+         lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True, rht=True, stochastic_rounding=True,
+                                                  seed=1), 4, None),
         ("fp8 grouped tensor", lambda x: scalemm.quantize_fp8_grouped(x, offsets), 2,
          per_group(lambda xs: sq.quantize_fp8(xs))),
         ("fp8 grouped row+wgrad", lambda x: scalemm.quantize_fp8_grouped(x, offsets, columnwise=True), 2, None),

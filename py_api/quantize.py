@@ -130,6 +130,15 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
 # the CUDA path
 # ---------------------------------------------------------------------------
 
+def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.device) -> tuple[int, int]:
+    """(seed, offset) for the kernels: resolved with _resolve_seed under SR, else checked and unused."""
+    if stochastic_rounding:
+        return _resolve_seed(seed, offset, generator, device)
+    if seed is not None:
+        reference._check_u64(seed, "seed")
+    return 0, reference._check_u64(offset, "offset")
+
+
 def _spec(dtype: torch.dtype) -> KernelSpec:
     return KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
                       params={"IN_T": _CXX_TYPES[dtype]}, cutlass=False)
@@ -357,13 +366,7 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
             raise ValueError("'amax' is given but no copy uses it: it applies to the rowwise copy, "
                              "and to the columnwise copy only for scaling='tensor' without rht")
         _check_amax(amax, scaling, M, x2.device)
-    if stochastic_rounding:
-        seed, offset = _resolve_seed(seed, offset, generator, x2.device)
-    else:
-        if seed is not None:
-            reference._check_u64(seed, "seed")
-        reference._check_u64(offset, "offset")
-        seed = 0
+    seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device)
     if _on_cuda(x2):
         with _on_device(x2.device):
             return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,

@@ -18,7 +18,7 @@ MXFP8) and one quantize pass over all groups' tiles (NVFP4 with both copies: two
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -26,6 +26,7 @@ from . import quantize as _q
 from . import reference
 from .formats import INPUT_DTYPES, MXFP8, NVFP4
 from .jit import KernelSpec, build, i32, i64, ptr
+from .quantize import u64
 from .tensors import GroupedFP8Tensor, GroupedNVFP4Tensor, NVFP4Tensor
 
 __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
@@ -35,7 +36,7 @@ __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_gro
 _ARGTYPES = {
     "scalemm_quantize_fp8_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr],
     "scalemm_quantize_nvfp4_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr,
-                                       i64, ptr, i64, ptr, ptr],
+                                       i64, ptr, i64, ptr, i32, i32, u64, u64, ptr],
     "scalemm_quantize_mxfp8_grouped": [ptr, i64, i64, ptr, i32, ptr, ptr, ptr, i64, ptr],
 }
 _INT32_LIMIT = (1 << 31) - 1
@@ -160,8 +161,8 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
                             x.dtype, columnwise=col, group_rows=group_rows)
 
 
-def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
-                        group_rows=None) -> GroupedNVFP4Tensor:
+def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows, group_rows=None, rht=False,
+                        sr=False, seed=0, offset=0) -> GroupedNVFP4Tensor:
     T, K = x.shape
     dev = x.device
     f32 = torch.float32
@@ -169,7 +170,9 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     table = _table(G, dev, tiles=scale_rows // 128 if rowwise else 0)
     g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
-    gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
+    col_amax = None  # the columnwise amax when it is not g_amax
+    if columnwise and (token or rht):
+        col_amax = torch.empty((G, K) if token else (G,), dtype=f32, device=dev)
     W = reference.wgrad_width(T, G)
     cb = reference.wgrad_scale_cols(T, G)
     q_row = s_row = a_row = q_col = s_col = a_col = None
@@ -185,13 +188,14 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
         a_col = _q._empty((G, K) if token else (G,), f32, dev)
     _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(
         x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
-        _q._p(gcol_amax), _q._p(q_row), _q._p(s_row), scale_rows, _q._p(a_row), _q._p(q_col), W, _q._p(s_col), cb,
-        _q._p(a_col), _q._stream(dev))
+        _q._p(col_amax), _q._p(q_row), _q._p(s_row), scale_rows, _q._p(a_row), _q._p(q_col), W, _q._p(s_col), cb,
+        _q._p(a_col), int(rht), int(sr), seed, offset, _q._stream(dev))
     e4m3 = torch.float8_e4m3fn
     col = None
     if columnwise:
         col = GroupedNVFP4Tensor(q_col, s_col.view(e4m3), _table_slice(table, G, 1) // 16, a_col,
-                                 gcol_amax if token else g_amax, offsets, (T, K), scaling, x.dtype, layout="wgrad")
+                                 g_amax if col_amax is None else col_amax, offsets, (T, K), scaling, x.dtype,
+                                 layout="wgrad", rht=rht)
     if not rowwise:
         return GroupedNVFP4Tensor(None, None, None, None, None, offsets, (T, K), scaling, x.dtype,
                                   scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
@@ -247,8 +251,10 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
 
 
 def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
-                           rowwise: bool = True, columnwise: bool = False) -> GroupedNVFP4Tensor:
-    """Quantize the G groups of x to NVFP4 (NUMERICS 2, 3, 5) in one pass per copy.
+                           rowwise: bool = True, columnwise: bool = False, rht: bool = False,
+                           stochastic_rounding: bool = False, seed: Optional[int] = None, offset: int = 0,
+                           generator: Optional[torch.Generator] = None) -> GroupedNVFP4Tensor:
+    """Quantize the G groups of x to NVFP4 (NUMERICS 2, 3, 5, 8, 9) in one pass per copy.
 
     x: contiguous bf16/fp16/fp32 [T, K], rows sorted by group, K % 16 == 0. offsets: as
       quantize_fp8_grouped.
@@ -263,14 +269,30 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
       matrix padded to ceil(K/128)*128 rows and ceil(m_g/64)*4 columns, swizzled on its own at
       byte Rp * sf_offsets[g] (sf_offsets[g] = sum_{j<g} ceil(m_j/64)*4); buffer
       Rp * 4*ceil((T + 63 G)/64) bytes, unused bytes zero.
+    rht: the columnwise copy goes through the 16-point RHT (NUMERICS 8) in 16-token chunks counted
+      from each group's first token; a group's last chunk is zero-padded and ALL of its 16 columns
+      hold transformed data (with the same transform on both wgrad operands it cancels in
+      dY_g^T X_g over the padded columns). The columnwise amax/alpha are then those of the
+      transformed data ([G] or [G, K]), from one extra read of x.
+    stochastic_rounding: SR of the e2m1 codes of both copies (NUMERICS 9). Element e of a copy is
+      its row-major index in [T, K] (rowwise) or in the [K, W] wgrad data (columnwise) and uses
+      byte e of the Philox stream of (seed, offset); seed / offset / generator as quantize_nvfp4.
     """
     G = _check_grouped_args(x, offsets, NVFP4.block_size, scaling, rowwise, columnwise)
+    _q._check_bool(rht, "rht")
+    _q._check_bool(stochastic_rounding, "stochastic_rounding")
+    if rht and not columnwise:
+        raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
+    seed, offset = _q._sr_args(stochastic_rounding, seed, offset, generator, x.device)
     T = x.shape[0]
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise,
-                                       reference.grouped_scale_rows(T, G))
-    return reference.quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+                                       reference.grouped_scale_rows(T, G), rht=rht, sr=stochastic_rounding,
+                                       seed=seed, offset=offset)
+    return reference.quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
+                                            rht=rht, stochastic_rounding=stochastic_rounding, seed=seed,
+                                            offset=offset)
 
 
 def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: bool = True) -> GroupedMXFP8:

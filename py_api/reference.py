@@ -352,9 +352,9 @@ def _e2m1_encode_stochastic(y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return e2m1_encode(torch.copysign(q, y))
 
 
-def _nvfp4_rows(x: torch.Tensor, amax: torch.Tensor, stochastic_rounding: bool,
-                seed: int, offset: int):
-    """Quantize the rows of fp32 contiguous x [R, C] (C % 16 == 0) with amax (0-d or [R]).
+def _nvfp4_rows(x: torch.Tensor, amax: torch.Tensor, u: Optional[torch.Tensor] = None):
+    """Quantize the rows of fp32 contiguous x [R, C] (C % 16 == 0) with amax (0-d or [R]);
+    u: None (RNE) or the SR random bytes (uint8, x's shape).
 
     Returns (qdata uint8 [R, C/2], scales e4m3 swizzled [Rp*Cp], S_dec, amax).
     """
@@ -369,9 +369,8 @@ def _nvfp4_rows(x: torch.Tensor, amax: torch.Tensor, stochastic_rounding: bool,
     s = e4m3_satfinite(block_amax * (s_enc * _ONE_SIXTH))
     mult = _div(1.0, s.to(_F32) * s_dec_b).clamp(max=FLT_MAX)  # 1/0 -> FLT_MAX, NaN stays
     y = xb * mult[..., None]
-    if stochastic_rounding:
-        u = sr_bits(seed, offset, R * C, device=x.device).reshape(y.shape)
-        codes = _e2m1_encode_stochastic(y, u)
+    if u is not None:
+        codes = _e2m1_encode_stochastic(y, u.reshape(y.shape))
     else:
         codes = e2m1_encode(y)
     return pack_fp4(codes.reshape(R, C)), swizzle_scales(s), s_dec, amax
@@ -439,7 +438,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor",
     row = (None, None, None, None)
     if rowwise:
         row_amax = amax if amax is not None else _abs_amax(x32, dim=1)
-        row = _nvfp4_rows(x32, row_amax, stochastic_rounding, seed, offset)
+        u = sr_bits(seed, offset, M * K, device=x.device) if stochastic_rounding else None
+        row = _nvfp4_rows(x32, row_amax, u)
 
     col = None
     if columnwise:
@@ -448,8 +448,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor",
             col_amax = amax
         else:
             col_amax = _abs_amax(xt) if scaling == "tensor" else _abs_amax(xt, dim=1)
-        qdata, scales, s_dec, col_amax = _nvfp4_rows(xt, col_amax, stochastic_rounding,
-                                                     seed, offset)
+        u = sr_bits(seed, offset, K * M, device=x.device) if stochastic_rounding else None
+        qdata, scales, s_dec, col_amax = _nvfp4_rows(xt, col_amax, u)
         col = NVFP4Tensor(qdata, scales, s_dec, col_amax, (K, M), scaling, x.dtype, rht=rht)
 
     return NVFP4Tensor(*row, (M, K), scaling, x.dtype, rht=False, columnwise=col)
@@ -915,13 +915,19 @@ def dequantize_fp8_grouped(t: GroupedFP8Tensor, dtype: torch.dtype = torch.float
     return out.to(dtype)
 
 
-def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_rows=None):
+def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_rows=None, rht=False,
+                   stochastic_rounding=False, seed=0, offset=0):
     T, K, G = _check_grouped(x, offsets)
     _check_scaling(scaling)
     if K % NVFP4.block_size != 0:
         raise ValueError(f"'x' K must be a multiple of {NVFP4.block_size}, got K={K}")
     if not (rowwise or columnwise):
         raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
+    if rht and not columnwise:
+        raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
+    if stochastic_rounding:
+        _check_u64(seed, "seed")
+        _check_u64(offset, "offset")
     x32 = x.to(_F32).contiguous()
     dev = x.device
     starts, ends = (t.tolist() for t in group_bounds(offsets, T))
@@ -936,12 +942,14 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
         sf_l = sf.tolist()
         qdata = torch.zeros(T, K // 2, dtype=torch.uint8, device=dev)
         scales = torch.zeros(scale_rows * Cp, dtype=torch.uint8, device=dev)
+        u = sr_bits(seed, offset, T * K, device=dev).reshape(T, K) if stochastic_rounding else None
         if not tensor:
             r_amax = _abs_amax(x32, dim=1)
             r_amax[last:] = 0
         for g, (s, e) in enumerate(zip(starts, ends)):
             if e > s:
-                q, sc, _, _ = _nvfp4_rows(x32[s:e], g_amax[g] if tensor else r_amax[s:e], False, 0, 0)
+                q, sc, _, _ = _nvfp4_rows(x32[s:e], g_amax[g] if tensor else r_amax[s:e],
+                                          None if u is None else u[s:e])
                 qdata[s:e] = q
                 scales[sf_l[g] * Cp:sf_l[g] * Cp + sc.numel()] = sc.view(torch.uint8)
         amax = g_amax if tensor else r_amax
@@ -956,27 +964,37 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
         p64_l = p64.tolist()
         cq = torch.zeros(K, W // 2, dtype=torch.uint8, device=dev)
         cs = torch.zeros(Rp * cb, dtype=torch.uint8, device=dev)
-        camax = g_amax if tensor else torch.stack([_group_amax(x32[s:e], 0, K) for s, e in zip(starts, ends)])
-        for g, (s, e) in enumerate(zip(starts, ends)):
-            m = e - s
-            if m:
-                m16 = -(-m // 16) * 16
-                xt = torch.zeros(K, m16, dtype=_F32, device=dev)
-                xt[:, :m] = x32[s:e].t()
-                q, sc, _, _ = _nvfp4_rows(xt, camax[g], False, 0, 0)
+        u = sr_bits(seed, offset, K * W, device=dev).reshape(K, W) if stochastic_rounding else None
+        xts = []  # each group's [K, ceil(m/16)*16] block: x_g.T zero-padded, RHT'd over 16-chunks
+        for s, e in zip(starts, ends):
+            m16 = -(-(e - s) // 16) * 16
+            xg = torch.zeros(m16, K, dtype=_F32, device=dev)
+            xg[:e - s] = x32[s:e]
+            xts.append(_rht16_columnwise_fp32(xg).to(torch.bfloat16).to(_F32) if rht else xg.t().contiguous())
+        if tensor and not rht:
+            camax = g_amax
+        else:
+            camax = torch.stack([_group_amax(xt.t(), None if tensor else 0, K) for xt in xts])
+        for g, xt in enumerate(xts):
+            m16 = xt.shape[1]
+            if m16:
+                uc = None if u is None else u[:, p16[g]:p16[g] + m16]
+                q, sc, _, _ = _nvfp4_rows(xt, camax[g], uc)
                 cq[:, p16[g] // 2:(p16[g] + m16) // 2] = q
                 base = Rp * (p64_l[g] // 16)
                 cs[base:base + sc.numel()] = sc.view(torch.uint8)
         col = GroupedNVFP4Tensor(cq, cs.view(e4m3), (p64[:-1] // 16).to(torch.int32),
                                  nvfp4_global_scale(camax)[1], camax, offsets, (T, K), scaling, x.dtype,
-                                 layout="wgrad")
+                                 layout="wgrad", rht=rht)
     return GroupedNVFP4Tensor(*row, offsets, (T, K), scaling, x.dtype, scale_rows=scale_rows,
                               columnwise=col, group_rows=group_rows)
 
 
 def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
-                           rowwise: bool = True, columnwise: bool = False) -> GroupedNVFP4Tensor:
-    """Grouped NVFP4 (NUMERICS 2, 3, 5), one loop iteration per group.
+                           rowwise: bool = True, columnwise: bool = False, rht: bool = False,
+                           stochastic_rounding: bool = False, seed: int = 0,
+                           offset: int = 0) -> GroupedNVFP4Tensor:
+    """Grouped NVFP4 (NUMERICS 2, 3, 5, 8, 9), one loop iteration per group.
 
     Rowwise: qdata uint8 [T, K/2]; scales e4m3 [grouped_scale_rows(T, G) * Cp] with group g's
     scale rows at sf_offsets[g] = sum_{j<g} ceil(m_j/128)*128 (each group's block swizzled as
@@ -986,14 +1004,28 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
     blocks of 16 along tokens, zero padding); scales grouped along K: group g's K x ceil(m_g/16)
     matrix padded to Cp_g = ceil(m_g/64)*4 columns and Rp = ceil(K/128)*128 rows, swizzled on
     its own at byte Rp * sf_offsets[g], sf_offsets[g] = sum_{j<g} ceil(m_j/64)*4; buffer
-    Rp * wgrad_scale_cols(T, G) bytes. alpha/amax [G] ("tensor", the rowwise amax) or [G, K].
+    Rp * wgrad_scale_cols(T, G) bytes. alpha/amax [G] ("tensor": the rowwise amax, or the amax
+    of the transformed data with rht) or [G, K].
+    rht (columnwise only): group g's tokens, zero-padded to m16 = ceil(m_g/16)*16, go through
+    the 16-point RHT in 16-chunks from the group's first token (rht16_columnwise of the padded
+    [m16, K] block), so all m16 columns p_g .. p_g + m16 - 1 hold transformed data (the
+    padding columns too: they are what makes the transform cancel in dY_g^T X_g).
+    stochastic_rounding: SR of every copy's E2M1 codes; element e of a copy (row-major index in
+    [T, K] for the rowwise copy, in the [K, W] wgrad data for the columnwise copy) uses byte e
+    of sr_bits(seed, offset, numel of that copy).
     """
     T, _, G = _check_grouped(x, offsets)
-    return _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, grouped_scale_rows(T, G))
+    return _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, grouped_scale_rows(T, G), rht=rht,
+                          stochastic_rounding=stochastic_rounding, seed=seed, offset=offset)
 
 
-def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """"rows": [T, K] (rows past the last group decode as 0); "wgrad": [K, T] (x.T)."""
+def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.float32, *,
+                             padded: bool = False) -> torch.Tensor:
+    """"rows": [T, K] (rows past the last group decode as 0); "wgrad": [K, T] (x.T, RHT-transformed
+    if t.rht), or with padded=True the [K, W] wgrad data itself, every group's ceil(m_g/16)*16
+    columns included (what a wgrad GEMM sums over; with rht the padding columns carry data)."""
+    if padded and t.layout != "wgrad":
+        raise ValueError("'padded' applies to a 'wgrad'-layout container")
     if not isinstance(t, GroupedNVFP4Tensor):
         raise TypeError(f"'t' must be a GroupedNVFP4Tensor, got {type(t).__name__}")
     if t.qdata is None:
@@ -1016,7 +1048,7 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
                 alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[s:e, None, None]
                 out[s:e] = (vals * alpha).reshape(e - s, K)
         return out.to(dtype)
-    out = torch.zeros(K, T, dtype=_F32, device=t.qdata.device)
+    out = torch.zeros(K, t.qdata.shape[1] * 2 if padded else T, dtype=_F32, device=t.qdata.device)
     p16 = wgrad_column_offsets(t.offsets, T).tolist()
     Rp = -(-K // SF_TILE_ROWS) * SF_TILE_ROWS
     for g in range(G):
@@ -1029,7 +1061,10 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
             codes = unpack_fp4(t.qdata[:, p16[g] // 2:(p16[g] + m16) // 2])
             vals = e2m1_decode(codes).reshape(K, m16 // bs, bs) * sc.to(_F32)[..., None]
             alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[g][:, None, None]
-            out[:, s:e] = (vals * alpha).reshape(K, m16)[:, :m]
+            if padded:
+                out[:, p16[g]:p16[g] + m16] = (vals * alpha).reshape(K, m16)
+            else:
+                out[:, s:e] = (vals * alpha).reshape(K, m16)[:, :m]
     return out.to(dtype)
 
 

@@ -500,17 +500,23 @@ class GroupedNVFP4Tensor(_Container):
       scale_rows: rows of the "rows" scale buffer (host-known): ceil(T/128)*128 + 128 G for
         grouped activations, E * ceil(N/128)*128 for stacked expert weights (the batched
         layout: expert e's block at byte e * Rp * Cp). Unused for "wgrad".
+      rht: True for a "wgrad" copy whose groups went through the 16-point RHT (NUMERICS 8;
+        dequantize then gives the transformed x.T).
     qdata, scales, sf_offsets, alpha and amax are all tensors or all None (columnwise-only).
     """
 
     _ROW = "qdata"
     __slots__ = ("qdata", "scales", "sf_offsets", "alpha", "amax", "offsets", "shape", "scaling", "orig_dtype",
-                 "layout", "scale_rows", "columnwise", "group_rows")
+                 "layout", "scale_rows", "columnwise", "group_rows", "rht")
 
     def __init__(self, qdata, scales, sf_offsets, alpha, amax, offsets, shape, scaling, orig_dtype,
-                 layout="rows", scale_rows=None, columnwise=None, group_rows=None):
+                 layout="rows", scale_rows=None, columnwise=None, group_rows=None, rht=False):
         cls = "GroupedNVFP4Tensor"
         shape = _grouped_common(cls, offsets, shape, scaling, orig_dtype, layout, group_rows)
+        if not isinstance(rht, bool):
+            raise TypeError(f"{cls}: 'rht' must be a bool, got {type(rht).__name__}")
+        if rht and layout != "wgrad":
+            raise ValueError(f"{cls}: only a 'wgrad'-layout copy can be RHT-transformed")
         T, K = shape
         G = offsets.numel()
         if K % NVFP4.block_size != 0:
@@ -545,16 +551,18 @@ class GroupedNVFP4Tensor(_Container):
         self.qdata, self.scales, self.sf_offsets, self.alpha, self.amax = qdata, scales, sf_offsets, alpha, amax
         self.offsets, self.shape, self.scaling, self.orig_dtype = offsets, shape, scaling, orig_dtype
         self.layout, self.scale_rows, self.columnwise, self.group_rows = layout, scale_rows, columnwise, group_rows
+        self.rht = rht
 
     @property
     def num_groups(self) -> int:
         return self.offsets.numel()
 
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """"rows": [T, K]; "wgrad": [K, T] (x.T). Syncs the host."""
+    def dequantize(self, dtype: torch.dtype = torch.float32, *, padded: bool = False) -> torch.Tensor:
+        """"rows": [T, K]; "wgrad": [K, T] (x.T, transformed if rht), or with padded=True the [K, W]
+        wgrad data with every group's padding columns. Syncs the host."""
         from .reference import dequantize_nvfp4_grouped
 
-        return dequantize_nvfp4_grouped(self, dtype)
+        return dequantize_nvfp4_grouped(self, dtype, padded=padded)
 
     def to(self, device) -> "GroupedNVFP4Tensor":
         """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
@@ -562,9 +570,9 @@ class GroupedNVFP4Tensor(_Container):
             _move(self.qdata, device), _move(self.scales, device), _move(self.sf_offsets, device),
             _move(self.alpha, device), _move(self.amax, device), self.offsets.to(device), self.shape, self.scaling,
             self.orig_dtype, self.layout, self.scale_rows,
-            None if self.columnwise is None else self.columnwise.to(device), self.group_rows)
+            None if self.columnwise is None else self.columnwise.to(device), self.group_rows, self.rht)
 
     def __repr__(self) -> str:
         return (f"GroupedNVFP4Tensor(shape={self.shape}, groups={self.num_groups}, layout={self.layout!r}, "
                 f"scaling={self.scaling!r}, device={self.device}, orig_dtype={self.orig_dtype}, "
-                f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None})")
+                f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None}, rht={self.rht})")

@@ -96,6 +96,17 @@ def test_k_multiple_and_flags(no_dispatch):
             fn(x_(), o, columnwise=1)
     with pytest.raises(ValueError, match="rowwise copy only"):
         scalemm.quantize_mxfp8_grouped(x_(), o, rowwise=False)
+    nv = scalemm.quantize_nvfp4_grouped
+    with pytest.raises(ValueError, match="'rht' applies only to the columnwise copy"):
+        nv(x_(), o, rht=True)
+    with pytest.raises(TypeError, match="'rht' must be a bool"):
+        nv(x_(), o, columnwise=True, rht=1)
+    with pytest.raises(TypeError, match="'stochastic_rounding' must be a bool"):
+        nv(x_(), o, stochastic_rounding="yes")
+    with pytest.raises(ValueError, match=r"'seed' must be in \[0, 2\^64\)"):
+        nv(x_(), o, stochastic_rounding=True, seed=-1)
+    with pytest.raises(ValueError, match=r"'offset' must be in \[0, 2\^64\)"):
+        nv(x_(), o, stochastic_rounding=True, seed=1, offset=1 << 64)
 
 
 def test_stacked_validation(no_dispatch):
@@ -275,6 +286,100 @@ def test_nvfp4_cpu_matches_single_tensor(sizes, scaling):
     xf = x.float()
     assert ((q.dequantize() - xf).norm() / xf.norm()) < 0.15
     assert ((q.columnwise.dequantize() - xf.t()).norm() / xf.norm()) < 0.15
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_rht_is_per_group_padded_rht(scaling):
+    """rht: group g's columnwise block is quantize_nvfp4's RHT columnwise copy of its rows zero-padded
+    to ceil(m_g/16)*16 (an independent construction: the single-tensor reference)."""
+    sizes = [5, 0, 16, 33, 1, 70]
+    T, K = sum(sizes), 48
+    x = x_(T, K, seed=3)
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    q = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=True)
+    assert q.columnwise.rht and not q.rht
+    plain = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling)
+    assert torch.equal(q.qdata, plain.qdata)  # the rowwise copy is untouched
+    p16 = ref.wgrad_column_offsets(o, T).tolist()
+    craw = q.columnwise.scales.view(torch.uint8)
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        m = e - s
+        if m == 0:
+            continue
+        m16 = -(-m // 16) * 16
+        xp = torch.zeros(m16, K, dtype=x.dtype)
+        xp[:m] = x[s:e]
+        single = scalemm.quantize_nvfp4(xp, scaling=scaling, rowwise=False, columnwise=True, rht=True).columnwise
+        assert torch.equal(q.columnwise.qdata[:, p16[g] // 2:(p16[g] + m16) // 2], single.qdata)
+        cb = 128 * q.columnwise.sf_offsets[g].item()
+        assert torch.equal(craw[cb:cb + single.scales.numel()], single.scales.view(torch.uint8))
+        assert torch.equal(q.columnwise.amax[g], single.amax)
+        assert torch.equal(q.columnwise.alpha[g], single.alpha)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_rht_cancels_in_wgrad(scaling):
+    """With the transform on both operands, dY_g^T X_g over the padded wgrad columns is as close
+    to the bf16 product as without it; dropping the padding columns would break it."""
+    sizes = [37, 0, 50, 9, 100]
+    T = sum(sizes)
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    dy, x = x_(T, 32, seed=5), x_(T, 64, seed=6)
+    p16 = ref.wgrad_column_offsets(o, T).tolist()
+    errs = {}
+    for rht in (False, True):
+        qd = scalemm.quantize_nvfp4_grouped(dy, o, scaling=scaling, rowwise=False, columnwise=True, rht=rht)
+        qx = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, rowwise=False, columnwise=True, rht=rht)
+        d, xx = qd.columnwise.dequantize(padded=True), qx.columnwise.dequantize(padded=True)
+        assert d.shape == (32, qd.columnwise.qdata.shape[1] * 2)
+        for g, (s, e) in enumerate(_bounds(sizes)):
+            if e == s:
+                continue
+            m16 = -(-(e - s) // 16) * 16
+            cols = slice(p16[g], p16[g] + m16)
+            want = dy[s:e].double().t() @ x[s:e].double()
+            got = d[:, cols].double() @ xx[:, cols].double().t()
+            errs[rht, g] = ((got - want).norm() / want.norm()).item()
+            if rht and (e - s) % 16:  # the padding columns carry data: without them it is worse
+                cut = d[:, p16[g]:p16[g] + e - s].double() @ xx[:, p16[g]:p16[g] + e - s].double().t()
+                cut_err = ((cut - want).norm() / want.norm()).item()
+                assert cut_err > (2 if e - s < 16 else 1) * errs[rht, g], (g, cut_err, errs[rht, g])
+    for (rht, g), err in errs.items():
+        assert err < 0.2, (rht, g, err)
+        if rht:
+            assert err < 1.5 * errs[False, g], (g, err, errs[False, g])
+
+
+def test_nvfp4_grouped_sr():
+    """SR: same seed -> same bytes; another seed or offset -> other bytes; G = 1 rowwise equals the
+    single-tensor SR (same element order); the mean of many SR decodes approaches x (unbiased)."""
+    sizes = [20, 0, 57, 3]
+    T, K = sum(sizes), 64
+    x = x_(T, K, seed=8)
+    o = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    kw = dict(columnwise=True, stochastic_rounding=True)
+    a = scalemm.quantize_nvfp4_grouped(x, o, seed=11, **kw)
+    b = scalemm.quantize_nvfp4_grouped(x, o, seed=11, **kw)
+    assert torch.equal(a.qdata, b.qdata) and torch.equal(a.columnwise.qdata, b.columnwise.qdata)
+    for other in (dict(seed=12), dict(seed=11, offset=1)):
+        c = scalemm.quantize_nvfp4_grouped(x, o, **other, **kw)
+        assert not torch.equal(a.qdata, c.qdata) and not torch.equal(a.columnwise.qdata, c.columnwise.qdata)
+    one = scalemm.quantize_nvfp4_grouped(x, offs(T), seed=2**63 + 5, offset=7, stochastic_rounding=True)
+    single = scalemm.quantize_nvfp4(x, seed=2**63 + 5, offset=7, stochastic_rounding=True)
+    assert torch.equal(one.qdata, single.qdata)
+    n = 300
+    acc, acc_c = torch.zeros(T, K), torch.zeros(K, T)
+    for i in range(n):
+        q = scalemm.quantize_nvfp4_grouped(x, o, seed=i, **kw)
+        acc += q.dequantize()
+        acc_c += q.columnwise.dequantize()
+    rne = scalemm.quantize_nvfp4_grouped(x, o, columnwise=True)
+    xf = x.float()
+    bias_rne = (rne.dequantize() - xf).abs().mean()
+    assert (acc / n - xf).abs().mean() < 0.25 * bias_rne
+    assert (acc_c / n - xf.t()).abs().mean() < 0.25 * bias_rne
+    with pytest.raises(ValueError, match="'padded' applies to a 'wgrad'"):
+        rne.dequantize(padded=True)
 
 
 def test_mxfp8_cpu():

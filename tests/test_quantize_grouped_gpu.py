@@ -73,6 +73,7 @@ def assert_grouped_fp8_equal(got, want, what="fp8g"):
 def assert_grouped_nvfp4_equal(got, want, what="nvfp4g"):
     assert got.shape == want.shape and got.scaling == want.scaling and got.layout == want.layout, what
     assert got.scale_rows == want.scale_rows and got.group_rows == want.group_rows, what
+    assert got.rht == want.rht, what
     assert (got.qdata is None) == (want.qdata is None), what
     if want.qdata is not None:
         for f in ("qdata", "scales", "sf_offsets", "alpha", "amax"):
@@ -214,6 +215,44 @@ def test_nvfp4_grouped_bad_offsets(monkeypatch, scaling):
                     columnwise=True)
 
 
+# RHT (columnwise) and stochastic rounding (both copies); a seed past 2^32 and a non-zero offset
+# exercise both halves of the Philox key and counter.
+RHT_SR = [(True, False), (False, True), (True, True)]
+SR_KW = dict(seed=(1 << 63) + 12345, offset=(5 << 32) + 3)
+
+
+@pytest.mark.parametrize("G,tokens,K", ROUTINGS)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rht,sr", RHT_SR)
+def test_nvfp4_grouped_rht_sr(monkeypatch, G, tokens, K, scaling, rht, sr):
+    x, offsets = _case(G, tokens, K, seed=22)
+    check_nvfp4(monkeypatch, x, offsets, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=sr,
+                **SR_KW)
+    if rht:  # columnwise only: no stats pass over the rows
+        check_nvfp4(monkeypatch, x, offsets, scaling=scaling, rowwise=False, columnwise=True, rht=True,
+                    stochastic_rounding=sr, **SR_KW)
+
+
+@pytest.mark.parametrize("sizes", [[1], [15], [0, 1, 0, 15, 16, 17, 0, 129, 1, 1, 255, 0], [7] * 40,
+                                   [65, 63, 128, 127]])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_grouped_rht_sr_edges(monkeypatch, sizes, scaling):
+    counts = torch.tensor(sizes)
+    x = make_input(int(counts.sum()), 80, seed=len(sizes) + 1)
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True, rht=True,
+                stochastic_rounding=True, **SR_KW)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_grouped_rht_sr_dtypes_specials(monkeypatch, dtype, scaling):
+    counts = routing_counts(500, 8, seed=4, empty=(2,))
+    x = make_input(int(counts.sum()), 1024 + 16, dtype, seed=10, specials=True)
+    for rht, sr in RHT_SR:
+        check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True, rht=rht,
+                    stochastic_rounding=sr, **SR_KW)
+
+
 def test_nvfp4_grouped_matches_single_tensor_per_group():
     """Each group's rows, scales and alpha are what quantize_nvfp4 gives for that group alone."""
     counts = routing_counts(2000, 8, seed=12, empty=(1,))
@@ -294,6 +333,8 @@ def test_graph_capture_new_offsets():
     with torch.cuda.stream(side):  # warm-up (JIT build) outside the capture
         scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
         scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
+        scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token", columnwise=True, rht=True,
+                                       stochastic_rounding=True, **SR_KW)
         scalemm.quantize_mxfp8_grouped(x, offsets)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
@@ -302,6 +343,8 @@ def test_graph_capture_new_offsets():
         f8 = scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
         f8t = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
         nv = scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
+        nv_rs = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token", columnwise=True, rht=True,
+                                               stochastic_rounding=True, **SR_KW)
         mx = scalemm.quantize_mxfp8_grouped(x, offsets)
     for seed, empty in ((1, ()), (2, (0, 5, 15)), (3, (1,))):
         offsets.copy_(offsets_of(routing_counts(T // 2, G, seed=seed, empty=empty)))
@@ -310,6 +353,8 @@ def test_graph_capture_new_offsets():
         assert_grouped_fp8_equal(f8, ref.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True))
         assert_grouped_fp8_equal(f8t, ref.quantize_fp8_grouped(x, offsets, columnwise=True))
         assert_grouped_nvfp4_equal(nv, ref.quantize_nvfp4_grouped(x, offsets, columnwise=True))
+        assert_grouped_nvfp4_equal(nv_rs, ref.quantize_nvfp4_grouped(
+            x, offsets, scaling="token", columnwise=True, rht=True, stochastic_rounding=True, **SR_KW))
         want = ref.quantize_mxfp8_grouped(x, offsets)
         assert_same_bytes(mx.scales, want[1], "mxfp8g.scales")
         assert_same_bytes(mx.data, want[0], "mxfp8g.data")

@@ -20,14 +20,18 @@ extern "C" int scalemm_quantize_fp8_grouped(const void* x, int64_t T, int64_t K,
 
 // NVFP4: rowwise [T, K/2] with swizzled scales of scale_rows x Cp bytes grouped along M, alpha
 // [G] or [T]; and/or the wgrad-layout columnwise copy [K, W/2] with scales grouped along K
-// (Rp x cb_total bytes), alpha [G] or [G, K].
+// (Rp x cb_total bytes), alpha [G] or [G, K], RHT-transformed if rht. Amax scratch: g_amax [G]
+// (token = 0), row_amax [T] (token, rowwise), col_amax ([G, K] for token, [G] for tensor with rht).
+// sr: stochastic rounding of both copies from Philox (seed, offset).
 extern "C" int scalemm_quantize_nvfp4_grouped(const void* x, int64_t T, int64_t K, const int* offsets, int G,
                                               int* table, int token, float* g_amax, float* row_amax,
-                                              float* gcol_amax, uint8_t* q_row, uint8_t* s_row, int64_t scale_rows,
+                                              float* col_amax, uint8_t* q_row, uint8_t* s_row, int64_t scale_rows,
                                               float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
-                                              int64_t cb_total, float* alpha_col, cudaStream_t stream) {
-  return qg::launch_nvfp4_grouped<InT>(x, T, K, offsets, G, table, token, g_amax, row_amax, gcol_amax, q_row,
-                                       s_row, scale_rows, alpha_row, q_col, W, s_col, cb_total, alpha_col, stream);
+                                              int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed,
+                                              uint64_t offset, cudaStream_t stream) {
+  return qg::launch_nvfp4_grouped<InT>(x, T, K, offsets, G, table, token, g_amax, row_amax, col_amax, q_row,
+                                       s_row, scale_rows, alpha_row, q_col, W, s_col, cb_total, alpha_col, rht, sr,
+                                       seed, offset, stream);
 }
 
 // MXFP8 rowwise [T, K] with e8m0 scales (scale_rows x Cp bytes) grouped along M.

@@ -210,16 +210,17 @@ __device__ __forceinline__ uint4 e4m3x16(const float* v, float scale) {
                     e4m3x4(v[8], v[9], v[10], v[11], scale), e4m3x4(v[12], v[13], v[14], v[15], scale));
 }
 
-// NVFP4 block of 16 values: (scale byte, packed codes). rnd: Philox words (SR).
+// NVFP4 block of 16 values: (scale byte, packed codes). SR: the block is elements 16n .. 16n+15
+// of its copy, rounded with the Philox bits of (seed, offset).
 template <bool SR>
 __device__ __forceinline__ uint2 nvfp4_block(const float (&v)[16], const Nvfp4Global& g, uint64_t n,
-                                             const TileParams& p, bool in, uint32_t& sb) {
+                                             uint64_t seed, uint64_t offset, bool in, uint32_t& sb) {
   const float bm = absmax_nan<16>(v);
   float mult;
   sb = nvfp4_block_scale(bm, g, mult);
   if (!in) sb = 0u;  // padding and blocks outside x: scale 0 (never written as data)
   uint4 rnd = make_uint4(0u, 0u, 0u, 0u);
-  if constexpr (SR) rnd = sr_words(n, p.seed, p.offset);
+  if constexpr (SR) rnd = sr_words(n, seed, offset);
   return nvfp4_pack16<SR>(v, mult, rnd, bm != bm);
 }
 
@@ -236,7 +237,7 @@ __device__ __forceinline__ void quantize_row_block(const TileParams& p, const fl
   if constexpr (F == Format::kNVFP4) {
     uint32_t sb;
     const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
-                                    p, in, sb);
+                                    p.seed, p.offset, in, sb);
     if (in) *reinterpret_cast<uint2*>(p.q_row + m * (p.K / 2) + col / 2) = q;
     const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
     const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
@@ -284,7 +285,7 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
         if constexpr (RHT) rht16(v);
         uint32_t sb;
         const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
-                                        p, in, sb);
+                                        p.seed, p.offset, in, sb);
         if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = q;
         const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
         const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);

@@ -20,7 +20,9 @@
 //    byte is written by the kernel, padding included. Positions past the last group map to
 //    the rows of x beyond offsets[G-1] (rows that belong to no group): their rowwise data
 //    is written as zero and they have no scale rows.
-// 4. nvfp4_wgrad_kernel (NVFP4 columnwise): the same over 64-aligned token positions.
+// 4. nvfp4_wgrad_kernel (NVFP4 columnwise): the same over 64-aligned token positions, optionally
+//    RHT-transformed (wgrad_rht_stats_kernel first takes the amax of the transformed groups) and
+//    stochastically rounded.
 // A final grid-stride loop of the quantize kernels writes the fp32 decode scales (alpha /
 // scale_inv) from the amax buffers: one per group, row or (group, column).
 #pragma once
@@ -332,6 +334,7 @@ struct GQuantParams {
   float* g_col;
   const float* g_col_amax;
   int64_t n_g_col;
+  uint64_t seed, offset;  // NVFP4 stochastic rounding of the rowwise copy ([T, K] element order)
 };
 
 template <Format F>
@@ -352,8 +355,8 @@ __device__ __forceinline__ void write_decode_scales(const GQuantParams& p) {
 
 // One thread's 16-element block of the rowwise copy at position c (row s.row of x).
 // `pre`: the slot's NVFP4 global scale when the caller already has it (tensor scaling, one group
-// per tile), else nullptr.
-template <Format F>
+// per tile), else nullptr. SR: NVFP4 stochastic rounding, block n = row * K/16 + col/16.
+template <Format F, bool SR = false>
 __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const float (&v)[16], const Slot& s,
                                                   int64_t c, int64_t col, int blk, int64_t k0,
                                                   const Nvfp4Global* pre = nullptr) {
@@ -372,8 +375,8 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
     uint2 q = make_uint2(0u, 0u);
     if (in) {
       const Nvfp4Global g = pre ? *pre : Nvfp4Global(amax);
-      const TileParams no_sr{};
-      q = nvfp4_block<false>(v, g, 0, no_sr, in, sb);
+      const uint64_t n = static_cast<uint64_t>(s.row) * static_cast<uint64_t>(p.K / 16) + col / 16;
+      q = nvfp4_block<SR>(v, g, n, p.seed, p.offset, in, sb);
     }
     if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
     const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
@@ -395,9 +398,10 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
   }
 }
 
-template <Format F, typename T, bool ROW, bool COL>
+template <Format F, typename T, bool ROW, bool COL, bool SR = false>
 __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
+  static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
   __shared__ int chunk_group[kTileM / 16];
   const int t = threadIdx.x;
@@ -453,7 +457,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     float v[16];
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
-    if constexpr (ROW) grouped_row_block<F>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
+    if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
     if constexpr (COL) {
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
 struct GWgradParams {
   const void* x;
   int64_t T, K;
-  int64_t tiles_k;  // covers Rp
+  int64_t tiles_k;  // covers Rp (quantize) or K (RHT stats)
   Table tb;
   int64_t space;  // slots covered (>= 16 * cb_total and >= pos64[G] + W - pos16[G])
   uint8_t* q_col;
@@ -511,38 +515,41 @@ struct GWgradParams {
   float* g_col;
   const float* g_col_amax;
   int64_t n_g_col;
+  uint64_t seed, offset;  // stochastic rounding ([K, W] element order)
+  float* rht_amax;        // RHT stats output: [G] (token = 0) or [G, K]
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParams p) {
-  __shared__ __align__(16) float tile[kTileM * kTileK];
-  __shared__ int64_t chunk_info[2][4];  // per 64-slot half: group, local slot, m_g, pos16[g]
-  const int t = threadIdx.x;
-  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
-  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
-  const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
-  const T* x = static_cast<const T*>(p.x);
-  const int G = p.tb.G;
-
-  if (t < 2) {  // the two 64-slot halves of the tile each lie in one group (or the tail)
+// The tile's two 64-slot halves each lie in one group (or the tail past the last group):
+// info[h] = {group, local slot of the half's first slot, m_g, first row of the group}.
+__device__ __forceinline__ void wgrad_tile_info(const GWgradParams& p, int64_t c0, int64_t (&info)[2][4]) {
+  const int t = threadIdx.x, G = p.tb.G;
+  if (t < 2) {
     const int64_t c = c0 + 64 * t;
     const int g = count_le(p.tb.pos64, G + 1, c) - 1;
-    chunk_info[t][0] = g;
-    chunk_info[t][1] = c - __ldg(p.tb.pos64 + g);
-    chunk_info[t][2] = g < G ? __ldg(p.tb.ends + g) - group_start(p.tb, g) : 0;
-    chunk_info[t][3] = g < G ? group_start(p.tb, g) : 0;
+    info[t][0] = g;
+    info[t][1] = c - __ldg(p.tb.pos64 + g);
+    info[t][2] = g < G ? __ldg(p.tb.ends + g) - group_start(p.tb, g) : 0;
+    info[t][3] = g < G ? group_start(p.tb, g) : 0;
   }
   __syncthreads();
+}
 
+// Slots x 64 columns of x into the shared fp32 tile (slot = tile row); slots that are not rows of
+// their group, and columns past K, as zeros.
+template <typename T>
+__device__ __forceinline__ void load_wgrad_tile(const GWgradParams& p, int64_t k0, const int64_t (&info)[2][4],
+                                                float* tile) {
+  const int t = threadIdx.x;
   const int blk = t & 3, r4 = t >> 2;
   const int64_t col = k0 + 16 * blk;
   const bool col_ok = col < p.K;
+  const T* x = static_cast<const T*>(p.x);
   Raw8<T> raw[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {  // slot r4 + 64 i is slot r4 of half i
-    const int64_t local = chunk_info[i][1] + r4;
-    const bool ok = col_ok && chunk_info[i][0] < G && local < chunk_info[i][2];
-    load16(raw[i], x + (ok ? (chunk_info[i][3] + local) * p.K + col : 0), ok);
+    const int64_t local = info[i][1] + r4;
+    const bool ok = col_ok && info[i][0] < p.tb.G && local < info[i][2];
+    load16(raw[i], x + (ok ? (info[i][3] + local) * p.K + col : 0), ok);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -555,36 +562,87 @@ __global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParam
           make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
   }
   __syncthreads();
+}
+
+// RHT amax of the columnwise copy (NUMERICS 8: taken after the transform, over the bf16 values of
+// every 16-chunk of group-local slots, the zero padding of a group's last chunk included):
+// rht_amax[g] ("tensor") or rht_amax[g, k] ("token"). Tiles past the last group exit at once.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) wgrad_rht_stats_kernel(const GWgradParams p) {
+  __shared__ __align__(16) float tile[kTileM * kTileK];
+  __shared__ int64_t info[2][4];
+  const int t = threadIdx.x;
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);
+  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
+  const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
+  const int G = p.tb.G;
+  wgrad_tile_info(p, c0, info);
+  if (info[0][0] >= G) return;  // CTA-uniform: the halves' groups are non-decreasing
+  load_wgrad_tile<T>(p, k0, info, tile);
+  const int lane = t & 31, warp = t >> 5;
+  const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
+  const int64_t k = k0 + kl;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int g = static_cast<int>(info[i][0]);
+    float v[16];
+    read_column<16>(tile, 16 * (mq + 4 * i), kl, v);
+    rht16(v);
+    float m = absmax_nan<16>(v);
+    if (p.col_token) {
+      m = max_nan(m, __shfl_xor_sync(kFullMask, m, 1));
+      m = max_nan(m, __shfl_xor_sync(kFullMask, m, 2));
+      if (mq == 0 && g < G && k < p.K && __float_as_uint(m) != 0u) atomic_max_nonneg(p.rht_amax + g * p.K + k, m);
+    } else {
+#pragma unroll
+      for (int sh = 16; sh > 0; sh >>= 1) m = max_nan(m, __shfl_xor_sync(kFullMask, m, sh));
+      if (lane == 0 && g < G && __float_as_uint(m) != 0u) atomic_max_nonneg(p.rht_amax + g, m);
+    }
+  }
+}
+
+template <typename T, bool RHT, bool SR>
+__global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParams p) {
+  __shared__ __align__(16) float tile[kTileM * kTileK];
+  __shared__ int64_t info[2][4];
+  const int t = threadIdx.x;
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
+  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
+  const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
+  const int G = p.tb.G;
+  wgrad_tile_info(p, c0, info);
+  load_wgrad_tile<T>(p, k0, info, tile);
 
   const int lane = t & 31, warp = t >> 5;
   const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
   const int64_t k = k0 + kl;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {  // half i: 16-slot chunk mq of it
-    const int g = static_cast<int>(chunk_info[i][0]);
-    const int64_t local = chunk_info[i][1] + 16 * mq;  // first slot of this chunk in its group
-    const int64_t m = chunk_info[i][2];
+    const int g = static_cast<int>(info[i][0]);
+    const int64_t local = info[i][1] + 16 * mq;  // first slot of this chunk in its group
+    const int64_t m = info[i][2];
     float amax = 0.0f;
     if (g < G && k < p.K) amax = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
     const Nvfp4Global gs(amax);
     float v[16];
     read_column<16>(tile, 16 * (mq + 4 * i), kl, v);
+    if constexpr (RHT) rht16(v);  // the padding slots of a group's last chunk become data too
     const bool in = g < G && k < p.K && local < m;  // a real block (possibly partial)
-    const TileParams no_sr{};
-    uint32_t sb;
-    const uint2 q = nvfp4_block<false>(v, gs, 0, no_sr, in, sb);
     int64_t data_col;  // slot -> wgrad data column
     if (g < G) data_col = local < (m + 15) / 16 * 16 ? __ldg(p.tb.pos16 + g) + local : -1;
     else data_col = __ldg(p.tb.pos16 + G) + local;
-    if (k < p.K && data_col >= 0 && data_col < p.W)
-      *reinterpret_cast<uint2*>(p.q_col + k * (p.W / 2) + data_col / 2) = q;
+    const bool store = k < p.K && data_col >= 0 && data_col < p.W;
+    uint32_t sb;
+    const uint64_t n = store ? (static_cast<uint64_t>(k) * static_cast<uint64_t>(p.W) + data_col) / 16 : 0;
+    const uint2 q = nvfp4_block<SR>(v, gs, n, p.seed, p.offset, in, sb);
+    if (store) *reinterpret_cast<uint2*>(p.q_col + k * (p.W / 2) + data_col / 2) = q;
     const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
     const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
     const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
     if (mq == 0 && k < p.rp) {
       const int64_t base_col = __ldg(p.tb.pos64 + min(g, G)) / 16;  // scale columns before this matrix
       const int64_t cp = g < G ? (m + 63) / 64 * 4 : p.cb_total - base_col;
-      const int64_t sc = chunk_info[i][1] / 16;  // multiple of 4
+      const int64_t sc = info[i][1] / 16;  // multiple of 4
       if (sc < cp)
         *reinterpret_cast<uint32_t*>(p.s_col + p.rp * base_col + swizzle_offset(k, sc, cp)) =
             sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
@@ -651,11 +709,11 @@ inline int launch_tile_table(const Table& tb, int64_t T, int64_t space, int4* ti
   return static_cast<int>(cudaGetLastError());
 }
 
-template <Format F, typename T, bool ROW, bool COL>
+template <Format F, typename T, bool ROW, bool COL, bool SR = false>
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
   if (tiles <= 0) return 0;
-  grouped_quantize_kernel<F, T, ROW, COL><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+  grouped_quantize_kernel<F, T, ROW, COL, SR><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -689,19 +747,33 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
   return launch_grouped_tiles<Format::kFP8, T, true, false>(p, stream);
 }
 
+template <typename T, bool RHT, bool SR>
+int launch_wgrad(const GWgradParams& p, cudaStream_t stream) {
+  const int64_t tiles = (p.space / kTileM) * p.tiles_k;
+  nvfp4_wgrad_kernel<T, RHT, SR><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 // NVFP4 rowwise [T, K/2] with scales grouped along M (space = scale rows of the buffer) and/or
-// the wgrad-layout columnwise copy.
+// the wgrad-layout columnwise copy. Amax scratch: g_amax [G] (tensor scaling: the rowwise amax and,
+// without rht, the columnwise one), row_amax [T] (token, rowwise), col_amax (the columnwise amax
+// when it is not g_amax: [G, K] for token, [G] for tensor with rht). rht: the columnwise copy is
+// RHT-transformed (its amax from a stats pass over the transformed groups); sr: stochastic rounding
+// of both copies with Philox (seed, offset).
 template <typename T>
 int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
-                         float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, uint8_t* s_row,
+                         float* g_amax, float* row_amax, float* col_amax, uint8_t* q_row, uint8_t* s_row,
                          int64_t scale_rows, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
-                         int64_t cb_total, float* alpha_col, cudaStream_t stream) {
-  if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0))
+                         int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed, uint64_t offset,
+                         cudaStream_t stream) {
+  if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0) ||
+      (rht && !q_col))
     return kBadArgs;
-  if (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax) return kBadArgs;
+  const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
+  if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (!token && !g_amax)) return kBadArgs;
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
-                                      token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
-                                      stream);
+                                      token && q_row ? row_amax : nullptr,
+                                      own_col_amax && !rht ? col_amax : nullptr, stream);
   if (err) return err;
   const Table tb = make_table(table, G);
   if (q_row) {
@@ -712,20 +784,31 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
     p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 16, 4) * 4;
     p.amax_row = token ? row_amax : g_amax, p.row_token = token;
     p.g_row = alpha_row, p.g_row_amax = p.amax_row, p.n_g_row = token ? T_ : G;
-    err = launch_grouped_tiles<Format::kNVFP4, T, true, false>(p, stream);
+    p.seed = seed, p.offset = offset;
+    err = sr ? launch_grouped_tiles<Format::kNVFP4, T, true, false, true>(p, stream)
+             : launch_grouped_tiles<Format::kNVFP4, T, true, false, false>(p, stream);
     if (err) return err;
   }
   if (q_col) {
     GWgradParams p{};
     p.x = x, p.T = T_, p.K = K, p.tb = tb;
-    p.rp = ceil_div(K, 128) * 128, p.tiles_k = p.rp / kTileK;
+    p.rp = ceil_div(K, 128) * 128;
     p.q_col = q_col, p.W = W, p.s_col = s_col, p.cb_total = cb_total;
     p.space = ceil_div(16 * cb_total + W, kTileM) * kTileM;
-    p.amax_col = token ? gcol_amax : g_amax, p.col_token = token;
+    p.amax_col = own_col_amax ? col_amax : g_amax, p.col_token = token;
     p.g_col = alpha_col, p.g_col_amax = p.amax_col, p.n_g_col = token ? G * K : G;
-    const int64_t tiles = (p.space / kTileM) * p.tiles_k;
-    nvfp4_wgrad_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
-    err = static_cast<int>(cudaGetLastError());
+    p.seed = seed, p.offset = offset;
+    if (rht) {  // the transformed data's amax: tiles up to pos64[G] (the rest exit at once)
+      if ((err = memset_f32(col_amax, token ? G * K : G, stream))) return err;
+      p.rht_amax = col_amax;
+      p.tiles_k = ceil_div(K, kTileK);
+      const int64_t tiles = ceil_div(static_cast<int64_t>(T_) + 63 * G, kTileM) * p.tiles_k;
+      wgrad_rht_stats_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+      if ((err = static_cast<int>(cudaGetLastError()))) return err;
+    }
+    p.tiles_k = p.rp / kTileK;
+    if (rht) err = sr ? launch_wgrad<T, true, true>(p, stream) : launch_wgrad<T, true, false>(p, stream);
+    else err = sr ? launch_wgrad<T, false, true>(p, stream) : launch_wgrad<T, false, false>(p, stream);
   }
   return err;
 }
