@@ -1,6 +1,6 @@
 """scalemm's ops as torch.library custom ops, so torch.compile can trace through them.
 
-The public functions (scalemm.gemm, grouped_gemm, quantize_fp8) launch kernels through ctypes,
+The public functions (scalemm.gemm, grouped_gemm, the quantizers) launch kernels through ctypes,
 which dynamo cannot trace. The ops below wrap them with tensor-only signatures and fake
 (meta) implementations that give output shapes without running anything, so a compiled
 graph treats each as one opaque node (and CUDA graphs, e.g. mode="reduce-overhead", capture
@@ -8,7 +8,10 @@ the launches: they never synchronise with the host).
 
     y = torch.ops.scalemm.gemm(a, b, scale_a, scale_b, bias, torch.bfloat16, fast_accum)
 
-Containers do not cross the op boundary: quantize_fp8 returns (data, scale_inv).
+Containers do not cross the op boundary: the quantize ops return the rowwise copy's tensors
+(quantize_fp8: (data, scale_inv); quantize_nvfp4: (qdata, scales, alpha, amax); ...). Options
+that are not tensor-only (columnwise copies, RHT, stochastic rounding with a 64-bit seed) stay
+with the public functions.
 """
 from __future__ import annotations
 
@@ -18,9 +21,15 @@ import torch
 
 from .gemm import gemm as _gemm
 from .grouped import grouped_gemm as _grouped_gemm
+from . import reference as _ref
 from .quantize import quantize_fp8 as _quantize_fp8
+from .quantize import quantize_mxfp8 as _quantize_mxfp8
+from .quantize import quantize_nvfp4 as _quantize_nvfp4
+from .quantize_grouped import quantize_fp8_grouped as _quantize_fp8_grouped
+from .quantize_grouped import quantize_nvfp4_grouped as _quantize_nvfp4_grouped
 
-__all__ = ["gemm", "grouped_gemm", "quantize_fp8"]
+__all__ = ["gemm", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
+           "quantize_nvfp4_grouped"]
 
 
 @torch.library.custom_op("scalemm::gemm", mutates_args=())
@@ -61,3 +70,77 @@ def _(x, scaling):
     M, K = x.reshape(-1, x.shape[-1]).shape
     scale_shape = (M,) if scaling == "token" else ()
     return (x.new_empty((M, K), dtype=torch.float8_e4m3fn), x.new_empty(scale_shape, dtype=torch.float32))
+
+
+def _rows(x: torch.Tensor) -> tuple[int, int]:
+    return x.reshape(-1, x.shape[-1]).shape
+
+
+@torch.library.custom_op("scalemm::quantize_nvfp4", mutates_args=())
+def quantize_nvfp4(x: torch.Tensor, scaling: str, amax: Optional[torch.Tensor]
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scalemm.quantize_nvfp4 (rowwise copy, RNE) as a custom op: (qdata uint8 [M, K/2], scales
+    float8_e4m3fn swizzled [Rp*Cp], alpha fp32, amax fp32; 0-d for "tensor", [M] for "token")."""
+    q = _quantize_nvfp4(x, scaling=scaling, amax=amax)
+    return q.qdata, q.scales, q.alpha, q.amax.clone() if amax is not None else q.amax
+
+
+@quantize_nvfp4.register_fake
+def _(x, scaling, amax):
+    M, K = _rows(x)
+    rp, cp = _ref.swizzled_size(M, K // 16)
+    g = (M,) if scaling == "token" else ()
+    return (x.new_empty((M, K // 2), dtype=torch.uint8), x.new_empty((rp * cp,), dtype=torch.float8_e4m3fn),
+            x.new_empty(g, dtype=torch.float32), x.new_empty(g, dtype=torch.float32))
+
+
+@torch.library.custom_op("scalemm::quantize_mxfp8", mutates_args=())
+def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """scalemm.quantize_mxfp8 (rowwise copy) as a custom op: (data e4m3 [M, K], scales uint8 e8m0
+    swizzled [Rp*Cp])."""
+    q = _quantize_mxfp8(x)
+    return q.data, q.scales
+
+
+@quantize_mxfp8.register_fake
+def _(x):
+    M, K = _rows(x)
+    rp, cp = _ref.swizzled_size(M, K // 32)
+    return x.new_empty((M, K), dtype=torch.float8_e4m3fn), x.new_empty((rp * cp,), dtype=torch.uint8)
+
+
+@torch.library.custom_op("scalemm::quantize_fp8_grouped", mutates_args=())
+def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """scalemm.quantize_fp8_grouped (rowwise copy) as a custom op: (data e4m3 [T, K], scale_inv
+    fp32 [G] or [T])."""
+    q = _quantize_fp8_grouped(x, offsets, scaling=scaling)
+    return q.data, q.scale_inv
+
+
+@quantize_fp8_grouped.register_fake
+def _(x, offsets, scaling):
+    T, K = x.shape
+    g = (T,) if scaling == "token" else (offsets.shape[0],)
+    return x.new_empty((T, K), dtype=torch.float8_e4m3fn), x.new_empty(g, dtype=torch.float32)
+
+
+@torch.library.custom_op("scalemm::quantize_nvfp4_grouped", mutates_args=())
+def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, scaling: str
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scalemm.quantize_nvfp4_grouped (rowwise copy, RNE) as a custom op: (qdata uint8 [T, K/2],
+    scales float8_e4m3fn [grouped_scale_rows(T, G) * Cp], sf_offsets int32 [G], alpha, amax fp32
+    [G] or [T])."""
+    q = _quantize_nvfp4_grouped(x, offsets, scaling=scaling)
+    return q.qdata, q.scales, q.sf_offsets, q.alpha, q.amax
+
+
+@quantize_nvfp4_grouped.register_fake
+def _(x, offsets, scaling):
+    T, K = x.shape
+    G = offsets.shape[0]
+    _, cp = _ref.swizzled_size(1, K // 16)
+    g = (T,) if scaling == "token" else (G,)
+    return (x.new_empty((T, K // 2), dtype=torch.uint8),
+            x.new_empty((_ref.grouped_scale_rows(T, G) * cp,), dtype=torch.float8_e4m3fn),
+            x.new_empty((G,), dtype=torch.int32), x.new_empty(g, dtype=torch.float32),
+            x.new_empty(g, dtype=torch.float32))

@@ -49,3 +49,61 @@ def test_ops_on_gpu_under_compile():
     want = _linear_fp8(x, wq.data, wq.scale_inv, None)
     got = torch.compile(_linear_fp8, backend="aot_eager", fullgraph=True)(x, wq.data, wq.scale_inv, None)
     assert torch.equal(got, want)
+
+
+def _quant_all(x, offsets, amax):
+    nv = torch.ops.scalemm.quantize_nvfp4(x, "token", None)
+    nvt = torch.ops.scalemm.quantize_nvfp4(x, "tensor", amax)
+    mx = torch.ops.scalemm.quantize_mxfp8(x)
+    f8g = torch.ops.scalemm.quantize_fp8_grouped(x, offsets, "tensor")
+    nvg = torch.ops.scalemm.quantize_nvfp4_grouped(x, offsets, "token")
+    return nv + nvt + mx + f8g + nvg
+
+
+def _want_all(x, offsets, amax):
+    nv = scalemm.quantize_nvfp4(x, scaling="token")
+    nvt = scalemm.quantize_nvfp4(x, amax=amax)
+    mx = scalemm.quantize_mxfp8(x)
+    f8g = scalemm.quantize_fp8_grouped(x, offsets)
+    nvg = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
+    return (nv.qdata, nv.scales, nv.alpha, nv.amax, nvt.qdata, nvt.scales, nvt.alpha, nvt.amax, mx.data, mx.scales,
+            f8g.data, f8g.scale_inv, nvg.qdata, nvg.scales, nvg.sf_offsets, nvg.alpha, nvg.amax)
+
+
+def _assert_all_equal(got, want):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, i
+        assert torch.equal(g.view(torch.uint8) if g.dtype.itemsize == 1 else g, w.view(torch.uint8)
+                           if w.dtype.itemsize == 1 else w), i
+
+
+def _quant_inputs(device):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(100, 128, generator=g) * 3).to(torch.bfloat16).to(device)
+    offsets = torch.tensor([10, 10, 64, 100], dtype=torch.int32, device=device)
+    return x, offsets, x.float().abs().amax()
+
+
+def test_quantize_ops_match_and_compile():
+    x, offsets, amax = _quant_inputs("cpu")
+    want = _want_all(x, offsets, amax)
+    _assert_all_equal(_quant_all(x, offsets, amax), want)
+    _assert_all_equal(torch.compile(_quant_all, backend="aot_eager", fullgraph=True)(x, offsets, amax), want)
+
+
+def test_quantize_ops_fake_shapes_match_real():
+    x, offsets, amax = _quant_inputs("cpu")
+    real = _quant_all(x, offsets, amax)
+    with FakeTensorMode() as mode:
+        fake = _quant_all(mode.from_tensor(x), mode.from_tensor(offsets), mode.from_tensor(amax))
+    for i, (f, r) in enumerate(zip(fake, real)):
+        assert f.shape == r.shape and f.dtype == r.dtype, i
+
+
+@pytest.mark.gpu
+def test_quantize_ops_on_gpu_under_compile():
+    x, offsets, amax = _quant_inputs("cuda")
+    want = _want_all(x, offsets, amax)
+    _assert_all_equal(_quant_all(x, offsets, amax), want)
+    _assert_all_equal(torch.compile(_quant_all, backend="aot_eager", fullgraph=True)(x, offsets, amax), want)
