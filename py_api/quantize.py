@@ -28,8 +28,7 @@ u64 = ctypes.c_uint64
 _U64_LIMIT = 1 << 64
 _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
 _ARGTYPES = {
-    "scalemm_amax_stats": [ptr, i64, i64, ptr, ptr, ptr, ptr, i32, ptr],
-    "scalemm_quantize_nvfp4": [ptr, i64, i64, ptr, ptr, ptr, ptr, i32, ptr, ptr, ptr, ptr, i32,
+    "scalemm_quantize_nvfp4": [ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, ptr, ptr, ptr, ptr, i32,
                                i32, i32, u64, u64, ptr],
     "scalemm_quantize_fp8": [ptr, i64, i64, ptr, ptr, ptr, i32, ptr, ptr, ptr, i32, ptr],
     "scalemm_quantize_mxfp8": [ptr, i64, i64, ptr, ptr, ptr, ptr, ptr],
@@ -200,15 +199,6 @@ def _swizzled_bytes(R: int, C: int) -> int:
     return Rp * Cp
 
 
-def _amax_stats(x2, *, amax=None, amax_rht=None, row_amax=None, col_amax=None, rht=False):
-    if all(t is None for t in (amax, amax_rht, row_amax, col_amax)):
-        return
-    M, K = x2.shape
-    _launcher(x2.dtype, "scalemm_amax_stats")(
-        x2.data_ptr(), M, K, _p(amax), _p(amax_rht), _p(row_amax), _p(col_amax), int(rht),
-        _stream(x2.device))
-
-
 def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -> NVFP4Tensor:
     M, K = x2.shape
     dev = x2.device
@@ -216,7 +206,7 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     shared = scaling == "tensor" and not rht  # the columnwise copy reuses the rowwise amax
     f32 = torch.float32
 
-    # amaxes that must be computed: one stats pass produces all of them
+    # amaxes that must be computed: one stats pass (launched by the same C call) produces them all
     stats = {}
     row_amax = None
     if rowwise or (columnwise and shared):
@@ -231,7 +221,6 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
         else:
             col_amax = torch.empty((K,) if token else (), dtype=f32, device=dev)
             stats["col_amax" if token else ("amax_rht" if rht else "amax")] = col_amax
-    _amax_stats(x2, rht=rht, **stats)
 
     q_row = s_row = alpha_row = None
     if rowwise:
@@ -244,7 +233,8 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
         s_col = _empty((_swizzled_bytes(K, M // NVFP4.block_size),), torch.uint8, dev)
         alpha_col = _empty((K,) if token else (), f32, dev)
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(
-        x2.data_ptr(), M, K, _p(q_row), _p(s_row), _p(alpha_row), _p(row_amax), int(token),
+        x2.data_ptr(), M, K, _p(stats.get("amax")), _p(stats.get("amax_rht")), _p(stats.get("row_amax")),
+        _p(stats.get("col_amax")), _p(q_row), _p(s_row), _p(alpha_row), _p(row_amax), int(token),
         _p(q_col), _p(s_col), _p(alpha_col), _p(col_amax), int(token), int(rht), int(sr),
         seed, offset, _stream(dev))
 
@@ -266,13 +256,11 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
     dev = x2.device
     token = scaling == "token"
     f32 = torch.float32
-    if token:
+    if token:  # filled by the amax pass the C entry point launches first
         row_amax = torch.empty((M,), dtype=f32, device=dev) if rowwise else None
         col_amax = torch.empty((K,), dtype=f32, device=dev) if columnwise else None
-        _amax_stats(x2, row_amax=row_amax, col_amax=col_amax)
     else:
         row_amax = col_amax = torch.empty((), dtype=f32, device=dev)
-        _amax_stats(x2, amax=row_amax)
     d_row = sinv_row = d_col = sinv_col = None
     if rowwise:
         d_row = _empty((M, K), torch.uint8, dev)
