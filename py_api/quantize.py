@@ -131,6 +131,8 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
 
 def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.device) -> tuple[int, int]:
     """(seed, offset) for the kernels: resolved with _resolve_seed under SR, else checked and unused."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     if stochastic_rounding:
         return _resolve_seed(seed, offset, generator, device)
     if seed is not None:

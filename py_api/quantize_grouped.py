@@ -168,11 +168,12 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     f32 = torch.float32
     token = scaling == "token"
     table = _table(G, dev, tiles=scale_rows // 128 if rowwise else 0)
-    g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
     col_amax = None  # the columnwise amax when it is not g_amax
     if columnwise and (token or rht):
         col_amax = torch.empty((G, K) if token else (G,), dtype=f32, device=dev)
+    need_g = not token and (rowwise or col_amax is None)  # per-group amax of x (not RHT'd)
+    g_amax = torch.empty(G, dtype=f32, device=dev) if need_g else None
     W = reference.wgrad_width(T, G)
     cb = reference.wgrad_scale_cols(T, G)
     q_row = s_row = a_row = q_col = s_col = a_col = None
@@ -307,7 +308,8 @@ def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: b
     return GroupedMXFP8(*reference.quantize_mxfp8_grouped(x, offsets), offsets)
 
 
-def _check_stacked(w, block: int, scaling) -> None:
+def _check_stacked(w, block: int, scaling):
+    """Checks w [E, N, K]; returns (w as [E*N, K], the offsets of its E groups of N rows)."""
     _check_input(w, "w")
     if w.dim() != 3:
         raise ValueError(f"'w' must be 3-D [E, N, K] (stacked expert weights), got shape {tuple(w.shape)}")
@@ -317,6 +319,11 @@ def _check_stacked(w, block: int, scaling) -> None:
         raise ValueError(f"'w' must not be empty, got shape {tuple(w.shape)}")
     _q._check_scaling(scaling)
     _q._check_multiple(w.shape[2], block, "K (last dim)")
+    E, N, K = w.shape
+    w2 = w.reshape(E * N, K)
+    offsets = reference._stacked_offsets(w)  # expert e owns rows [e N, (e + 1) N)
+    _check_offsets(offsets, w2)
+    return w2, offsets
 
 
 def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedFP8Tensor:
@@ -326,11 +333,8 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Grouped
     Returns a GroupedFP8Tensor with group_rows = N: data [E*N, K] (data.view(E, N, K) is what
     scalemm.grouped_gemm takes as b), scale_inv [E] or [E*N] (view(E, N) for scale_b).
     """
-    _check_stacked(w, 16, scaling)
-    E, N, K = w.shape
-    w2 = w.reshape(E * N, K)
-    offsets = torch.arange(1, E + 1, dtype=torch.int32, device=w.device) * N
-    _check_offsets(offsets, w2)
+    w2, offsets = _check_stacked(w, 16, scaling)
+    E, N, _ = w.shape
     if _q._on_cuda(w2):
         with _q._on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, False, group_rows=N)
@@ -345,11 +349,8 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
     ceil(N/128)*128) at byte e * Rp * Cp, i.e. scales.view(E, Rp * Cp)[e] is exactly what
     quantize_nvfp4(w[e]) gives. group_rows = N, scale_rows = E * Rp.
     """
-    _check_stacked(w, NVFP4.block_size, scaling)
-    E, N, K = w.shape
-    w2 = w.reshape(E * N, K)
-    offsets = torch.arange(1, E + 1, dtype=torch.int32, device=w.device) * N
-    _check_offsets(offsets, w2)
+    w2, offsets = _check_stacked(w, NVFP4.block_size, scaling)
+    E, N, _ = w.shape
     if _q._on_cuda(w2):
         with _q._on_device(w.device):
             return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, E * (-(-N // 128) * 128),

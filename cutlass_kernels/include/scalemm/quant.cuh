@@ -184,6 +184,24 @@ __device__ __forceinline__ void read_column(const float* tile, int r0, int c, fl
   }
 }
 
+// Row rl, columns 16*blk .. 16*blk+15 of the shared tile: four 16-byte stores.
+__device__ __forceinline__ void store_tile_row(float* tile, int rl, int blk, const float (&v)[16]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
+        make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
+// The scale bytes of this lane and the next three as one word (this lane's byte lowest): four
+// consecutive bytes of the swizzled layout, stored by the first of the four lanes. Every lane of
+// the warp must call it (shuffles).
+__device__ __forceinline__ uint32_t gather4_bytes(uint32_t b) {
+  const uint32_t b1 = __shfl_down_sync(kFullMask, b, 1);
+  const uint32_t b2 = __shfl_down_sync(kFullMask, b, 2);
+  const uint32_t b3 = __shfl_down_sync(kFullMask, b, 3);
+  return b | (b1 << 8) | (b2 << 16) | (b3 << 24);
+}
+
 template <typename T>
 __device__ __forceinline__ void load16(Raw8<T> (&r)[2], const T* p, bool ok) {
   load8(r[0], p, ok);
@@ -239,12 +257,10 @@ __device__ __forceinline__ void quantize_row_block(const TileParams& p, const fl
     const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
                                     p.seed, p.offset, in, sb);
     if (in) *reinterpret_cast<uint2*>(p.q_row + m * (p.K / 2) + col / 2) = q;
-    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
-    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
-    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    const uint32_t word = gather4_bytes(sb);
     const int64_t c = k0 / 16;  // the tile row's 4 scales are one aligned 32-bit store
     if (blk == 0 && m < p.rp_row && c < p.cp_row)
-      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(m, c, p.cp_row)) = word;
     if (p.row_token && first_tile_k && blk == 0 && m < p.M) p.g_row[m] = gs.nv.s_dec;
   } else if constexpr (F == Format::kFP8) {
     if (in) *reinterpret_cast<uint4*>(p.q_row + m * p.K + col) = e4m3x16(v, gs.scale);
@@ -287,12 +303,10 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
         const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
                                         p.seed, p.offset, in, sb);
         if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = q;
-        const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
-        const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
-        const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+        const uint32_t word = gather4_bytes(sb);
         const int64_t c = m0 / 16 + 4 * i;
         if (mq == 0 && k < p.rp_col && c < p.cp_col)
-          *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+          *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = word;
       } else {
         if (in) *reinterpret_cast<uint4*>(p.q_col + k * p.M + m) = e4m3x16(v, gs.scale);
       }
@@ -314,12 +328,10 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
       dst[0] = e4m3x16(v, inv);
       dst[1] = e4m3x16(v + 16, inv);
     }
-    const uint32_t b1 = __shfl_down_sync(kFullMask, b, 1);
-    const uint32_t b2 = __shfl_down_sync(kFullMask, b, 2);
-    const uint32_t b3 = __shfl_down_sync(kFullMask, b, 3);
+    const uint32_t word = gather4_bytes(b);
     const int64_t c = m0 / 32;
     if (mq == 0 && k < p.rp_col && c < p.cp_col)
-      *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = b | (b1 << 8) | (b2 << 16) | (b3 << 24);
+      *reinterpret_cast<uint32_t*>(p.s_col + swizzle_offset(k, c, p.cp_col)) = word;
   }
 }
 
@@ -356,12 +368,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
     if constexpr (ROW) quantize_row_block<F, SR>(p, v, m0 + rl, col, blk, k0, tk == 0, g_row);
-    if constexpr (COL) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
-            make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-    }
+    if constexpr (COL) store_tile_row(tile, rl, blk, v);
   }
   if constexpr (COL) {
     __syncthreads();

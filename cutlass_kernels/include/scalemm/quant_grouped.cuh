@@ -379,12 +379,10 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
       q = nvfp4_block<SR>(v, g, n, p.seed, p.offset, in, sb);
     }
     if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
-    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
-    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
-    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    const uint32_t word = gather4_bytes(sb);
     const int64_t sc = k0 / 16;
     if (blk == 0 && c < p.space && sc < p.cp_row)
-      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(c, sc, p.cp_row)) = sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+      *reinterpret_cast<uint32_t*>(p.s_row + swizzle_offset(c, sc, p.cp_row)) = word;
   } else {  // MXFP8: a 32-block is two adjacent threads
     float bm = absmax_nan<16>(v);
     bm = max_nan(bm, __shfl_xor_sync(kFullMask, bm, 1));
@@ -458,12 +456,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
     if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
-    if constexpr (COL) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
-            make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-    }
+    if constexpr (COL) store_tile_row(tile, rl, blk, v);
   }
   if constexpr (COL) {
     __syncthreads();
@@ -555,11 +548,7 @@ __device__ __forceinline__ void load_wgrad_tile(const GWgradParams& p, int64_t k
   for (int i = 0; i < 2; ++i) {
     float v[16];
     to_float16(raw[i], v);
-    const int rl = r4 + 64 * i;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<float4*>(tile + smem_index(rl, 16 * blk + 4 * j)) =
-          make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    store_tile_row(tile, r4 + 64 * i, blk, v);
   }
   __syncthreads();
 }
@@ -636,16 +625,13 @@ __global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParam
     const uint64_t n = store ? (static_cast<uint64_t>(k) * static_cast<uint64_t>(p.W) + data_col) / 16 : 0;
     const uint2 q = nvfp4_block<SR>(v, gs, n, p.seed, p.offset, in, sb);
     if (store) *reinterpret_cast<uint2*>(p.q_col + k * (p.W / 2) + data_col / 2) = q;
-    const uint32_t s1 = __shfl_down_sync(kFullMask, sb, 1);
-    const uint32_t s2 = __shfl_down_sync(kFullMask, sb, 2);
-    const uint32_t s3 = __shfl_down_sync(kFullMask, sb, 3);
+    const uint32_t word = gather4_bytes(sb);
     if (mq == 0 && k < p.rp) {
       const int64_t base_col = __ldg(p.tb.pos64 + min(g, G)) / 16;  // scale columns before this matrix
       const int64_t cp = g < G ? (m + 63) / 64 * 4 : p.cb_total - base_col;
       const int64_t sc = info[i][1] / 16;  // multiple of 4
       if (sc < cp)
-        *reinterpret_cast<uint32_t*>(p.s_col + p.rp * base_col + swizzle_offset(k, sc, cp)) =
-            sb | (s1 << 8) | (s2 << 16) | (s3 << 24);
+        *reinterpret_cast<uint32_t*>(p.s_col + p.rp * base_col + swizzle_offset(k, sc, cp)) = word;
     }
   }
   const int64_t n = p.n_g_col;
@@ -770,8 +756,9 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
       (rht && !q_col))
     return kBadArgs;
   const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
-  if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (!token && !g_amax)) return kBadArgs;
-  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
+  const bool need_g_amax = !token && (q_row || !own_col_amax);  // not for an RHT columnwise-only call
+  if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (need_g_amax && !g_amax)) return kBadArgs;
+  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, need_g_amax ? g_amax : nullptr,
                                       token && q_row ? row_amax : nullptr,
                                       own_col_amax && !rht ? col_amax : nullptr, stream);
   if (err) return err;
