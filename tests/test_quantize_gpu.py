@@ -94,6 +94,39 @@ def test_nvfp4_rowwise(monkeypatch, M, K, scaling):
     check_nvfp4(monkeypatch, x, scaling=scaling)
 
 
+def encode_sweep(dtype):
+    """Blocks whose 15 other values sweep every bf16 magnitude up to the block max (both signs),
+    plus (fp32) the neighbours of each e2m1 grid point and midpoint; block maxima 6 (mult 1),
+    6.375 (the e4m3 scale rounds down: |y| up to 6.375 on the clamp-free path), 7 and a large one."""
+    mags = torch.arange(0, 0x40E0, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    if dtype == torch.float32:
+        pts = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 6.5])
+        near = torch.cat([pts, torch.nextafter(pts, torch.zeros(())), torch.nextafter(pts, torch.full((), 9.0))])
+        mags = torch.cat([mags, near])
+    vals = torch.cat([mags, -mags])
+    blocks = []
+    big = 6e4 if dtype == torch.float16 else 1e30
+    for bm in (6.0, 6.375, 7.0, big):
+        v = vals[vals.abs() <= bm] if bm < big else vals * (big / 7)
+        v = torch.cat([v, v[: (-v.numel()) % 15]]).view(-1, 15)
+        blocks.append(torch.cat([torch.full((v.shape[0], 1), bm), v], dim=1))
+    x = torch.cat(blocks).reshape(-1)
+    x = torch.cat([x, x[: (-x.numel()) % (16 * 64)]]).view(-1, 64)  # 4 blocks per row
+    x = torch.cat([x, x[: (-x.shape[0]) % 16]])
+    return x.to(dtype).cuda()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nvfp4_encode_sweep(monkeypatch, dtype):
+    """Every bf16 magnitude and the fp32 neighbours of the e2m1 midpoints through both encode
+    paths (clamp-free for blocks with fl(bm * mult) < 7, clamped otherwise), rowwise and
+    columnwise, with S_enc = 1 (amax 2688) and with a small given amax (saturated scales)."""
+    x = encode_sweep(dtype)
+    for amax in (2688.0, 1.0):
+        check_nvfp4(monkeypatch, x, amax=torch.tensor(amax, device="cuda"), columnwise=True)
+    check_nvfp4(monkeypatch, x, scaling="token", columnwise=True)
+
+
 @pytest.mark.parametrize("M,K", [(1, 16), (129, 48), (8191, 7168), (128, 4096)])
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_nvfp4_given_amax(monkeypatch, M, K, scaling):

@@ -239,7 +239,7 @@ __device__ __forceinline__ uint2 nvfp4_block(const float (&v)[16], const Nvfp4Gl
   if (!in) sb = 0u;  // padding and blocks outside x: scale 0 (never written as data)
   uint4 rnd = make_uint4(0u, 0u, 0u, 0u);
   if constexpr (SR) rnd = sr_words(n, seed, offset);
-  return nvfp4_pack16<SR>(v, mult, rnd, bm != bm);
+  return nvfp4_pack16<SR>(v, mult, rnd, bm);
 }
 
 // One thread's 16-element block of the rowwise copy: row m, columns col..col+15 (block `blk`

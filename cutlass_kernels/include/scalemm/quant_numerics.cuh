@@ -118,12 +118,28 @@ __device__ __forceinline__ float e2m1_magic(float a) {  // a in [0, 6]
   return __uint_as_float(e * 0x800002u + 0x0affff02u);
 }
 
-__device__ __forceinline__ uint32_t e2m1_sign(float y) { return (__float_as_uint(y) >> 28) & 8u; }
+// The e2m1 nibble from the magic sum's bits r (magnitude code in bits 0..2) and y's sign:
+// (r & 7) | (bits(y) >> 28 & 8) as ONE lop3 (bits(y) >> 28 has nothing above bit 3, so & ~7
+// keeps just the sign); nvcc emits two LOP3s for the plain expression.
+__device__ __forceinline__ uint32_t e2m1_code(uint32_t r, float y) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, 7, 0xE4;" : "=r"(d) : "r"(r), "r"(__float_as_uint(y) >> 28));  // (a & c) | (b & ~c)
+  return d;
+}
 
 // round-to-nearest-even, |y| > 6 saturates, -0 and negatives rounding to 0 keep the sign (0x8)
 __device__ __forceinline__ uint32_t e2m1_rn(float y) {
   const float a = fminf(fabsf(y), 6.0f);
-  return (__float_as_uint(__fadd_rn(a, e2m1_magic(a))) & 7u) | e2m1_sign(y);
+  return e2m1_code(__float_as_uint(__fadd_rn(a, e2m1_magic(a))), y);
+}
+
+// e2m1_rn for |y| < 7 (a block whose fl(bm * mult) < 7, i.e. nearly every block): no clamp to 6,
+// since a value in (6, 7) already rounds to 6 on the step-2 grid; max(|y|, 1) in float (one
+// FMNMX with the |.| modifier) replaces the clamp and the integer max of e2m1_magic.
+__device__ __forceinline__ uint32_t e2m1_rn_small(float y) {
+  const float a = fabsf(y);
+  const uint32_t e = __float_as_uint(fmaxf(a, 1.0f)) >> 23;
+  return e2m1_code(__float_as_uint(__fadd_rn(a, __uint_as_float(e * 0x800002u + 0x0affff02u))), y);
 }
 
 // Stochastic rounding (NUMERICS section 9) with 8 random bits u: t = |y| + (u/256) * step(|y|)
@@ -134,7 +150,7 @@ __device__ __forceinline__ uint32_t e2m1_sr(float y, uint32_t u) {
   const float step = __uint_as_float((max(__float_as_uint(a), 0x3f800000u) & 0x7f800000u) - 0x00800000u);
   const float noise = __fsub_rn(__uint_as_float(0x3f800000u | (u << 15)), 1.0f);  // u / 256, exact
   const float t = fminf(__fmaf_rn(noise, step, a), 6.0f);
-  return (__float_as_uint(__fadd_rz(t, e2m1_magic(t))) & 7u) | e2m1_sign(y);
+  return e2m1_code(__float_as_uint(__fadd_rz(t, e2m1_magic(t))), y);
 }
 
 // ---------------------------------------------------------------------------
@@ -269,10 +285,9 @@ __device__ __forceinline__ void rht16(float (&v)[16]) {
 // NVFP4 encoding of 16 scaled values into packed nibbles (even index = low nibble)
 // ---------------------------------------------------------------------------
 
-// rnd: the block's 4 Philox words (SR only). A block whose max is NaN has mult = NaN and
-// encodes as all 0x7 (reference: NaN -> 0x7 whatever its sign).
-template <bool SR>
-__device__ __forceinline__ uint2 nvfp4_pack16(const float (&v)[16], float mult, const uint4& rnd, bool nan_block) {
+// The 16 nibbles of one block; kSmall: every |v * mult| < 7 (see e2m1_rn_small).
+template <bool SR, bool kSmall>
+__device__ __forceinline__ uint2 nvfp4_codes16(const float (&v)[16], float mult, const uint4& rnd) {
   uint32_t out[2];
   const uint32_t r[4] = {rnd.x, rnd.y, rnd.z, rnd.w};
 #pragma unroll
@@ -285,13 +300,26 @@ __device__ __forceinline__ uint2 nvfp4_pack16(const float (&v)[16], float mult, 
       uint32_t code;
       if constexpr (SR)
         code = e2m1_sr(y, (r[e >> 2] >> (8 * (e & 3))) & 0xffu);
+      else if constexpr (kSmall)
+        code = e2m1_rn_small(y);
       else
         code = e2m1_rn(y);
       word += code << (4 * i);  // disjoint nibbles: + is |, and folds into one LEA
     }
-    out[w] = nan_block ? 0x77777777u : word;
+    out[w] = word;
   }
   return make_uint2(out[0], out[1]);
+}
+
+// bm: the block's max |v| (NaN if it holds a NaN). rnd: the block's 4 Philox words (SR only).
+// A block whose max is NaN has mult = NaN and encodes as all 0x7 (reference: NaN -> 0x7 whatever
+// its sign). Round-to-nearest blocks with fl(bm * mult) < 7 (every |y| is then < 7: rounding is
+// monotone) take the clamp-free encode.
+template <bool SR>
+__device__ __forceinline__ uint2 nvfp4_pack16(const float (&v)[16], float mult, const uint4& rnd, float bm) {
+  if (bm != bm) return make_uint2(0x77777777u, 0x77777777u);
+  if (!SR && __fmul_rn(bm, mult) < 7.0f) return nvfp4_codes16<SR, true>(v, mult, rnd);
+  return nvfp4_codes16<SR, false>(v, mult, rnd);
 }
 
 }  // namespace quant
