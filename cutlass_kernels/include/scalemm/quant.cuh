@@ -9,8 +9,8 @@
 //    loads in flight); a CTA owns 128 x 256 tiles in a grid-stride loop; results reach
 //    global memory through atomicMax on float bits (NaN-propagating, buffers zeroed by a
 //    memset in the same launch sequence).
-// 2. quantize_tile_kernel: one CTA per 128 x 64 tile of x (256 threads, 4 x 16-byte loads
-//    each, 8 for fp32). The rowwise copy is quantized straight from registers (a thread owns
+// 2. quantize_tile_kernel: one CTA per 128 x 64 tile of x (grid x: tile column, y: tile row;
+//    256 threads, 4 x 16-byte loads each, 8 for fp32). The rowwise copy is quantized straight from registers (a thread owns
 //    one 16-element block of two rows; a 32-block is two adjacent threads); for the
 //    columnwise copy the tile goes through a
 //    32 KB fp32 shared-memory tile (XOR-swizzled, conflict-free both ways) and each thread
@@ -18,6 +18,8 @@
 //    this kernel, scale padding included: the tile grid covers the padded scale
 //    matrices (rows up to Rp, columns up to Cp) and blocks outside x get scale byte 0.
 #pragma once
+
+#include <algorithm>
 
 #include "scalemm/quant_numerics.cuh"
 
@@ -139,7 +141,8 @@ __global__ void __launch_bounds__(kThreads) amax_stats_kernel(const StatsParams 
 struct TileParams {
   const void* x;
   int64_t M, K;
-  int64_t tiles_k;
+  int64_t tiles_k;  // grid: x = tile column, y = tile row - tm0 (launches of <= 65535 tile rows)
+  int64_t tm0;
   // rowwise copy [M, K]: data, swizzled scales (Rp x Cp), global decode scale, amax input
   uint8_t* q_row;
   uint8_t* s_row;
@@ -336,10 +339,11 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
 }
 
 template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
-__global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParams p) {
+__global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(const TileParams p) {
   __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
+  __shared__ GlobalScale g_shared[2];
   const int t = threadIdx.x;
-  const int64_t tm = blockIdx.x / p.tiles_k, tk = blockIdx.x - tm * p.tiles_k;
+  const int64_t tm = p.tm0 + blockIdx.y, tk = blockIdx.x;
   const int64_t m0 = tm * kTileM, k0 = tk * kTileK;
   const T* x = static_cast<const T*>(p.x);
 
@@ -355,12 +359,19 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
     const bool ok = col_ok && m < p.M;
     load16(raw[i], x + (ok ? m * p.K + col : 0), ok);
   }
-  // per-tensor global scales, once per thread (the token paths derive theirs per row / column)
+  // per-tensor global scales (the token paths derive theirs per row / column): one thread
+  // computes them while the loads are in flight and shares them (every warp computing them cost
+  // ~4% of the kernel's instructions). The condition is uniform over the CTA.
   constexpr bool kGlobal = F != Format::kMXFP8;
-  const GlobalScale g_row = global_scale<F == Format::kNVFP4>(
-      (ROW && kGlobal && !p.row_token) ? __ldg(p.amax_row) : 0.0f);
-  const GlobalScale g_col = global_scale<F == Format::kNVFP4>(
-      (COL && kGlobal && !p.col_token) ? __ldg(p.amax_col) : 0.0f);
+  GlobalScale g_row{}, g_col{};
+  if (kGlobal && ((ROW && !p.row_token) || (COL && !p.col_token))) {
+    if (t == 0) {
+      g_shared[0] = global_scale<F == Format::kNVFP4>((ROW && !p.row_token) ? __ldg(p.amax_row) : 0.0f);
+      g_shared[1] = global_scale<F == Format::kNVFP4>((COL && !p.col_token) ? __ldg(p.amax_col) : 0.0f);
+    }
+    __syncthreads();
+    g_row = g_shared[0], g_col = g_shared[1];
+  }
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -375,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const TileParam
     quantize_col<F, RHT, SR>(p, tile, m0, k0, tm == 0, g_col);
   }
 
-  if (blockIdx.x == 0 && t == 0) {  // per-tensor decode scales
+  if (tm == 0 && tk == 0 && t == 0) {  // per-tensor decode scales
     if constexpr (kGlobal) {
       constexpr bool kNv = F == Format::kNVFP4;
       if (ROW && !p.row_token) p.g_row[0] = kNv ? g_row.nv.s_dec : g_row.scale_inv;
@@ -430,11 +441,16 @@ int launch_amax_stats(const void* x, int64_t M, int64_t K, float* amax, float* a
 }
 
 template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
-int launch_tiles(const TileParams& p, cudaStream_t stream) {
-  const int64_t tiles = ceil_div(p.M, kTileM) * p.tiles_k;
-  if (tiles <= 0) return 0;
-  quantize_tile_kernel<F, T, ROW, COL, RHT, SR><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
-  return static_cast<int>(cudaGetLastError());
+int launch_tiles(TileParams p, cudaStream_t stream) {
+  constexpr int64_t kMaxGridY = 65535;
+  const int64_t tiles_m = ceil_div(p.M, kTileM);
+  if (p.tiles_k > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
+  for (p.tm0 = 0; p.tm0 < tiles_m && p.tiles_k > 0; p.tm0 += kMaxGridY) {
+    const dim3 grid(static_cast<unsigned>(p.tiles_k), static_cast<unsigned>(std::min(kMaxGridY, tiles_m - p.tm0)));
+    quantize_tile_kernel<F, T, ROW, COL, RHT, SR><<<grid, kThreads, 0, stream>>>(p);
+    if (const cudaError_t err = cudaGetLastError()) return static_cast<int>(err);
+  }
+  return 0;
 }
 
 template <Format F, typename T, bool RHT, bool SR>
