@@ -175,6 +175,14 @@ def test_nvfp4_rht(monkeypatch, M, K, scaling, rowwise):
     check_nvfp4(monkeypatch, x, scaling=scaling, rowwise=rowwise, columnwise=True, rht=True)
 
 
+def test_nvfp4_many_tile_rows(monkeypatch):
+    """More than 65535 tile rows of 128 (the launcher splits the grid's y dimension): the rows of
+    the second launch are quantized like the first's."""
+    M = 65535 * 128 + 208  # a multiple of 16 (columnwise copy)
+    x = make_input(M, 16, seed=5)
+    check_nvfp4(monkeypatch, x, columnwise=True)
+
+
 def test_nvfp4_given_amax_columnwise(monkeypatch):
     x = make_input(256, 512, seed=9)
     amax = x.float().abs().amax() * 0.5  # smaller than the data: saturation paths
