@@ -401,10 +401,11 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Grid of the stats kernel: one wave of resident CTAs (it loops over tiles). The occupancy
-// query is done once per device and kernel (it is slow next to a small launch).
-template <typename T, bool RHT>
-inline int stats_grid(int64_t num_tiles) {
+// Grid of a kernel that loops over its tiles (the stats kernels): one wave of resident CTAs of
+// kThreads threads, at most num_tiles. The occupancy query is done once per device and kernel
+// (it is slow next to a small launch).
+template <auto Kernel>
+inline int wave_grid(int64_t num_tiles) {
   constexpr int kMaxDevices = 64;
   static int wave[kMaxDevices] = {};  // benign race: every writer stores the same value
   int dev = 0;
@@ -413,7 +414,7 @@ inline int stats_grid(int64_t num_tiles) {
   if (g == 0) {
     int sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, amax_stats_kernel<T, RHT>, kThreads, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, 0);
     g = sms * (per_sm > 0 ? per_sm : 1);
     if (dev < kMaxDevices) wave[dev] = g;
   }
@@ -434,9 +435,9 @@ int launch_amax_stats(const void* x, int64_t M, int64_t K, float* amax, float* a
   StatsParams p{x, M, K, ceil_div(K, kStatsTileK), 0, amax, amax_rht, row_amax, col_amax};
   p.num_tiles = ceil_div(M, kStatsTileM) * p.tiles_k;
   if (rht)
-    amax_stats_kernel<T, true><<<stats_grid<T, true>(p.num_tiles), kThreads, 0, stream>>>(p);
+    amax_stats_kernel<T, true><<<wave_grid<amax_stats_kernel<T, true>>(p.num_tiles), kThreads, 0, stream>>>(p);
   else
-    amax_stats_kernel<T, false><<<stats_grid<T, false>(p.num_tiles), kThreads, 0, stream>>>(p);
+    amax_stats_kernel<T, false><<<wave_grid<amax_stats_kernel<T, false>>(p.num_tiles), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 

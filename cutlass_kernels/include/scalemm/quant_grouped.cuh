@@ -643,23 +643,6 @@ __global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParam
 // host launchers (0 or a cudaError_t; no allocation, no synchronisation: graph-capturable)
 // ---------------------------------------------------------------------------
 
-template <typename T>
-inline int grouped_stats_grid(int64_t num_tiles) {
-  constexpr int kMaxDevices = 64;
-  static int wave[kMaxDevices] = {};  // benign race: every writer stores the same value
-  int dev = 0;
-  cudaGetDevice(&dev);
-  int g = dev < kMaxDevices ? wave[dev] : 0;
-  if (g == 0) {
-    int sms = 0, per_sm = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grouped_stats_kernel<T>, kThreads, 0);
-    g = sms * (per_sm > 0 ? per_sm : 1);
-    if (dev < kMaxDevices) wave[dev] = g;
-  }
-  return static_cast<int>(num_tiles < g ? num_tiles : g);
-}
-
 inline int memset_f32(float* p, int64_t n, cudaStream_t stream) {
   if (p == nullptr || n <= 0) return 0;
   return static_cast<int>(cudaMemsetAsync(p, 0, sizeof(float) * n, stream));
@@ -677,7 +660,7 @@ int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offs
   if (err || (!g_amax && !row_amax && !gcol_amax) || T_ <= 0 || K <= 0) return err;
   GStatsParams sp{x, T_, K, ceil_div(K, kStatsTileK), 0, make_table(table, G), g_amax, row_amax, gcol_amax};
   sp.num_tiles = ceil_div(T_, kStatsTileM) * sp.tiles_k;
-  grouped_stats_kernel<T><<<grouped_stats_grid<T>(sp.num_tiles), kThreads, 0, stream>>>(sp);
+  grouped_stats_kernel<T><<<wave_grid<grouped_stats_kernel<T>>(sp.num_tiles), kThreads, 0, stream>>>(sp);
   return static_cast<int>(cudaGetLastError());
 }
 
