@@ -86,6 +86,28 @@ class GemmConfig:
         }
 
 
+def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, grouped: bool = False) -> dict[str, str]:
+    """Template parameters for cutlass_kernels/templates/nvfp4_gemm_sm90.cu (nvfp4_grouped_gemm_sm90.cu):
+    the swapped NVFP4-weight kernel (weights on the tile's M side, 128 rows x 64 K per tile: one
+    scale atom each)."""
+    if (config.tile_m, config.tile_k) != (128, 64) or not config.swap_ab:
+        raise ValueError(f"NVFP4 kernels use swapped 128 x tile_n x 64 tiles, got {config.key()}")
+    coop = config.schedule == "cooperative"
+    array = "PtrArray" if grouped else ""
+    params = {
+        "TILE_M": "128", "TILE_N": str(config.tile_n), "TILE_K": "64",
+        "CLUSTER_M": str(config.cluster_m), "CLUSTER_N": str(config.cluster_n),
+        "ELEMENT_B": CPP_TYPES[dtype_name(act_dtype)], "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
+        "MAINLOOP_SCHEDULE": f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong"),
+        "EPILOGUE_SCHEDULE": (f"cutlass::epilogue::{array}TmaWarpSpecialized"
+                              + ("Cooperative" if coop else ("Pingpong" if grouped else ""))),
+        "EVT_TYPE": epilogue.evt_type, "EVT_ARGS": epilogue.args_expr,
+    }
+    if not grouped:
+        params["TILE_SCHEDULER"] = "cutlass::gemm::StreamKScheduler" if config.stream_k else "void"
+    return params
+
+
 def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     p = lo
     while p < x and p < hi:

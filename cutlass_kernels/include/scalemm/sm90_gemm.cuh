@@ -19,28 +19,13 @@
 #include "cutlass/epilogue/thread/activation.h"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "scalemm/abi.h"
+#include "scalemm/sm90/launch.cuh"
+
 namespace scalemm {
 
-// Launcher return codes beyond cudaError_t (see scalemm/jit: 1000 + cutlass::Status, 2000 + these).
-enum LaunchCode : int {
-  kOk = 0,
-  kWorkspaceTooSmall = 2001,
-  kCannotImplement = 2002,
-};
-
-inline int status_code(cutlass::Status s) {
-  return s == cutlass::Status::kSuccess ? 0 : 1000 + static_cast<int>(s);
-}
-
-// Multiprocessor count per device, queried once (cudaDeviceGetAttribute is cheap but not free).
-inline int sm_count(int device) {
-  static int cached[64] = {0};
-  if (device < 0 || device >= 64) return 0;
-  if (cached[device] == 0) {
-    cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
-  }
-  return cached[device];
-}
+using sm90::status_code;
+using sm90::sm_count;
 
 template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
           class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt,

@@ -18,17 +18,6 @@
 
 namespace scalemm {
 
-// How the i-th epilogue leaf's base pointer becomes per-group pointers.
-enum GroupedLeafMode : int {
-  kLeafNull = 0,      // absent (nullable leaf): CUTLASS reads its null default
-  kLeafPerRow = 1,    // [T] per token: base + row_start(g)          (vector)
-  kLeafPerGroupVec = 2,  // [G, L] per expert channel: base + g * L  (vector; L = its length)
-  kLeafPerGroup = 3,  // [G] one value per group: base + g           (scalar broadcast)
-  kLeafShared = 4,    // [N] the same vector for every group: base  (vector)
-  kLeafOne = 5,       // one value for everything: base               (scalar broadcast)
-};
-constexpr int kMaxLeaves = 8;
-
 struct GroupedLeaves {
   void const* base[kMaxLeaves];
   int mode[kMaxLeaves];

@@ -1,0 +1,69 @@
+"""scalemm's C ABI, read from its one definition: cutlass_kernels/include/scalemm/abi.h.
+
+The header holds every constant and parameter struct that the extern "C" launchers and Python
+share; this module parses it (a deliberately small subset of C++: see the header's rules) so
+nothing is written twice. Exposes:
+
+- ``constants``: name -> int for every ``constexpr int`` and enum entry (``abi.constants["kMaxLeaves"]``),
+  also as module attributes (``abi.kMaxLeaves``);
+- one ``ctypes.Structure`` subclass per struct (``abi.Nvfp4GemmArgs``), fields in header order.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+HEADER = Path(__file__).resolve().parent.parent / "cutlass_kernels" / "include" / "scalemm" / "abi.h"
+if not HEADER.is_file():  # installed: scalemm/cutlass_kernels/include sits beside this package's modules
+    HEADER = Path(__file__).resolve().parent / "cutlass_kernels" / "include" / "scalemm" / "abi.h"
+
+_CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "uint64_t": ctypes.c_uint64,
+           "uint32_t": ctypes.c_uint32, "float": ctypes.c_float}
+_CONSTEXPR = re.compile(r"^\s*constexpr\s+int\s+(\w+)\s*=\s*(-?\w+)\s*;", re.M)
+_ENUM = re.compile(r"enum\s+(\w+)\s*:\s*int\s*\{([^}]*)\}", re.S)
+_STRUCT = re.compile(r"struct\s+(\w+)\s*\{([^}]*)\};", re.S)
+_FIELD = re.compile(r"^\s*([\w\s]+?)\s*(\*?)\s*(\w+)\s*(?:\[(\w+)\])?\s*;")
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def _value(token: str, constants: dict) -> int:
+    return constants[token] if token in constants else int(token, 0)
+
+
+def parse(text: str) -> tuple[dict, dict]:
+    """(constants, structs) of a header written to abi.h's rules."""
+    text = _strip_comments(text)
+    constants: dict[str, int] = {}
+    for m in _ENUM.finditer(text):
+        for entry in filter(None, (e.strip() for e in m[2].split(","))):
+            name, _, value = (p.strip() for p in entry.partition("="))
+            constants[name] = _value(value, constants)
+    for name, value in _CONSTEXPR.findall(text):
+        constants[name] = _value(value, constants)
+    structs = {}
+    for m in _STRUCT.finditer(text):
+        fields = []
+        for line in filter(str.strip, m[2].split(";")):
+            f = _FIELD.match(line + ";")
+            if not f:
+                raise ValueError(f"abi.h: cannot parse field {line.strip()!r} of struct {m[1]}")
+            base, star, name, count = f.groups()
+            base = base.replace("const", "").strip()
+            ctype = ctypes.c_void_p if star else _CTYPES.get(base)
+            if ctype is None:
+                raise ValueError(f"abi.h: unsupported field type {base!r} in struct {m[1]}")
+            if count:
+                ctype = ctype * _value(count, constants)
+            fields.append((name, ctype))
+        structs[m[1]] = type(m[1], (ctypes.Structure,), {"_fields_": fields})
+    return constants, structs
+
+
+constants, structs = parse(HEADER.read_text())
+globals().update(constants)
+globals().update(structs)
+__all__ = ["constants", "structs", "parse", "HEADER", *constants, *structs]

@@ -1,0 +1,302 @@
+"""NVFP4-weight GEMMs on Hopper: exact emulation on bf16 tensor cores (docs/numerics.md section 4).
+
+W4A16: y = epilogue(x @ dequant(W)^T) with x bf16/fp16 [M, K] and W an NVFP4Tensor [N, K].
+W4A4:  x is an NVFP4Tensor too; its rows are first decoded exactly to bf16 (code x block scale,
+       one memory-bound pass), and its global scale joins W's in the epilogue.
+The kernel (scalemm/sm90/nvfp4_mainloop.hpp) reads W in a prepared byte order, made once per
+weight and cached beside it (prepare_sm90_weight), and W's e4m3 scales exactly as the quantizer
+wrote them. Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import weakref
+
+import torch
+
+from . import abi
+from . import epilogues as epi
+from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
+from .jit import KernelSpec, build
+
+__all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
+           "dequant_kernel_spec"]
+
+CHUNK_K = 64  # elements of K per prepared chunk and per scale atom column group
+_ACT_DTYPES = (torch.bfloat16, torch.float16)
+_STREAM_K_WORKSPACE_BYTES = 32 << 20
+
+
+# ---------------------------------------------------------------------------------------
+# the prepared weight layout
+# ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _chunk_permutation() -> tuple[int, ...]:
+    """perm[p] = the element (0..63 of a 64-element chunk) stored at nibble p of the prepared
+    chunk (byte p // 2, low nibble for even p). Thread t of the kernel's fragment layout reads
+    bytes [8t, 8t + 8) as words w = 0, 1; nibble n of word w holds element
+    16 * (2w + (n % 4) // 2) + 2t + 8 * (n % 2) + n // 4."""
+    perm = []
+    for p in range(64):
+        byte = p // 2
+        t, w, n = byte // 8, (byte % 8) // 4, 2 * (byte % 4) + p % 2
+        perm.append(16 * (2 * w + (n % 4) // 2) + 2 * t + 8 * (n % 2) + n // 4)
+    assert sorted(perm) == list(range(64))
+    return tuple(perm)
+
+
+def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
+    """Packed e2m1 codes uint8 [..., N, K/2] (even element in the low nibble) -> the byte order
+    the SM90 kernel reads, uint8 [..., N, K_pad/2] with K_pad = ceil(K/64)*64 (zero codes pad)."""
+    *lead, n, half = qdata.shape
+    k = half * 2
+    k_pad = -(-k // CHUNK_K) * CHUNK_K
+    codes = torch.stack((qdata & 0xF, qdata >> 4), dim=-1).reshape(*lead, n, k)
+    if k_pad != k:
+        codes = torch.nn.functional.pad(codes, (0, k_pad - k))
+    perm = torch.tensor(_chunk_permutation(), device=qdata.device)
+    codes = codes.reshape(*lead, n, k_pad // CHUNK_K, CHUNK_K).index_select(-1, perm)
+    codes = codes.reshape(*lead, n, k_pad // 2, 2)
+    return (codes[..., 0] | (codes[..., 1] << 4)).contiguous()
+
+
+# qdata tensor -> (its version, prepared copy). Keyed weakly: the copy lives as long as the
+# weight; an in-place change of the weight (a new version) re-prepares it.
+_prepared: "weakref.WeakKeyDictionary[torch.Tensor, tuple[int, torch.Tensor]]" = weakref.WeakKeyDictionary()
+
+
+def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
+    hit = _prepared.get(qdata)
+    if hit is not None and hit[0] == qdata._version:
+        return hit[1]
+    prepared = prepare_sm90_weight(qdata)
+    _prepared[qdata] = (qdata._version, prepared)
+    return prepared
+
+
+# ---------------------------------------------------------------------------------------
+# configs and kernels
+# ---------------------------------------------------------------------------------------
+
+def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
+    """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
+    Few tokens get a narrow tile_n; when the tiles cannot fill the GPU, stream-K splits K."""
+    tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
+    tiles = -(-N // 128) * -(-M // tile_n)
+    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=tiles < num_sms)
+
+
+def nvfp4_gemm_kernel_spec(config: GemmConfig, *, act_dtype: torch.dtype, out_dtype: torch.dtype,
+                           epilogue: epi.Node) -> tuple[KernelSpec, epi.Emitted]:
+    return _spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(config, act_name, out_name, tree):
+    emitted = epi.emit(tree, out_name, swap_ab=True)
+    digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
+    name = f"nvfp4_gemm_{config.key()}_{act_name}_{out_name}_evt{digest}"
+    return KernelSpec(name=name, template="nvfp4_gemm_sm90.cu",
+                      params=nvfp4_cpp(config, act_dtype=act_name, out_dtype=out_name, epilogue=emitted)), emitted
+
+
+def dequant_kernel_spec() -> KernelSpec:
+    return KernelSpec(name="nvfp4_dequant", template="nvfp4_dequant.cu", cutlass=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_launcher(spec: KernelSpec):
+    return build(spec).function("scalemm_nvfp4_gemm", [ctypes.POINTER(abi.Nvfp4GemmArgs)])
+
+
+@functools.lru_cache(maxsize=None)
+def _dequant_launcher():
+    return build(dequant_kernel_spec()).function("scalemm_nvfp4_dequant", [ctypes.POINTER(abi.Nvfp4DequantArgs)])
+
+
+@functools.lru_cache(maxsize=None)
+def _one(device: torch.device) -> torch.Tensor:
+    return torch.ones((), dtype=torch.float32, device=device)
+
+
+def _num_sms(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Tensor:
+    """bf16 [M, K] = value(code) * block scale of an NVFP4 rowwise copy (no global scale), exact."""
+    M, K = q.shape
+    out = torch.empty((M, K), dtype=torch.bfloat16, device=q.qdata.device)
+    if M == 0:
+        return out
+    G = 0 if offsets is None else offsets.numel()
+    table = torch.empty(G + 3 * (G + 1), dtype=torch.int32, device=out.device) if G else None
+    args = abi.Nvfp4DequantArgs(
+        qdata=q.qdata.data_ptr(), scales=q.scales.data_ptr(), out=out.data_ptr(), rows=M, k=K,
+        scale_cols=-(-(K // 16) // 4) * 4, offsets=None if offsets is None else offsets.data_ptr(), groups=G,
+        table=None if table is None else table.data_ptr(),
+        stream=torch._C._cuda_getCurrentRawStream(out.device.index))
+    _dequant_launcher()(ctypes.byref(args))
+    return out
+
+
+def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
+               config: GemmConfig | None = None) -> torch.Tensor:
+    """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
+
+    a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
+    b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
+    Validated by the caller (scalemm.gemm)."""
+    from .tensors import NVFP4Tensor
+    device = b.qdata.device
+    N, K = b.shape
+    if isinstance(a, NVFP4Tensor):
+        scale_a = a.alpha
+        x = dequantize_rows_bf16(a)
+    else:
+        scale_a, x = _one(device), a
+    M = x.shape[0]
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=device)
+    if M == 0 or N == 0:
+        return out
+    tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
+    cfg = config or default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
+    spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
+    inputs = {"scale_a": scale_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias}
+    args = abi.Nvfp4GemmArgs(
+        weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
+        d=out.data_ptr(), n=N, tokens=M, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K, scale_cols=-(-(K // 16) // 4) * 4,
+        device=device.index, raster={"m": 0, "n": 1, "auto": 2}[cfg.raster], swizzle=cfg.swizzle, splits=1,
+        stream=torch._C._cuda_getCurrentRawStream(device.index))
+    for i, leaf in enumerate(emitted.leaves):
+        t = inputs[leaf.name]
+        if t is not None:
+            args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), int(t.numel() > 1)
+    ws = None
+    if cfg.stream_k:
+        ws = torch.empty(_STREAM_K_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
+    _gemm_launcher(spec)(ctypes.byref(args))
+    return out
+
+
+def build_set(name: str = "tests") -> list[KernelSpec]:
+    """NVFP4 kernels to prebuild: what the GPU tests and perf/nvfp4_explore.py launch."""
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    cases = set()
+    for M in (1, 7, 8, 16, 129, 300, 333, 2048, 4096):
+        for N, K in ((6144, 4096), (4096, 14336), (576, 7168), (2048, 768), (1000, 2064), (2048, 1024),
+                     (4096, 2064), (256, 512), (1536, 3136)):
+            cases.add((default_nvfp4_config(M, N, K), bf16, f32))
+    for M in (1, 16, 300):
+        for act in (bf16, f16):
+            for out in (bf16, f16, f32):
+                cases.add((default_nvfp4_config(M, 2048, 1024), act, out))
+    for n, cm, sched, sk in [(16, 1, "cooperative", True), (16, 1, "cooperative", False), (64, 1, "cooperative", False),
+                             (128, 1, "cooperative", False), (256, 1, "cooperative", False),
+                             (128, 1, "pingpong", False), (16, 1, "pingpong", False), (128, 2, "cooperative", False),
+                             (128, 1, "cooperative", True)]:
+        cases.add((GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk), bf16, f32))
+    if name in ("explore", "all"):
+        for M in (1, 16, 64, 128, 4096):
+            for N, K in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)):
+                cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
+            tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128, 256]
+            for n in tn:
+                for sched, sk in (("cooperative", False), ("cooperative", True), ("pingpong", False)):
+                    cases.add((GemmConfig(128, n, 64, 1, 1, sched, swap_ab=True, stream_k=sk), bf16, bf16))
+            if M > 64:
+                cases.add((GemmConfig(128, 128, 64, 2, 1, "cooperative", swap_ab=True), bf16, bf16))
+    specs = [nvfp4_gemm_kernel_spec(c, act_dtype=a, out_dtype=o, epilogue=epi.scaled(o))[0] for c, a, o in sorted(
+        cases, key=lambda c: (c[0].key(), str(c[1]), str(c[2])))]
+    grouped = {(default_nvfp4_grouped_config(T, G, 1, 1), torch.float32) for T, G in
+               ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8))}
+    if name in ("explore", "all"):
+        grouped |= {(default_nvfp4_grouped_config(t * 8, 8, 1, 1), bf16) for t in (1, 16, 64, 128, 512, 2048)}
+    specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]
+              for c, o in sorted(grouped, key=lambda c: (c[0].key(), str(c[1])))]
+    return specs + [dequant_kernel_spec()]
+
+
+# ---------------------------------------------------------------------------------------
+# grouped (MoE)
+# ---------------------------------------------------------------------------------------
+
+def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
+    """Tiles from the mean rows per expert (known on the host from shapes alone)."""
+    per = T / max(G, 1)
+    tile_n = 16 if per <= 16 else 32 if per <= 32 else 64 if per <= 64 else 128
+    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True)
+
+
+def nvfp4_grouped_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype, epilogue: epi.Node):
+    return _grouped_spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped_spec(config, act_name, out_name, tree):
+    if config.stream_k:
+        raise ValueError("grouped GEMMs use CUTLASS's grouped persistent scheduler, not stream-K")
+    emitted = epi.emit(tree, out_name, swap_ab=True, grouped=True)
+    digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
+    name = f"nvfp4_grouped_{config.key()}_{act_name}_{out_name}_evt{digest}"
+    params = nvfp4_cpp(config, act_dtype=act_name, out_dtype=out_name, epilogue=emitted, grouped=True)
+    return KernelSpec(name=name, template="nvfp4_grouped_gemm_sm90.cu", params=params), emitted
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped_launcher(spec: KernelSpec):
+    return build(spec).function("scalemm_nvfp4_grouped_gemm", [ctypes.POINTER(abi.Nvfp4GroupedGemmArgs)])
+
+
+def _grouped_workspace_bytes(G: int) -> int:
+    # setup arrays (problem shapes, row starts, D pointers and strides, 8 leaf pointer arrays, each
+    # 256-byte aligned) + CUTLASS's own (per-SM epilogue TMA descriptors, scheduler): generous, cheap.
+    return G * 1024 + 4 * 256 * 16 + (4 << 20)
+
+
+def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
+                       config: GemmConfig | None = None) -> torch.Tensor:
+    """out[rows of g] = epilogue(alpha_a * alpha_b[g] * (A[rows of g] @ dequant(W_g)^T) + bias[g]) on CUDA.
+
+    a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4).
+    b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
+    offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
+    from .tensors import GroupedNVFP4Tensor
+    device = b.qdata.device
+    G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
+    M, PG, PGV, SH, ONE, NULL = (abi.kLeafPerRow, abi.kLeafPerGroup, abi.kLeafPerGroupVec, abi.kLeafShared,
+                                 abi.kLeafOne, abi.kLeafNull)
+    if isinstance(a, GroupedNVFP4Tensor):
+        x = dequantize_rows_bf16(a, offsets=offsets)
+        scale_a = (a.alpha, M if a.scaling == "token" else PG, 0)
+    else:
+        x, scale_a = a, (_one(device), ONE, 0)
+    T = x.shape[0]
+    if out is None:
+        out = torch.empty((T, N), dtype=out_dtype, device=device)
+    if T == 0 or N == 0:
+        return out
+    scale_b = (b.alpha, PGV if b.scaling == "token" else PG, N)
+    bias_leaf = (None, NULL, 0) if bias is None else (bias, PGV if bias.dim() == 2 else SH, N)
+    tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
+    cfg = config or default_nvfp4_grouped_config(T, G, N, K)
+    spec, emitted = nvfp4_grouped_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
+    inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias_leaf}
+    ws = torch.empty(_grouped_workspace_bytes(G), dtype=torch.uint8, device=device)
+    args = abi.Nvfp4GroupedGemmArgs(
+        weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
+        d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, n=N, tokens=T, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K,
+        scale_cols=-(-(K // 16) // 4) * 4, leaf_count=len(emitted.leaves), workspace=ws.data_ptr(),
+        workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
+    for i, leaf in enumerate(emitted.leaves):
+        t, mode, stride = inputs[leaf.name]
+        args.leaf_base[i] = None if t is None else t.data_ptr()
+        args.leaf_mode[i], args.leaf_group_stride[i] = mode, stride
+        args.leaf_elem_bytes[i] = 0 if t is None else t.element_size()
+    _grouped_launcher(spec)(ctypes.byref(args))
+    return out

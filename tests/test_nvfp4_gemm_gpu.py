@@ -1,0 +1,258 @@
+"""NVFP4-weight GEMMs on the GPU (W4A16 and W4A4) against the exact-dequant reference.
+
+The reference dequantizes both operands exactly (code x block scale, in fp64), multiplies in
+fp64 and applies the global scales and the epilogue in fp64. fp32 outputs must match within
+1e-5 relative Frobenius error (fp32 accumulation order only), bf16 outputs within 4e-3.
+Outputs are poisoned with NaN first, so an unwritten element fails the test.
+"""
+import pytest
+import torch
+
+import scalemm
+from scalemm import reference as ref
+from scalemm.cutlass_kernels import GemmConfig
+from scalemm.gemm_nvfp4 import gemm_nvfp4, prepare_sm90_weight, dequantize_rows_bf16
+
+pytestmark = pytest.mark.gpu
+
+# (N, K) of real models' linear layers, plus edges: N not a multiple of 128, K not a multiple of 64.
+SHAPES_NK = [(6144, 4096), (4096, 14336), (576, 7168), (2048, 768), (1000, 2064)]
+TOL = {torch.float32: 1e-5, torch.bfloat16: 4e-3, torch.float16: 1e-3}
+
+
+def _wide(shape, seed, device="cuda"):
+    """Random data over many binades, with zero rows and tiny rows (subnormal e4m3 scales)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(*shape, device=device, generator=g)
+    x = x * torch.rand(shape[0], 1, device=device, generator=g).mul(8).sub(4).exp2()
+    x[::37] = 0
+    x[5::41] *= 1e-6
+    return x
+
+
+def _weights(N, K, scaling, seed):
+    return scalemm.quantize_nvfp4(_wide((N, K), seed).to(torch.bfloat16), scaling=scaling)
+
+
+def _exact(a, b, bias=None, act=None):
+    """fp64 exact-dequant reference of the W4A16 / W4A4 GEMM (alphas in fp64 on the product)."""
+    wd = ref.dequantize_nvfp4(b, torch.float32, apply_alpha=False).double()
+    if isinstance(a, torch.Tensor):
+        xd, alpha_a = a.double(), torch.ones((), dtype=torch.float64, device=a.device)
+    else:
+        xd, alpha_a = ref.dequantize_nvfp4(a, torch.float32, apply_alpha=False).double(), a.alpha.double()
+    acc = xd @ wd.T
+    r = (alpha_a.reshape(-1, 1) if alpha_a.dim() else alpha_a) * b.alpha.double().reshape(1, -1) * acc
+    if bias is not None:
+        r = r + bias.double()
+    if act == "relu":
+        r = torch.relu(r)
+    return r
+
+
+def _rel_err(out, exact):
+    return ((out.double() - exact).norm() / exact.norm()).item()
+
+
+def _poisoned(M, N, dtype):
+    return torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("M", [1, 7, 129, 4096])
+@pytest.mark.parametrize("N,K", SHAPES_NK)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_w4a16_fp32_matches_exact_dequant(M, N, K, scaling):
+    w = _weights(N, K, scaling, seed=N + K)
+    x = _wide((M, K), seed=M).to(torch.bfloat16)
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(x, w, out_dtype=torch.float32, out=out)
+    assert not out.isnan().any(), "unwritten outputs"
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
+@pytest.mark.parametrize("M", [1, 16, 300])
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
+    N, K = 2048, 1024
+    w = _weights(N, K, "token", seed=3)
+    x = _wide((M, K), seed=4).clamp(-6e4, 6e4).to(act_dtype)
+    bias = torch.randn(N, device="cuda").to(out_dtype)
+    out = _poisoned(M, N, out_dtype)
+    gemm_nvfp4(x, w, bias=bias, epilogue="relu", out_dtype=out_dtype, out=out)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(x, w, bias, "relu")) <= TOL[out_dtype]
+
+
+@pytest.mark.parametrize("M", [1, 7, 129, 2048])
+@pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token"), ("token", "tensor")])
+def test_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
+    N, K = 4096, 2064
+    w = _weights(N, K, w_scaling, seed=11)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=12).to(torch.bfloat16), scaling=a_scaling)
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w)) <= 1e-5
+
+
+def test_dequant_rows_is_exact():
+    a = scalemm.quantize_nvfp4(_wide((300, 2064), seed=5).to(torch.bfloat16), scaling="token")
+    got = dequantize_rows_bf16(a)
+    want = ref.dequantize_nvfp4(a, torch.float32, apply_alpha=False)
+    assert torch.equal(got.float(), want)
+
+
+CONFIGS = [GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk)
+           for n, cm, sched, sk in [(16, 1, "cooperative", True), (16, 1, "cooperative", False),
+                                    (64, 1, "cooperative", False), (128, 1, "cooperative", False),
+                                    (256, 1, "cooperative", False), (128, 1, "pingpong", False),
+                                    (16, 1, "pingpong", False), (128, 2, "cooperative", False),
+                                    (128, 1, "cooperative", True)]]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.key())
+def test_every_config_is_exact(config):
+    M, N, K = 333, 1536, 3136
+    w = _weights(N, K, "token", seed=21)
+    x = _wide((M, K), seed=22).to(torch.bfloat16)
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(x, w, out_dtype=torch.float32, out=out, config=config)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
+def test_nan_weight_block_propagates_to_its_column_only():
+    N, K, M = 256, 512, 8
+    wf = _wide((N, K), seed=31)
+    wf[3, 100] = float("nan")
+    # per-tensor scaling: the NaN reaches only its block's e4m3 scale (0x7F), not other rows' alphas
+    w = scalemm.quantize_nvfp4(wf.to(torch.bfloat16), scaling="tensor", amax=torch.tensor(50.0, device="cuda"))
+    assert (w.scales.view(torch.uint8) == 0x7F).sum() == 1
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    out = gemm_nvfp4(x, w, out_dtype=torch.float32)
+    assert out[:, 3].isnan().all()
+    assert not out[:, torch.arange(N, device="cuda") != 3].isnan().any()
+
+
+def test_prepared_weight_is_cached_and_refreshed():
+    w = _weights(256, 256, "tensor", seed=41)
+    from scalemm.gemm_nvfp4 import _prepared_weight
+    p1 = _prepared_weight(w.qdata)
+    assert _prepared_weight(w.qdata) is p1
+    w.qdata.add_(0)  # an in-place change bumps the version
+    assert _prepared_weight(w.qdata) is not p1
+    assert torch.equal(_prepared_weight(w.qdata), prepare_sm90_weight(w.qdata))
+
+
+# ---------------------------------------------------------------------------------------
+# grouped (MoE)
+# ---------------------------------------------------------------------------------------
+
+from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4  # noqa: E402
+from scalemm.tensors import NVFP4Tensor  # noqa: E402
+
+
+def _offsets(sizes):
+    return torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+
+
+def _expert(w, e):
+    """Expert e of stacked NVFP4 weights as a plain NVFP4Tensor (its batched scale block)."""
+    N, K = w.group_rows, w.shape[1]
+    rp, cp = -(-N // 128) * 128, -(-(K // 16) // 4) * 4
+    alpha = w.alpha[e] if w.scaling == "tensor" else w.alpha[e * N:(e + 1) * N]
+    return NVFP4Tensor(w.qdata[e * N:(e + 1) * N], w.scales[e * rp * cp:(e + 1) * rp * cp], alpha, alpha.clone(),
+                       (N, K), w.scaling, w.orig_dtype)
+
+
+def _starts(sizes):
+    return [0] + torch.tensor(sizes).cumsum(0)[:-1].tolist()
+
+
+def _group_rows(q, sizes):
+    """Group g's rows of a grouped rowwise copy as a plain NVFP4Tensor (None for an empty group)."""
+    K = q.shape[1]
+    cp = -(-(K // 16) // 4) * 4
+    out = []
+    for g, (s, m) in enumerate(zip(_starts(sizes), sizes)):
+        sf, rp = int(q.sf_offsets[g]), -(-m // 128) * 128
+        alpha = q.alpha[g] if q.scaling == "tensor" else q.alpha[s:s + m]
+        out.append(NVFP4Tensor(q.qdata[s:s + m], q.scales[sf * cp:(sf + rp) * cp], alpha, alpha.clone(), (m, K),
+                               q.scaling, q.orig_dtype) if m else None)
+    return out
+
+
+def _exact_grouped(a, w, sizes, N):
+    """fp64 exact-dequant reference of a grouped GEMM, group by group."""
+    r = torch.zeros(sum(sizes), N, dtype=torch.float64, device="cuda")
+    rows = _group_rows(a, sizes) if not isinstance(a, torch.Tensor) else None
+    for g, (s, m) in enumerate(zip(_starts(sizes), sizes)):
+        if m:
+            r[s:s + m] = _exact(a[s:s + m] if rows is None else rows[g], _expert(w, g))
+    return r
+
+
+SIZES = {"ragged": [5, 0, 130, 1, 0, 17, 300, 64], "one": [777], "decode": [1] * 8 + [0] * 8,
+         "many": [(i * 37) % 50 for i in range(64)]}
+
+
+@pytest.mark.parametrize("case", list(SIZES))
+@pytest.mark.parametrize("w_scaling", ["tensor", "token"])
+def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
+    sizes = SIZES[case]
+    G, N, K = len(sizes), 1024, 2064
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=G).reshape(G, N, K).to(torch.bfloat16),
+                                       scaling=w_scaling)
+    T = sum(sizes)
+    x = _wide((T + 3, K), seed=T).to(torch.bfloat16)  # 3 rows past the last group: never written
+    out = _poisoned(T + 3, N, torch.float32)
+    grouped_gemm_nvfp4(x, w, _offsets(sizes), out_dtype=torch.float32, out=out)
+    assert not out[:T].isnan().any(), "unwritten rows"
+    assert out[T:].isnan().all(), "rows past the last group were written"
+    assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
+
+
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+def test_grouped_w4a4_matches_exact_dequant(a_scaling):
+    sizes = SIZES["ragged"]
+    G, N, K = len(sizes), 512, 1024
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=3).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    T = sum(sizes)
+    offsets = _offsets(sizes)
+    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=4).to(torch.bfloat16), offsets, scaling=a_scaling)
+    bias = torch.randn(G, N, device="cuda").to(torch.float32)
+    out = _poisoned(T, N, torch.float32)
+    grouped_gemm_nvfp4(a, w, offsets, bias=bias, out_dtype=torch.float32, out=out)
+    want = _exact_grouped(a, w, sizes, N)
+    for g, (s, m) in enumerate(zip(_starts(sizes), sizes)):
+        want[s:s + m] += bias[g].double()
+    assert not out.isnan().any()
+    assert _rel_err(out, want) <= 1e-5
+
+
+def test_grouped_dequant_rows_is_exact():
+    sizes = SIZES["ragged"]
+    offsets = _offsets(sizes)
+    q = scalemm.quantize_nvfp4_grouped(_wide((sum(sizes), 1024), seed=6).to(torch.bfloat16), offsets, scaling="token")
+    got = dequantize_rows_bf16(q, offsets=offsets).float()
+    for s, m, rows in zip(_starts(sizes), sizes, _group_rows(q, sizes)):
+        if m:
+            assert torch.equal(got[s:s + m], ref.dequantize_nvfp4(rows, torch.float32, apply_alpha=False))
+
+
+def test_grouped_graph_replay_sees_new_offsets():
+    G, N, K, T = 8, 256, 512, 200
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=8).reshape(G, N, K).to(torch.bfloat16))
+    x = _wide((T, K), seed=9).to(torch.bfloat16)
+    offsets = _offsets([25] * 8)
+    out = torch.zeros(T, N, device="cuda")
+    grouped_gemm_nvfp4(x, w, offsets, out_dtype=torch.float32, out=out)  # build + load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_gemm_nvfp4(x, w, offsets, out_dtype=torch.float32, out=out)
+    for sizes in ([25] * 8, [0, 100, 0, 50, 50, 0, 0, 0], [200, 0, 0, 0, 0, 0, 0, 0]):
+        offsets.copy_(_offsets(sizes))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel_err(out, _exact_grouped(x, w, sizes, N)) <= 1e-5
