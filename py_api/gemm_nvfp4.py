@@ -63,17 +63,21 @@ def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
     return (codes[..., 0] | (codes[..., 1] << 4)).contiguous()
 
 
-# qdata tensor -> (its version, prepared copy). Keyed weakly: the copy lives as long as the
-# weight; an in-place change of the weight (a new version) re-prepares it.
-_prepared: "weakref.WeakKeyDictionary[torch.Tensor, tuple[int, torch.Tensor]]" = weakref.WeakKeyDictionary()
+# id(qdata) -> (weak reference to qdata, its version, prepared copy). The copy lives as long as the
+# weight (a finalizer drops it); an in-place change of the weight (a new version) re-prepares it.
+# Keyed by identity: tensors compare elementwise, so they cannot be dictionary keys themselves.
+_prepared: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
 
 
 def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
-    hit = _prepared.get(qdata)
-    if hit is not None and hit[0] == qdata._version:
-        return hit[1]
+    key = id(qdata)
+    hit = _prepared.get(key)
+    if hit is not None and hit[0]() is qdata and hit[1] == qdata._version:
+        return hit[2]
     prepared = prepare_sm90_weight(qdata)
-    _prepared[qdata] = (qdata._version, prepared)
+    if hit is None or hit[0]() is not qdata:
+        weakref.finalize(qdata, _prepared.pop, key, None)
+    _prepared[key] = (weakref.ref(qdata), qdata._version, prepared)
     return prepared
 
 
