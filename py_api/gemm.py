@@ -10,7 +10,7 @@ import torch
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_config
 from .jit import KernelSpec, build, i64, ptr
-from .tensors import FP8Tensor
+from .formats import FP8Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec"]
 

@@ -11,7 +11,7 @@ from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
 from .jit import KernelSpec, build, i64, ptr
-from .tensors import GroupedFP8Tensor
+from .formats import GroupedFP8Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
            "pad_groups_transposed"]

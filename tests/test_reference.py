@@ -12,7 +12,7 @@ import torch
 
 from scalemm import reference as ref
 from scalemm.formats import FLT_MAX, MXFP8, NVFP4
-from scalemm.tensors import FP8Tensor, MXFP8Tensor, NVFP4Tensor
+from scalemm.formats import FP8Tensor, MXFP8Tensor, NVFP4Tensor
 
 F32 = torch.float32
 NAN, INF = float("nan"), float("inf")
