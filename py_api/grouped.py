@@ -11,7 +11,7 @@ from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
 from .jit import KernelSpec, build, i64, ptr
-from .formats import GroupedFP8Tensor
+from .formats import GroupedFP8Tensor, layout
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
            "pad_groups_transposed"]
@@ -206,27 +206,26 @@ def _launch(cfg, fast_accum, out_dtype, epilogue, wgrad, a, b, out, offsets, G, 
                     ws.data_ptr(), ws.numel(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
 
 
-def wgrad_column_starts(offsets: torch.Tensor) -> torch.Tensor:
-    """Padded column starts p_g = sum_{j<g} ceil(m_j/16)*16 of the wgrad operand layout (device op,
-    no sync), and the total padded width as the last element: int64 [G + 1]."""
-    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
-    padded = (counts + 15) // 16 * 16
-    return torch.cat([padded.new_zeros(1), torch.cumsum(padded, 0)])
+wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
 
 
 def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
     """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width], group g's
-    rows as columns starting at the 16-aligned p_g, zeros in the padding. `width` must be
-    >= T + 15 * G (the layout's worst case), so it is known without reading the offsets."""
+    rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
+    Groups follow formats/layout.py's rule (offsets clamped into [0, T], then a running max); rows
+    past the last group end belong to no group. `width` must be >= T + 15 * G (the layout's worst
+    case, layout.wgrad_width), so it is known without reading the offsets. Device ops, no sync."""
     T, C = x.shape
-    starts = wgrad_column_starts(offsets)[:-1]
-    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
-    group = torch.repeat_interleave(torch.arange(len(offsets), device=x.device), counts, output_size=T)
-    row_start = torch.cumsum(counts, 0) - counts
-    col = starts[group] + torch.arange(T, device=x.device) - row_start[group]
-    out = torch.zeros(C, width, dtype=x.dtype, device=x.device)
-    out[:, col] = x.T
-    return out
+    col = layout.wgrad_token_columns(offsets, T)
+    in_group = layout.row_groups(offsets, T) < offsets.numel()
+    # moved as integers of the same width (float8 has no multiply kernels): zero bits are 0 in every dtype
+    bits = _SAME_WIDTH_INT[x.element_size()]
+    out = torch.zeros(C, width, dtype=bits, device=x.device)
+    out[:, col] = x.view(bits).T * in_group
+    return out.view(x.dtype)
+
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, out_dtype=torch.bfloat16,
@@ -236,7 +235,7 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
     K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
       dy_t: [N, W] float8_e4m3fn, dY^T; group g's m_g tokens in columns [p_g, p_g + m_g) with
-            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts); W >= p_G.
+            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G.
             `pad_groups_transposed` builds this layout from dY; `wgrad_column_starts` gives p_g.
       x_t:  [K, W] float8_e4m3fn, X^T in the same layout.
       offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.

@@ -177,6 +177,31 @@ def test_offsets_helpers():
     assert ref.wgrad_column_offsets(o, 290).tolist() == scalemm.grouped.wgrad_column_starts(o).tolist()
 
 
+@pytest.mark.parametrize("ends,T", [((10, 5, 20), 20), ((10, 5, 22), 22), ((10, 5, 15), 20), ((-3, 12, 99), 30)])
+def test_wgrad_columns_one_rule(ends, T):
+    """grouped.wgrad_column_starts and pad_groups_transposed follow the layout's rule (offsets clamped
+    into [0, T], then a running max), as the reference and the quantization kernels do: a group that
+    ends before the previous one is empty, and the next one starts where the previous one ended."""
+    o = offs(*ends)
+    G = len(ends)
+    clamped = [min(max(e, 0), T) for e in ends]
+    bounds = [max(clamped[:g + 1]) for g in range(G)]
+    starts, p = [0] + bounds[:-1], [0]
+    for s, e in zip(starts, bounds):
+        p.append(p[-1] + -(-(e - s) // 16) * 16)
+    assert scalemm.grouped.wgrad_column_starts(o, T).tolist() == p
+    assert ref.wgrad_column_offsets(o, T).tolist() == p
+    x = x_(T, 32, seed=T)
+    W = ref.wgrad_width(T, G)
+    want = torch.zeros(32, W, dtype=x.dtype)
+    for g, (s, e) in enumerate(zip(starts, bounds)):
+        want[:, p[g]:p[g] + e - s] = x[s:e].t()  # rows past the last group end belong to no group
+    assert torch.equal(pad_groups_transposed(x, o, W), want)
+    # the layout the FP8 quantizer writes: with per-group scales the wgrad copy is the rowwise bytes, transposed
+    q = scalemm.quantize_fp8_grouped(x, o, columnwise=True)
+    assert torch.equal(pad_groups_transposed(q.data.view(torch.uint8), o, W), q.columnwise.data.view(torch.uint8))
+
+
 # ---------------------------------------------------------------------------
 # CPU path results
 # ---------------------------------------------------------------------------
