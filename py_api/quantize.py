@@ -19,7 +19,7 @@ import torch
 
 from . import reference
 from .formats import MXFP8, NVFP4
-from .formats.base import check_amax, check_amax_used, check_input, check_scaling, check_u64
+from .formats.base import check_amax, check_amax_used, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
 from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
 from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
@@ -54,8 +54,7 @@ def _as_matrix(x, name: str = "x") -> torch.Tensor:
     if not x.is_contiguous():
         raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
                          f"{tuple(x.stride())} for shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    check_last_dim(x, name)
     return x.reshape(-1, x.shape[-1])
 
 
@@ -271,6 +270,13 @@ def _mxfp8_cuda(x2, rowwise, columnwise) -> MXFP8Tensor:
     return MXFP8Tensor(d_row, s_row, (M, K), x2.dtype, columnwise=col)
 
 
+def _runs_kernels(x2: torch.Tensor) -> bool:
+    """True where the CUDA kernels quantize x2: a non-empty CUDA tensor. The rest goes to the
+    reference: a CPU x, and an empty x (M = 0), which leaves a kernel nothing to do; for a single
+    tensor the reference's torch ops on x's device never read anything back to the host."""
+    return x2.numel() > 0 and _on_cuda(x2)
+
+
 def _on_cuda(x2: torch.Tensor) -> bool:
     if x2.device.type == "cuda":
         _check_device(x2.device)
@@ -295,7 +301,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     """Quantize x to NVFP4 (e2m1 data, e4m3 scale per 16 elements, fp32 global scale).
 
     x: contiguous bf16/fp16/fp32 [..., K]; leading dims are flattened into M. K % 16 == 0;
-      M % 16 == 0 when columnwise=True.
+      M % 16 == 0 when columnwise=True. M = 0 gives empty copies (alpha 1, amax 0 where they
+      are computed; no kernel runs).
     scaling: "tensor" (one global scale) or "token" (one per row of each copy: per row of x
       for the rowwise copy, per column of x for the columnwise one).
     amax: optional fp32 device tensor (0-d for "tensor", [M] for "token") used as is for the
@@ -327,7 +334,7 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
         check_amax_used(scaling, rowwise, columnwise, rht)
         _check_amax(amax, scaling, M, x2.device)
     seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device)
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,
                                seed, offset)
@@ -342,7 +349,8 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
     """Quantize x to FP8 e4m3 with current scaling (docs/numerics.md section 7).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 16 == 0 and
-      M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies).
+      M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies). M = 0 gives empty
+      copies (scale_inv 1 where it is per tensor or per column; no kernel runs).
     scaling: "tensor" (one amax over x, shared by both copies) or "token" (per row of x for
       the rowwise copy, per column of x for the columnwise copy).
     Returns an FP8Tensor: data float8_e4m3fn [M, K] = e4m3(fl(x * scale)), scale_inv fp32
@@ -355,7 +363,7 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
     _check_multiple(K, 16, "K (last dim)")
     if columnwise:
         _check_multiple(M, 16, "M (rows, for the columnwise copy)")
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _fp8_cuda(x2, scaling, rowwise, columnwise)
     return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
@@ -365,7 +373,7 @@ def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = 
     """Quantize x to MXFP8 (e4m3 data, e8m0 RCEIL scale per 32 elements; docs/numerics.md section 6).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 32 == 0;
-      M % 32 == 0 when columnwise=True (blocks of 32 along M for x.T).
+      M % 32 == 0 when columnwise=True (blocks of 32 along M for x.T). M = 0 gives empty copies.
     Returns an MXFP8Tensor: data float8_e4m3fn [M, K], scales uint8 e8m0 in the 128x4
     swizzled layout (R = M, C = K/32, zero padding); `.columnwise` the same for x.T.
     """
@@ -375,7 +383,7 @@ def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = 
     _check_multiple(K, MXFP8.block_size, "K (last dim)")
     if columnwise:
         _check_multiple(M, MXFP8.block_size, "M (rows, for the columnwise copy)")
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _mxfp8_cuda(x2, rowwise, columnwise)
     return reference.quantize_mxfp8(x2, rowwise=rowwise, columnwise=columnwise)

@@ -26,7 +26,7 @@ import torch
 from . import quantize as _q
 from . import reference
 from .formats import MXFP8, NVFP4, layout
-from .formats.base import check_input, check_offsets, check_scaling
+from .formats.base import Shapes, check_input, check_last_dim, check_offsets, check_scaling
 from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
 from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
@@ -58,8 +58,7 @@ def _check_x(x, name: str = "x") -> None:
     if not x.is_contiguous():
         raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
                          f"{tuple(x.stride())} for shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    check_last_dim(x, name)
 
 
 def _check_offsets(offsets, x: torch.Tensor) -> int:
@@ -188,6 +187,40 @@ def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
 
 
 # ---------------------------------------------------------------------------
+# an empty x (T = 0; e.g. an expert-parallel rank that got no tokens): every group is empty
+# whatever the offsets say, so the result is known without reading them and without a kernel
+# ---------------------------------------------------------------------------
+
+def _filled(shapes: Shapes, device) -> dict:
+    """The tensors of one copy of an empty x: data, scales, sf_offsets and amax zero, alpha and
+    scale_inv 1 (what the kernels and the reference give an empty group)."""
+    return {f: (torch.ones if f in ("alpha", "scale_inv") else torch.zeros)(shape, dtype=dtype, device=device)
+            for f, (shape, dtype) in shapes.items()}
+
+
+def _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise) -> GroupedFP8Tensor:
+    K, dev = x.shape[1], x.device
+    col = None
+    if columnwise:
+        col = GroupedFP8Tensor(**_filled(grouped_fp8_shapes(0, K, G, scaling, "wgrad"), dev), offsets=offsets,
+                               shape=(0, K), scaling=scaling, orig_dtype=x.dtype, layout="wgrad")
+    row = _filled(grouped_fp8_shapes(0, K, G, scaling, "rows"), dev) if rowwise else {"data": None, "scale_inv": None}
+    return GroupedFP8Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype, columnwise=col)
+
+
+def _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht) -> GroupedNVFP4Tensor:
+    K, dev = x.shape[1], x.device
+    col = None
+    if columnwise:
+        col = GroupedNVFP4Tensor(**_filled(grouped_nvfp4_shapes(0, K, G, scaling, "wgrad"), dev), offsets=offsets,
+                                 shape=(0, K), scaling=scaling, orig_dtype=x.dtype, layout="wgrad", rht=rht)
+    rows = grouped_nvfp4_shapes(0, K, G, scaling, "rows")
+    row = _filled(rows, dev) if rowwise else dict.fromkeys(rows)
+    return GroupedNVFP4Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype,
+                              columnwise=col)
+
+
+# ---------------------------------------------------------------------------
 # public API
 # ---------------------------------------------------------------------------
 
@@ -205,6 +238,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
     columnwise: `.columnwise` in THE WGRAD LAYOUT: data [K, W], W = ceil((T + 15 G)/16)*16, group
       g's tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16, zero padding;
       scale_inv [G] or [G, K].
+    T = 0 (no tokens) gives empty copies: every group empty, scale_inv 1, no kernel.
     Returns a GroupedFP8Tensor. Both copies come straight off one quantize pass, e.g.:
 
       xq = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
@@ -214,6 +248,8 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
                                       dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
     """
     G = _check_grouped_args(x, offsets, 16, scaling, rowwise, columnwise)
+    if x.shape[0] == 0:
+        return _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise)
@@ -245,6 +281,8 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
       hold transformed data (with the same transform on both wgrad operands it cancels in
       dY_g^T X_g over the padded columns). The columnwise amax/alpha are then those of the
       transformed data ([G] or [G, K]), from one extra read of x.
+    T = 0 (no tokens) gives empty copies: every group empty (amax 0, alpha 1, sf_offsets 0, zero
+    scale buffers of the sizes above), no kernel.
     stochastic_rounding: SR of the e2m1 codes of both copies (docs/numerics.md section 9). Element e of a copy is
       its row-major index in [T, K] (rowwise) or in the [K, W] wgrad data (columnwise) and uses
       byte e of the Philox stream of (seed, offset); seed / offset / generator as quantize_nvfp4.
@@ -256,6 +294,8 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
         raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
     seed, offset = _q._sr_args(stochastic_rounding, seed, offset, generator, x.device)
     T = x.shape[0]
+    if T == 0:
+        return _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise,
@@ -268,10 +308,13 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
 
 def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: bool = True) -> GroupedMXFP8:
     """Quantize the G groups of x to MXFP8 (docs/numerics.md section 6), rowwise, scales grouped along M at the
-    same sf_offsets rule as NVFP4. x: contiguous [T, K], K % 32 == 0. Returns GroupedMXFP8."""
+    same sf_offsets rule as NVFP4. x: contiguous [T, K], K % 32 == 0 (T = 0: empty data, zero
+    scales and sf_offsets). Returns a GroupedMXFP8."""
     if rowwise is not True:
         raise ValueError("quantize_mxfp8_grouped produces the rowwise copy only: 'rowwise' must be True")
     G = _check_grouped_args(x, offsets, MXFP8.block_size)
+    if x.shape[0] == 0:
+        return GroupedMXFP8(**_filled(grouped_mxfp8_shapes(0, x.shape[1], G), x.device), offsets=offsets)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _mxfp8_grouped_cuda(x, offsets, G)

@@ -43,6 +43,13 @@ def check_input(x, name: str = "x") -> None:
         raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
 
 
+def check_last_dim(x: torch.Tensor, name: str = "x") -> None:
+    """x has K >= 1 columns. Any number of rows (M = 0 included: an empty x quantizes to empty
+    containers, e.g. on an expert-parallel rank that got no tokens)."""
+    if x.shape[-1] == 0:
+        raise ValueError(f"'{name}' last dim K must be >= 1, got shape {tuple(x.shape)}")
+
+
 def check_u64(value, name: str) -> int:
     """value is a Python int in [0, 2^64) (stochastic-rounding seed and offset)."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -8,7 +8,8 @@ Conventions shared with the kernels:
   offsets give short or empty groups, never out-of-bounds reads.
 - Rows past ends[G-1] belong to no group: their rowwise data is zero, they take no scale rows,
   and with "token" scaling their amax is 0 (scale_inv / alpha = 1).
-- Empty groups have amax 0 (scale_inv / alpha = 1) and take no rows or columns.
+- Empty groups have amax 0 (scale_inv / alpha = 1) and take no rows or columns; so does every
+  group of an empty x (T = 0).
 """
 from __future__ import annotations
 
@@ -43,14 +44,6 @@ def _host_bounds(offsets: torch.Tensor, T: int):
     return (t.tolist() for t in layout.group_bounds(offsets, T))
 
 
-def _group_amax(xs: torch.Tensor, dim: Optional[int] = None, width: int = 0) -> torch.Tensor:
-    """NaN-propagating amax of a group's rows (0 / zeros for an empty group)."""
-    if xs.shape[0] == 0:
-        return torch.zeros((), dtype=_F32, device=xs.device) if dim is None else \
-            torch.zeros(width, dtype=_F32, device=xs.device)
-    return _abs_amax(xs, dim)
-
-
 def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
                          rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
     """Grouped FP8 e4m3 current scaling (docs/numerics.md section 7), one loop iteration per group.
@@ -69,7 +62,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
     starts, ends = _host_bounds(offsets, T)
     last = ends[-1]
     tensor = scaling == "tensor"
-    g_amax = torch.stack([_group_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
+    g_amax = torch.stack([_abs_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
     e4m3 = torch.float8_e4m3fn
 
     data = scale_inv = None
@@ -94,7 +87,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
         if tensor:
             cscale, csinv = _fp8_scale(g_amax)
         else:
-            camax = torch.stack([_group_amax(x32[s:e], 0, K) for s, e in zip(starts, ends)])  # [G, K]
+            camax = torch.stack([_abs_amax(x32[s:e], 0) for s, e in zip(starts, ends)])  # [G, K]
             cscale, csinv = _fp8_scale(camax)
         for g, (s, e) in enumerate(zip(starts, ends)):
             if e > s:
@@ -121,7 +114,7 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
     starts, ends = _host_bounds(offsets, T)
     last = ends[-1]
     tensor = scaling == "tensor"
-    g_amax = torch.stack([_group_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
+    g_amax = torch.stack([_abs_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
     e4m3 = torch.float8_e4m3fn
     C = NVFP4.scale_cols(K)
     row = (None,) * 5
@@ -160,7 +153,7 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
         if tensor and not rht:
             camax = g_amax
         else:
-            camax = torch.stack([_group_amax(xt.t(), None if tensor else 0, K) for xt in xts])
+            camax = torch.stack([_abs_amax(xt.t(), None if tensor else 0) for xt in xts])
         for g, xt in enumerate(xts):
             m16 = xt.shape[1]
             if m16:

@@ -12,7 +12,7 @@ import torch
 
 from ..formats import E2M1_NAN_CODE, E4M3_MAX, E4M3_NAN_BYTE, E8M0_MAX_FINITE, E8M0_NAN, FP4_MAX, RHT_SIGN_MASK, \
     RHT_SIZE
-from ..formats.base import check_input, check_u64
+from ..formats.base import check_input, check_last_dim, check_u64
 from ..formats.mxfp8 import e8m0_decode, e8m0_pow2
 from ..formats.nvfp4 import e2m1_decode, pack_fp4, unpack_fp4
 
@@ -49,13 +49,16 @@ def _check_matrix(x, name: str) -> None:
     check_input(x, name)
     if x.dim() != 2:
         raise ValueError(f"'{name}' must be 2-D [M, K], got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    check_last_dim(x, name)
 
 
 def _abs_amax(x: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
-    """NaN-propagating max of |x| (over everything, or along `dim`), fp32."""
+    """NaN-propagating max of |x| (over everything, or along `dim`), fp32. The max over an empty
+    set (an empty x, an empty group) is 0, which gives S_enc = 1 / scale = 1."""
     a = x.abs()
+    if a.numel() == 0:
+        shape = [] if dim is None else [n for d, n in enumerate(a.shape) if d != dim % a.dim()]
+        return torch.zeros(shape, dtype=_F32, device=x.device)
     return a.amax() if dim is None else a.amax(dim=dim)
 
 
