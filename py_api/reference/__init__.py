@@ -64,7 +64,7 @@ Decisions docs/numerics.md leaves open, fixed here (the kernels match them):
 from ..formats.layout import (group_bounds, grouped_scale_rows, sf_offsets, swizzle_offset, swizzle_scales,
                               swizzled_size, unswizzle_scales, wgrad_scale_cols, wgrad_width)
 from ..formats.layout import wgrad_column_starts as wgrad_column_offsets
-from .gemm import gemm_reference
+from .gemm import gemm_reference, grouped_gemm_reference
 from .grouped import (dequantize_fp8_grouped, dequantize_nvfp4_grouped, prepare_residual_weight, quantize_fp8_grouped,
                       quantize_fp8_stacked, quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
                       quantize_nvfp4_stacked, residual_width)
@@ -80,7 +80,7 @@ __all__ = [
     "swizzle_offset", "swizzled_size", "swizzle_scales", "unswizzle_scales",
     "nvfp4_global_scale", "quantize_nvfp4", "dequantize_nvfp4",
     "quantize_fp8", "dequantize_fp8", "quantize_mxfp8", "dequantize_mxfp8",
-    "rht16_columnwise", "philox4x32_10", "sr_bits", "gemm_reference",
+    "rht16_columnwise", "philox4x32_10", "sr_bits", "gemm_reference", "grouped_gemm_reference",
     "group_bounds", "sf_offsets", "wgrad_column_offsets", "wgrad_width", "grouped_scale_rows",
     "wgrad_scale_cols", "quantize_fp8_grouped", "dequantize_fp8_grouped", "quantize_nvfp4_grouped",
     "dequantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
