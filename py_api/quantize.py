@@ -190,7 +190,8 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     token = scaling == "token"
     shared = scaling == "tensor" and not rht  # the columnwise copy reuses the rowwise amax
     f32 = torch.float32
-    row, col = nvfp4_shapes(M, K, scaling), nvfp4_shapes(K, M, scaling)  # the two copies' tensors
+    row = nvfp4_shapes(M, K, scaling)  # the tensors of the rowwise copy, and of the columnwise one (x.T)
+    col = nvfp4_shapes(K, M, scaling) if columnwise else None
 
     # amaxes that must be computed: one stats pass (launched by the same C call) produces them all
     stats = {}

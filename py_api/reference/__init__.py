@@ -68,6 +68,7 @@ from .gemm import gemm_reference, grouped_gemm_reference
 from .grouped import (dequantize_fp8_grouped, dequantize_nvfp4_grouped, prepare_residual_weight, quantize_fp8_grouped,
                       quantize_fp8_stacked, quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
                       quantize_nvfp4_stacked, residual_width)
+# (the underscored helpers are re-exported for the tests that check them one by one)
 from .numerics import (_e2m1_encode_stochastic, _fwht16, _mulhilo32, _philox4x32_10_block, _rht16_columnwise_fp32,
                        _rht_signs, _sr_step, e2m1_decode, e2m1_encode, e4m3_satfinite, e8m0_decode, e8m0_scale_ceil,
                        pack_fp4, philox4x32_10, rht16_columnwise, sr_bits, unpack_fp4)

@@ -13,7 +13,7 @@ Conventions shared with the kernels:
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 
