@@ -141,7 +141,7 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     dev = x.device
     f32 = torch.float32
     token = scaling == "token"
-    table = _table(G, dev, tiles=scale_rows // 128 if rowwise else 0)
+    table = _table(G, dev, tiles=scale_rows // layout.SF_TILE_ROWS if rowwise else 0)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
     col_amax = None  # the columnwise amax when it is not g_amax
     if columnwise and (token or rht):
@@ -163,7 +163,8 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
         _q._p(a_col), int(rht), int(sr), seed, offset, _q._stream(dev))
     col = None
     if columnwise:
-        col = GroupedNVFP4Tensor(q_col, s_col, _table_slice(table, G, 1) // 16, a_col,
+        # the kernel's pos64 table holds the 64-padded token starts: / 16 gives layout.wgrad_sf_offsets
+        col = GroupedNVFP4Tensor(q_col, s_col, _table_slice(table, G, 1) // layout.WGRAD_SCALE_BLOCK, a_col,
                                  g_amax if col_amax is None else col_amax, offsets, (T, K), scaling, x.dtype,
                                  layout="wgrad", rht=rht)
     if not rowwise:
@@ -178,7 +179,7 @@ def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
     T, K = x.shape
     dev = x.device
     scale_rows = layout.grouped_scale_rows(T, G)
-    table = _table(G, dev, tiles=scale_rows // 128)
+    table = _table(G, dev, tiles=scale_rows // layout.SF_TILE_ROWS)
     q, s, _ = (_q._empty(*sd, dev) for sd in grouped_mxfp8_shapes(T, K, G).values())
     _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(
         x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), q.data_ptr(), s.data_ptr(), scale_rows,

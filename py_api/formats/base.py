@@ -175,12 +175,14 @@ def check_columnwise(cls: str, kind, columnwise, shape, rowwise: bool, device) -
         raise ValueError(f"{cls}: 'columnwise' is on {columnwise.device}, rowwise data on {device}")
 
 
-def check_grouped_meta(cls: str, offsets, shape, layout: str, group_rows) -> Tuple[int, int]:
-    """offsets, shape (T, K), layout and group_rows of a grouped container; returns (T, K)."""
+def check_grouped_meta(cls: str, offsets, shape, layout: str, group_rows,
+                       block: Optional[int] = None) -> Tuple[int, int]:
+    """offsets, shape (T, K) (K a multiple of `block` when given), layout and group_rows of a grouped
+    container; returns (T, K)."""
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1 \
             or offsets.numel() == 0:
         raise TypeError(f"{cls}: 'offsets' must be a non-empty 1-D int32 tensor [G]")
-    shape = check_shape(cls, shape, "(T, K)")
+    shape = check_shape(cls, shape, "(T, K)", block)
     if layout not in LAYOUTS:
         raise ValueError(f"{cls}: 'layout' must be one of {LAYOUTS}, got {layout!r}")
     if group_rows is not None and (not isinstance(group_rows, int) or group_rows <= 0):

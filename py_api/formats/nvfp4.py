@@ -204,7 +204,7 @@ class GroupedNVFP4Tensor(_Container):
     def __init__(self, qdata, scales, sf_offsets, alpha, amax, offsets, shape, scaling, orig_dtype,
                  layout="rows", scale_rows=None, columnwise=None, group_rows=None, rht=False):
         cls = "GroupedNVFP4Tensor"
-        shape = check_grouped_meta(cls, offsets, shape, layout, group_rows)
+        shape = check_grouped_meta(cls, offsets, shape, layout, group_rows, NVFP4.block_size)
         check_scaling(scaling, cls)
         check_orig_dtype(cls, orig_dtype)
         check_bool(cls, "rht", rht)
@@ -212,8 +212,6 @@ class GroupedNVFP4Tensor(_Container):
             raise ValueError(f"{cls}: only a 'wgrad'-layout copy can be RHT-transformed")
         T, K = shape
         G = offsets.numel()
-        if K % NVFP4.block_size != 0:
-            raise ValueError(f"{cls}: 'shape' K must be a multiple of {NVFP4.block_size}, got K={K}")
         if layout == "rows":
             if scale_rows is None:
                 scale_rows = grouped_scale_rows(T, G)

@@ -121,7 +121,7 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
     if rowwise:
         sf = layout.sf_offsets(offsets, T)
         sf_l = sf.tolist()
-        qdata = torch.zeros(T, K // 2, dtype=torch.uint8, device=dev)
+        qdata = torch.zeros(NVFP4.data_shape(T, K), dtype=NVFP4.data_dtype, device=dev)
         scales = torch.zeros(layout.grouped_scale_bytes(scale_rows, C), dtype=torch.uint8, device=dev)
         u = sr_bits(seed, offset, T * K, device=dev).reshape(T, K) if stochastic_rounding else None
         if not tensor:
@@ -141,7 +141,7 @@ def _nvfp4_grouped(x, offsets, scaling, rowwise, columnwise, scale_rows, group_r
         p16 = layout.wgrad_column_starts(offsets, T).tolist()
         csf = layout.wgrad_sf_offsets(offsets, T)
         csf_l = csf.tolist()
-        cq = torch.zeros(K, W // 2, dtype=torch.uint8, device=dev)
+        cq = torch.zeros(NVFP4.data_shape(K, W), dtype=NVFP4.data_dtype, device=dev)
         cs = torch.zeros(layout.wgrad_scale_bytes(T, G, K), dtype=torch.uint8, device=dev)
         u = sr_bits(seed, offset, K * W, device=dev).reshape(K, W) if stochastic_rounding else None
         xts = []  # each group's [K, ceil(m/16)*16] block: x_g.T zero-padded, RHT'd over 16-chunks
