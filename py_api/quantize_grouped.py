@@ -7,10 +7,11 @@ reference (scalemm.reference.quantize_*_grouped); both give the same bytes.
 Offsets: int32 [G] on x's device, cumulative row ends (torch._grouped_mm's `offs`): group g owns
 rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). They are never read on the host:
 the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
-states the rule), so bad offsets
-give short or empty groups, never out-of-bounds accesses, and every call is CUDA-graph
-capturable (replays may see new offsets). Empty groups and groups of any size are fine. Rows
-past offsets[-1] belong to no group: their rowwise data is zero and they take no scale rows.
+states the rule), so bad offsets give short or empty groups, never out-of-bounds accesses, and
+every call is CUDA-graph capturable (replays may see new offsets). Empty groups and groups of any
+size are fine. Rows past offsets[-1] belong to no group: their rowwise data is zero and they take
+no scale rows. An empty x (T = 0) gives containers of empty groups, on either device, with no
+kernel and no look at the offsets.
 
 Each call is a fixed sequence of launches whatever the offsets: a 1-CTA setup kernel (clamped
 ends and the padded position tables), memsets of the amax scratch, one amax pass over x (not for
