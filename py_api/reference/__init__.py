@@ -61,6 +61,10 @@ Decisions docs/numerics.md leaves open, fixed here (the kernels match them):
   here apart from those NaN payloads.
 """
 
+# format descriptors, constants and containers, reachable here as before the split
+from ..formats import (E2M1_NAN_CODE, E4M3_MAX, E4M3_NAN_BYTE, E8M0_MAX_FINITE, E8M0_NAN, FLT_MAX, FP4_MAX,  # noqa: F401
+                       INPUT_DTYPES, MXFP8, NVFP4, NVFP4_GLOBAL_MAX, RHT_SIGN_MASK, RHT_SIZE, SCALINGS, SF_TILE_COLS,
+                       SF_TILE_ROWS, FP8Tensor, GroupedFP8Tensor, GroupedNVFP4Tensor, MXFP8Tensor, NVFP4Tensor)
 from ..formats.layout import (group_bounds, grouped_scale_rows, sf_offsets, swizzle_offset, swizzle_scales,
                               swizzled_size, unswizzle_scales, wgrad_scale_cols, wgrad_width)
 from ..formats.layout import wgrad_column_starts as wgrad_column_offsets
