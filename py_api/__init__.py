@@ -3,19 +3,20 @@
 Public names: quantize_nvfp4, quantize_fp8, quantize_mxfp8 (-> NVFP4Tensor, FP8Tensor,
 MXFP8Tensor); their grouped (MoE, device offsets), stacked-expert and residual forms; gemm,
 grouped_gemm, grouped_gemm_wgrad; scalemm.nn.FP8Linear. scalemm.reference is the pure-torch
-spec of every op, scalemm.epilogues the EVT tree builder, scalemm.cutlass_kernels the configs.
+spec of every op, scalemm.formats the formats (containers, scale layouts), scalemm.epilogues the EVT
+tree builder, scalemm.cutlass_kernels the configs.
 """
 __version__ = "0.1.0"
 
 from . import nn, reference
-from .formats import FP8, MXFP8, NVFP4
+from .formats import (FP8, MXFP8, NVFP4, FP8Tensor, GroupedFP8Tensor, GroupedMXFP8, GroupedNVFP4Tensor, MXFP8Tensor,
+                      NVFP4Tensor)
 from .gemm import gemm
 from .grouped import grouped_gemm, grouped_gemm_wgrad
 from .quantize import quantize_fp8, quantize_mxfp8, quantize_nvfp4
-from .quantize_grouped import (GroupedMXFP8, prepare_residual_weight, quantize_fp8_grouped, quantize_fp8_stacked,
+from .quantize_grouped import (prepare_residual_weight, quantize_fp8_grouped, quantize_fp8_stacked,
                                quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
                                quantize_nvfp4_stacked)
-from .tensors import FP8Tensor, GroupedFP8Tensor, GroupedNVFP4Tensor, MXFP8Tensor, NVFP4Tensor
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "quantize_fp8_grouped", "quantize_nvfp4_grouped",
            "quantize_mxfp8_grouped", "quantize_fp8_stacked", "quantize_nvfp4_stacked", "quantize_nvfp4_residual",

@@ -10,7 +10,7 @@ import torch
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_config
 from .jit import KernelSpec, build, i64, ptr
-from .tensors import FP8Tensor
+from .formats import FP8Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec"]
 
@@ -45,6 +45,8 @@ def _launcher(spec: KernelSpec):
 
 
 def _resolve_epilogue(epilogue, out_dtype):
+    """The epilogue tree of a call: an activation name (or None) selects the preset
+    act(scale_a * scale_b * acc + bias); a tree from scalemm.epilogues is used as is."""
     if epilogue is None or isinstance(epilogue, str):
         return _preset(epilogue, out_dtype)
     if isinstance(epilogue, epi.Node):
@@ -56,6 +58,21 @@ def _resolve_epilogue(epilogue, out_dtype):
 @functools.lru_cache(maxsize=None)
 def _preset(activation, out_dtype):
     return epi.scaled(out_dtype, bias=True, activation=activation)
+
+
+def _epilogue_input(leaf, t, device):
+    """The tensor given for epilogue leaf `leaf` (None for an omitted nullable leaf), checked: a
+    contiguous tensor of the leaf's dtype on the operands' device."""
+    if t is None:
+        if not getattr(leaf, "nullable", False):
+            raise ValueError(f"epilogue input {leaf.name!r} is missing: pass it in epilogue_inputs")
+        return None
+    if not isinstance(t, torch.Tensor) or t.device != device or not t.is_contiguous():
+        raise ValueError(f"epilogue input {leaf.name!r} must be a contiguous tensor on {device}")
+    dtype = _TORCH_DTYPES[getattr(leaf, "dtype", "f32")]
+    if t.dtype != dtype:
+        raise TypeError(f"epilogue input {leaf.name!r} must be {dtype}, got {t.dtype}")
+    return t
 
 
 def _unwrap(x, scale, name):
@@ -167,16 +184,10 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
     ptrs, vec = (ctypes.c_void_p * 8)(), (ctypes.c_int64 * 8)()
     c_ptr = None
-    for i, (leaf, length, dtype) in enumerate(leaves):
-        t = inputs.get(leaf.name)
+    for i, (leaf, length, _) in enumerate(leaves):
+        t = _epilogue_input(leaf, inputs.get(leaf.name), device)
         if t is None:
-            if not getattr(leaf, "nullable", False):
-                raise ValueError(f"epilogue input {leaf.name!r} is missing: pass it in epilogue_inputs")
             continue
-        if not isinstance(t, torch.Tensor) or t.device != device or not t.is_contiguous():
-            raise ValueError(f"epilogue input {leaf.name!r} must be a contiguous tensor on {device}")
-        if t.dtype != dtype:
-            raise TypeError(f"epilogue input {leaf.name!r} must be {dtype}, got {t.dtype}")
         if length is None:  # the M x N Source operand
             if t.shape != (M, N):
                 raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}], got {tuple(t.shape)}")

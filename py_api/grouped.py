@@ -1,4 +1,9 @@
-"""scalemm.grouped_gemm: FP8 grouped (MoE) GEMM driven by device-side offsets."""
+"""scalemm.grouped_gemm: FP8 grouped (MoE) GEMM driven by device-side offsets.
+
+CUDA tensors run the CUTLASS SM90 ptr-array kernels (cutlass_kernels/include/scalemm/
+sm90_grouped_gemm.cuh); CPU tensors run scalemm.reference.grouped_gemm_reference, which evaluates
+the same epilogue tree per group on the fp32 product, as scalemm.gemm's CPU path does. Arguments
+are validated once, before the dispatch: both devices raise the same errors."""
 from __future__ import annotations
 
 import ctypes
@@ -8,16 +13,19 @@ import hashlib
 import torch
 
 from . import epilogues as epi
+from . import reference
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
-from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _unwrap
+from .formats import GroupedFP8Tensor, layout
+from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _epilogue_input, _resolve_epilogue, _unwrap
 from .jit import KernelSpec, build, i64, ptr
-from .tensors import GroupedFP8Tensor
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
            "pad_groups_transposed"]
 
 # Leaf modes of cutlass_kernels/include/scalemm/sm90_grouped_gemm.cuh (GroupedLeafMode).
 NULL, PER_ROW, PER_GROUP_VEC, PER_GROUP, SHARED, ONE = range(6)
+_VECTOR_MODES = (PER_ROW, PER_GROUP_VEC, SHARED)  # the others read one value: the leaf must broadcast
+_MAX_LEAVES = 8  # kMaxLeaves of sm90_grouped_gemm.cuh
 _ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, ptr]
 
 
@@ -105,10 +113,51 @@ def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
     return a, b, offsets, scale_a, scale_b, scale_a_per
 
 
+def _epilogue_leaves(tree, given, extra, rows, G, N, device):
+    """(tensor, leaf mode, group stride) of every leaf of `tree`, by name, checked before any launch.
+
+    given: the scale_a / scale_b / bias entries, their modes already chosen from their shapes.
+    extra: epilogue_inputs; another RowVector leaf is per row ([rows]), another ColVector leaf shared
+    ([N]) or per expert ([G, N]). The grouped emitter takes RowVector / ColVector leaves only.
+    """
+    leaves = tree.leaves()
+    if len(leaves) > _MAX_LEAVES:
+        raise ValueError(f"an epilogue tree may have at most {_MAX_LEAVES} inputs")
+    inputs = {}
+    for leaf in leaves:
+        if not isinstance(leaf, (epi.RowVector, epi.ColVector)):
+            raise ValueError(f"grouped GEMM epilogues take RowVector/ColVector leaves only, got "
+                             f"{type(leaf).__name__} {leaf.describe()!r}")
+        if leaf.name in given:
+            t, mode, stride = given[leaf.name]
+            t = _epilogue_input(leaf, t, device)
+        else:
+            t = _epilogue_input(leaf, extra.get(leaf.name), device)
+            if t is None:
+                mode, stride = NULL, 0
+            elif isinstance(leaf, epi.RowVector):
+                if t.numel() != rows or t.dim() != 1:
+                    raise ValueError(f"epilogue input {leaf.name!r} (a RowVector) must be [{rows}], one value per "
+                                     f"row, got shape {tuple(t.shape)}")
+                mode, stride = PER_ROW, 0
+            elif tuple(t.shape) == (G, N):
+                mode, stride = PER_GROUP_VEC, N
+            elif tuple(t.shape) == (N,):
+                mode, stride = SHARED, N
+            else:
+                raise ValueError(f"epilogue input {leaf.name!r} (a ColVector) must be [N] = [{N}] (shared) or "
+                                 f"[G, N] = [{G}, {N}] (per expert), got shape {tuple(t.shape)}")
+        if t is not None and mode not in _VECTOR_MODES and not leaf.broadcast:
+            raise ValueError(f"epilogue input {leaf.name!r} holds one value (per group or in all) but its leaf "
+                             f"reads a vector: declare it with broadcast=True")
+        inputs[leaf.name] = (t, mode, stride)
+    return inputs
+
+
 def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16,
-                 epilogue=None, out=None, fast_accum=False, scale_a_per: str | None = None,
+                 epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, scale_a_per: str | None = None,
                  config: GemmConfig | None = None):
-    """out[rows of g] = act(scale_a * scale_b[g] * (a[rows of g] @ b[g].T) + bias[g]) for every group g.
+    """out[rows of g] = epilogue(scale_a * scale_b[g] * (a[rows of g] @ b[g].T) + bias[g]) for every group g.
 
     Args:
       a: [T, K] float8_e4m3fn, rows sorted by group, or an FP8Tensor, or a GroupedFP8Tensor from
@@ -121,8 +170,14 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         scale_a_per="token" | "group".
       scale_b: fp32 [G, N] (per expert output channel), [G] (per expert), [N] (shared) or one value.
       bias: optional [G, N] or [N] tensor of out_dtype.
-      epilogue: None or an activation applied last: "relu", "gelu", "silu".
+      epilogue: None, an activation applied last ("relu", "gelu", "silu"), or an epilogue tree from
+        scalemm.epilogues (resolved as scalemm.gemm does) of RowVector / ColVector leaves. Leaves named
+        scale_a, scale_b and bias take those arguments; any other leaf comes from epilogue_inputs:
+        a RowVector one value per token ([T]), a ColVector [N] (shared) or [G, N] (per expert).
+      epilogue_inputs: {leaf name: tensor of the leaf's dtype} for the tree's other leaves.
       out: optional [T, N] output. Rows outside every group (past offsets[-1]) are not written.
+      CPU tensors run scalemm.reference.grouped_gemm_reference (the tree evaluated per group on the
+      fp32 product); the checks are the same on both devices.
 
     The offsets are never read on the host: the call is CUDA-graph capturable and replays see
     new offsets. They cannot be validated without a host sync either: on the device each offset
@@ -143,9 +198,8 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     if K != Kb:
         raise ValueError(f"a is [T, K] = {list(a.shape)}, b is [G, N, K] = {list(b.shape)}: K differs")
     device = a.device
-    if device.type != "cuda" or b.device != device:
-        raise ValueError(f"a and b must be on the same CUDA device (a on {a.device}, b on {b.device}); "
-                         "use scalemm.reference for CPU grouped GEMMs")
+    if b.device != device or device.type not in ("cuda", "cpu"):
+        raise ValueError(f"a and b must be on the same device, CUDA or CPU (a on {a.device}, b on {b.device})")
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.shape != (G,) \
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] on {device}, got "
@@ -167,6 +221,10 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         modes["bias"] = PER_GROUP_VEC if bias.dim() == 2 else SHARED
     else:
         modes["bias"] = NULL
+    tree = _resolve_epilogue(epilogue, out_dtype)
+    given = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
+             "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
+    inputs = _epilogue_leaves(tree, given, epilogue_inputs or {}, T, G, N, device)
     if K % 16:
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
     per16 = _PER_16_BYTES[out_dtype]
@@ -182,15 +240,25 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     if G == 0 or T == 0 or N == 0:
         return out
 
+    if device.type == "cpu":
+        res = _reference(a, b, offsets, tree, inputs, out_dtype, wgrad=False)
+        last = int(layout.group_bounds(offsets, T)[1][-1])  # rows past the last group are not written
+        out[:last] = res[:last]
+        return out
     cfg = config or default_grouped_config(T, G, N, K, fast_accum=fast_accum)
-    inputs = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
-              "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
-    _launch(cfg, fast_accum, out_dtype, epilogue, False, a, b, out, offsets, G, T, N, K, inputs, device)
+    _launch(cfg, fast_accum, out_dtype, tree, False, a, b, out, offsets, G, T, N, K, inputs, device)
     return out
 
 
-def _launch(cfg, fast_accum, out_dtype, epilogue, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
-    tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
+def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
+    """The CPU path: the reference on the fp32 product (as scalemm.gemm's CPU path), with each leaf's
+    input read the way its mode tells the kernel to."""
+    per_group = {name for name, (_, mode, _) in inputs.items() if mode == PER_GROUP}
+    return reference.grouped_gemm_reference(a, b, offsets, tree, {n: t for n, (t, _, _) in inputs.items()},
+                                            out_dtype, per_group=per_group, wgrad=wgrad, accum_dtype=torch.float32)
+
+
+def _launch(cfg, fast_accum, out_dtype, tree, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
     spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree, wgrad=wgrad)
     n = len(emitted.leaves)
     base, mode = (ctypes.c_void_p * n)(), (ctypes.c_int64 * n)()
@@ -206,27 +274,26 @@ def _launch(cfg, fast_accum, out_dtype, epilogue, wgrad, a, b, out, offsets, G, 
                     ws.data_ptr(), ws.numel(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
 
 
-def wgrad_column_starts(offsets: torch.Tensor) -> torch.Tensor:
-    """Padded column starts p_g = sum_{j<g} ceil(m_j/16)*16 of the wgrad operand layout (device op,
-    no sync), and the total padded width as the last element: int64 [G + 1]."""
-    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
-    padded = (counts + 15) // 16 * 16
-    return torch.cat([padded.new_zeros(1), torch.cumsum(padded, 0)])
+wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
 
 
 def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
     """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width], group g's
-    rows as columns starting at the 16-aligned p_g, zeros in the padding. `width` must be
-    >= T + 15 * G (the layout's worst case), so it is known without reading the offsets."""
+    rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
+    Groups follow formats/layout.py's rule (offsets clamped into [0, T], then a running max); rows
+    past the last group end belong to no group. `width` must be >= T + 15 * G (the layout's worst
+    case, layout.wgrad_width), so it is known without reading the offsets. Device ops, no sync."""
     T, C = x.shape
-    starts = wgrad_column_starts(offsets)[:-1]
-    counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long()).clamp_min(0)
-    group = torch.repeat_interleave(torch.arange(len(offsets), device=x.device), counts, output_size=T)
-    row_start = torch.cumsum(counts, 0) - counts
-    col = starts[group] + torch.arange(T, device=x.device) - row_start[group]
-    out = torch.zeros(C, width, dtype=x.dtype, device=x.device)
-    out[:, col] = x.T
-    return out
+    col = layout.wgrad_token_columns(offsets, T)
+    in_group = layout.row_groups(offsets, T) < offsets.numel()
+    # moved as integers of the same width (float8 has no multiply kernels): zero bits are 0 in every dtype
+    bits = _SAME_WIDTH_INT[x.element_size()]
+    out = torch.zeros(C, width, dtype=bits, device=x.device)
+    out[:, col] = x.view(bits).T * in_group
+    return out.view(x.dtype)
+
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, out_dtype=torch.bfloat16,
@@ -236,7 +303,7 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
     K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
       dy_t: [N, W] float8_e4m3fn, dY^T; group g's m_g tokens in columns [p_g, p_g + m_g) with
-            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts); W >= p_G.
+            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G.
             `pad_groups_transposed` builds this layout from dY; `wgrad_column_starts` gives p_g.
       x_t:  [K, W] float8_e4m3fn, X^T in the same layout.
       offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.
@@ -246,6 +313,8 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     and x_t (their wgrad-layout copies, scales and offsets are used).
     Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. A group whose columns
     would run past W (inconsistent offsets) is treated as empty rather than read out of bounds.
+    CPU tensors run scalemm.reference.grouped_gemm_reference(..., wgrad=True); the checks are the
+    same on both devices.
     """
     containers = []
     for t, n in ((dy_t, "dy_t"), (x_t, "x_t")):  # GroupedFP8Tensor copies in the wgrad layout
@@ -270,8 +339,8 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     if W != Wx:
         raise ValueError(f"dy_t is [N, W] = {list(dy_t.shape)} and x_t is [K, W] = {list(x_t.shape)}: W differs")
     device = dy_t.device
-    if device.type != "cuda" or x_t.device != device:
-        raise ValueError(f"dy_t and x_t must be on the same CUDA device (got {dy_t.device}, {x_t.device})")
+    if x_t.device != device or device.type not in ("cuda", "cpu"):
+        raise ValueError(f"dy_t and x_t must be on the same device, CUDA or CPU (got {dy_t.device}, {x_t.device})")
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or offsets.dim() != 1 \
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous 1-D int32 tensor on {device}")
@@ -282,14 +351,14 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
         raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
     if K % _PER_16_BYTES[out_dtype]:
         raise ValueError(f"K = {K} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output")
-    inputs = {"bias": (None, NULL, 0)}
+    given = {"bias": (None, NULL, 0)}
     for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():
             raise TypeError(f"{name} must be a contiguous float32 tensor on {device}")
         if s.dim() == 2 and tuple(s.shape) == (G, length):
-            inputs[leaf] = (s, PER_GROUP_VEC, length)
+            given[leaf] = (s, PER_GROUP_VEC, length)
         elif s.numel() == G and s.dim() <= 1:
-            inputs[leaf] = (s, PER_GROUP, 1)
+            given[leaf] = (s, PER_GROUP, 1)
         else:
             raise ValueError(f"{name} must be [G] = [{G}] or [G, {length}], got shape {tuple(s.shape)}")
     if out is None:
@@ -297,10 +366,14 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     elif not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (G, N, K) \
             or out.device != device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{G}, {N}, {K}] tensor of {out_dtype} on {device}")
+    tree = _resolve_epilogue(None, out_dtype)  # scale_dy[n] * scale_x[k] * acc: the bias leaf stays null
+    inputs = _epilogue_leaves(tree, given, {}, N, G, K, device)
     for t, n in ((dy_t, "dy_t"), (x_t, "x_t"), (out, "out")):
         _check_aligned(t, n)
     if G == 0 or N == 0 or K == 0:
         return out
+    if device.type == "cpu":
+        return out.copy_(_reference(dy_t, x_t, offsets, tree, inputs, out_dtype, wgrad=True))
     cfg = config or default_wgrad_config(N, K, fast_accum=fast_accum)
-    _launch(cfg, fast_accum, out_dtype, None, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
+    _launch(cfg, fast_accum, out_dtype, tree, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
     return out

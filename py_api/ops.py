@@ -19,9 +19,12 @@ from typing import Optional
 
 import torch
 
+from .formats.base import Shapes
+from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
+from .formats.mxfp8 import mxfp8_shapes
+from .formats.nvfp4 import grouped_nvfp4_shapes, nvfp4_shapes
 from .gemm import gemm as _gemm
 from .grouped import grouped_gemm as _grouped_gemm
-from . import reference as _ref
 from .quantize import quantize_fp8 as _quantize_fp8
 from .quantize import quantize_mxfp8 as _quantize_mxfp8
 from .quantize import quantize_nvfp4 as _quantize_nvfp4
@@ -30,6 +33,16 @@ from .quantize_grouped import quantize_nvfp4_grouped as _quantize_nvfp4_grouped
 
 __all__ = ["gemm", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
            "quantize_nvfp4_grouped"]
+
+
+def _fake(x: torch.Tensor, shapes: Shapes, fields) -> tuple:
+    """Fake tensors (on x's device) for `fields` of a format module's shapes: the CUDA path allocates
+    its outputs from the same shapes."""
+    return tuple(x.new_empty(shapes[f][0], dtype=shapes[f][1]) for f in fields)
+
+
+def _rows(x: torch.Tensor) -> tuple[int, int]:
+    return x.reshape(-1, x.shape[-1]).shape
 
 
 @torch.library.custom_op("scalemm::gemm", mutates_args=())
@@ -67,13 +80,7 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
 
 @quantize_fp8.register_fake
 def _(x, scaling):
-    M, K = x.reshape(-1, x.shape[-1]).shape
-    scale_shape = (M,) if scaling == "token" else ()
-    return (x.new_empty((M, K), dtype=torch.float8_e4m3fn), x.new_empty(scale_shape, dtype=torch.float32))
-
-
-def _rows(x: torch.Tensor) -> tuple[int, int]:
-    return x.reshape(-1, x.shape[-1]).shape
+    return _fake(x, fp8_shapes(*_rows(x), scaling), ("data", "scale_inv"))
 
 
 @torch.library.custom_op("scalemm::quantize_nvfp4", mutates_args=())
@@ -87,11 +94,7 @@ def quantize_nvfp4(x: torch.Tensor, scaling: str, amax: Optional[torch.Tensor]
 
 @quantize_nvfp4.register_fake
 def _(x, scaling, amax):
-    M, K = _rows(x)
-    rp, cp = _ref.swizzled_size(M, K // 16)
-    g = (M,) if scaling == "token" else ()
-    return (x.new_empty((M, K // 2), dtype=torch.uint8), x.new_empty((rp * cp,), dtype=torch.float8_e4m3fn),
-            x.new_empty(g, dtype=torch.float32), x.new_empty(g, dtype=torch.float32))
+    return _fake(x, nvfp4_shapes(*_rows(x), scaling), ("qdata", "scales", "alpha", "amax"))
 
 
 @torch.library.custom_op("scalemm::quantize_mxfp8", mutates_args=())
@@ -104,9 +107,7 @@ def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @quantize_mxfp8.register_fake
 def _(x):
-    M, K = _rows(x)
-    rp, cp = _ref.swizzled_size(M, K // 32)
-    return x.new_empty((M, K), dtype=torch.float8_e4m3fn), x.new_empty((rp * cp,), dtype=torch.uint8)
+    return _fake(x, mxfp8_shapes(*_rows(x)), ("data", "scales"))
 
 
 @torch.library.custom_op("scalemm::quantize_fp8_grouped", mutates_args=())
@@ -120,8 +121,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, scaling: str) -
 @quantize_fp8_grouped.register_fake
 def _(x, offsets, scaling):
     T, K = x.shape
-    g = (T,) if scaling == "token" else (offsets.shape[0],)
-    return x.new_empty((T, K), dtype=torch.float8_e4m3fn), x.new_empty(g, dtype=torch.float32)
+    return _fake(x, grouped_fp8_shapes(T, K, offsets.shape[0], scaling), ("data", "scale_inv"))
 
 
 @torch.library.custom_op("scalemm::quantize_nvfp4_grouped", mutates_args=())
@@ -137,10 +137,5 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, scaling: str
 @quantize_nvfp4_grouped.register_fake
 def _(x, offsets, scaling):
     T, K = x.shape
-    G = offsets.shape[0]
-    _, cp = _ref.swizzled_size(1, K // 16)
-    g = (T,) if scaling == "token" else (G,)
-    return (x.new_empty((T, K // 2), dtype=torch.uint8),
-            x.new_empty((_ref.grouped_scale_rows(T, G) * cp,), dtype=torch.float8_e4m3fn),
-            x.new_empty((G,), dtype=torch.int32), x.new_empty(g, dtype=torch.float32),
-            x.new_empty(g, dtype=torch.float32))
+    return _fake(x, grouped_nvfp4_shapes(T, K, offsets.shape[0], scaling),
+                 ("qdata", "scales", "sf_offsets", "alpha", "amax"))

@@ -1,4 +1,4 @@
-"""scalemm.quantize: NVFP4, FP8 and MXFP8 quantization (shared/NUMERICS.md).
+"""scalemm.quantize: NVFP4, FP8 and MXFP8 quantization (docs/numerics.md).
 
 CUDA tensors run scalemm's Hopper kernels (cutlass_kernels/include/scalemm/quant.cuh),
 CPU tensors the pure-torch reference (scalemm.reference); both give the same bytes.
@@ -18,9 +18,12 @@ from typing import Optional
 import torch
 
 from . import reference
-from .formats import INPUT_DTYPES, MXFP8, NVFP4, SCALINGS
+from .formats import MXFP8, NVFP4
+from .formats.base import check_amax, check_amax_used, check_input, check_last_dim, check_scaling, check_u64
+from .formats.fp8 import FP8Tensor, fp8_shapes
+from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
+from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
 from .jit import KernelSpec, build, i32, i64, ptr
-from .tensors import FP8Tensor, MXFP8Tensor, NVFP4Tensor
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8"]
 
@@ -44,18 +47,14 @@ _poison_byte: Optional[int] = None
 # ---------------------------------------------------------------------------
 
 def _as_matrix(x, name: str = "x") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"'{name}' must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
+    check_input(x, name)
     if x.dim() < 2:
         raise ValueError(f"'{name}' must have at least 2 dims [..., K] (leading dims are "
                          f"flattened into M), got shape {tuple(x.shape)}")
     if not x.is_contiguous():
         raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
                          f"{tuple(x.stride())} for shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    check_last_dim(x, name)
     return x.reshape(-1, x.shape[-1])
 
 
@@ -72,27 +71,16 @@ def _check_copies(rowwise, columnwise) -> None:
         raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
 
 
-def _check_scaling(scaling) -> None:
-    if scaling not in SCALINGS:
-        raise ValueError(f"'scaling' must be one of {SCALINGS}, got {scaling!r}")
-
-
 def _check_multiple(value: int, of: int, what: str) -> None:
     if value % of != 0:
         raise ValueError(f"'x' {what} must be a multiple of {of}, got {value}")
 
 
 def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tensor:
-    if not isinstance(amax, torch.Tensor):
-        raise TypeError(f"'amax' must be a torch.Tensor or None, got {type(amax).__name__}")
-    if amax.dtype != torch.float32:
+    """check_amax, plus what the kernels read: a contiguous float32 tensor."""
+    if isinstance(amax, torch.Tensor) and amax.dtype != torch.float32:
         raise TypeError(f"'amax' must be float32, got {amax.dtype}")
-    want = () if scaling == "tensor" else (M,)
-    if tuple(amax.shape) != want:
-        raise ValueError(f"'amax' must have shape {want} for scaling={scaling!r} (M = {M} rows "
-                         f"after flattening), got {tuple(amax.shape)}")
-    if amax.device != device:
-        raise ValueError(f"'amax' is on {amax.device} but 'x' is on {device}")
+    check_amax(amax, scaling, M, device)
     if not amax.is_contiguous():
         raise ValueError("'amax' must be contiguous")
     return amax
@@ -107,9 +95,9 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
     it, so successive calls draw fresh bits and torch.manual_seed makes runs repeatable; a
     CPU generator gives one torch.randint draw from it. Either way no device sync happens.
     """
-    reference._check_u64(offset, "offset")
+    check_u64(offset, "offset")
     if seed is not None:
-        return reference._check_u64(seed, "seed"), offset
+        return check_u64(seed, "seed"), offset
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     gen = generator
@@ -136,8 +124,8 @@ def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.d
     if stochastic_rounding:
         return _resolve_seed(seed, offset, generator, device)
     if seed is not None:
-        reference._check_u64(seed, "seed")
-    return 0, reference._check_u64(offset, "offset")
+        check_u64(seed, "seed")
+    return 0, check_u64(offset, "offset")
 
 
 def _spec(dtype: torch.dtype) -> KernelSpec:
@@ -196,17 +184,14 @@ def _stream(device) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-def _swizzled_bytes(R: int, C: int) -> int:
-    Rp, Cp = reference.swizzled_size(R, C)
-    return Rp * Cp
-
-
 def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -> NVFP4Tensor:
     M, K = x2.shape
     dev = x2.device
     token = scaling == "token"
     shared = scaling == "tensor" and not rht  # the columnwise copy reuses the rowwise amax
     f32 = torch.float32
+    row = nvfp4_shapes(M, K, scaling)  # the tensors of the rowwise copy, and of the columnwise one (x.T)
+    col = nvfp4_shapes(K, M, scaling) if columnwise else None
 
     # amaxes that must be computed: one stats pass (launched by the same C call) produces them all
     stats = {}
@@ -214,26 +199,22 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     if rowwise or (columnwise and shared):
         row_amax = amax
         if row_amax is None:
-            row_amax = torch.empty((M,) if token else (), dtype=f32, device=dev)
+            row_amax = torch.empty(row["amax"][0], dtype=f32, device=dev)
             stats["row_amax" if token else "amax"] = row_amax
     col_amax = None
     if columnwise:
         if shared:
             col_amax = row_amax
         else:
-            col_amax = torch.empty((K,) if token else (), dtype=f32, device=dev)
+            col_amax = torch.empty(col["amax"][0], dtype=f32, device=dev)
             stats["col_amax" if token else ("amax_rht" if rht else "amax")] = col_amax
 
     q_row = s_row = alpha_row = None
     if rowwise:
-        q_row = _empty((M, K // 2), torch.uint8, dev)
-        s_row = _empty((_swizzled_bytes(M, K // NVFP4.block_size),), torch.uint8, dev)
-        alpha_row = _empty((M,) if token else (), f32, dev)
+        q_row, s_row, alpha_row = (_empty(*row[f], dev) for f in ("qdata", "scales", "alpha"))
     q_col = s_col = alpha_col = None
     if columnwise:
-        q_col = _empty((K, M // 2), torch.uint8, dev)
-        s_col = _empty((_swizzled_bytes(K, M // NVFP4.block_size),), torch.uint8, dev)
-        alpha_col = _empty((K,) if token else (), f32, dev)
+        q_col, s_col, alpha_col = (_empty(*col[f], dev) for f in ("qdata", "scales", "alpha"))
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(
         x2.data_ptr(), M, K, _p(stats.get("amax")), _p(stats.get("amax_rht")), _p(stats.get("row_amax")),
         _p(stats.get("col_amax")), _p(q_row), _p(s_row), _p(alpha_row), _p(row_amax), int(token),
@@ -242,13 +223,13 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
 
     col = None
     if columnwise:
-        col = NVFP4Tensor._trusted(qdata=q_col, scales=s_col.view(torch.float8_e4m3fn), alpha=alpha_col,
+        col = NVFP4Tensor._trusted(qdata=q_col, scales=s_col, alpha=alpha_col,
                                    amax=col_amax, shape=(K, M), scaling=scaling, orig_dtype=x2.dtype, rht=rht,
                                    columnwise=None)
     if not rowwise:
         return NVFP4Tensor._trusted(qdata=None, scales=None, alpha=None, amax=None, shape=(M, K), scaling=scaling,
                                     orig_dtype=x2.dtype, rht=False, columnwise=col)
-    return NVFP4Tensor._trusted(qdata=q_row, scales=s_row.view(torch.float8_e4m3fn), alpha=alpha_row,
+    return NVFP4Tensor._trusted(qdata=q_row, scales=s_row, alpha=alpha_row,
                                 amax=row_amax, shape=(M, K), scaling=scaling, orig_dtype=x2.dtype, rht=False,
                                 columnwise=col)
 
@@ -265,38 +246,36 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
         row_amax = col_amax = torch.empty((), dtype=f32, device=dev)
     d_row = sinv_row = d_col = sinv_col = None
     if rowwise:
-        d_row = _empty((M, K), torch.uint8, dev)
-        sinv_row = _empty((M,) if token else (), f32, dev)
+        d_row, sinv_row = (_empty(*shape_dtype, dev) for shape_dtype in fp8_shapes(M, K, scaling).values())
     if columnwise:
-        d_col = _empty((K, M), torch.uint8, dev)
-        sinv_col = _empty((K,) if token else (), f32, dev)
+        d_col, sinv_col = (_empty(*shape_dtype, dev) for shape_dtype in fp8_shapes(K, M, scaling).values())
     _launcher(x2.dtype, "scalemm_quantize_fp8")(
         x2.data_ptr(), M, K, _p(d_row), _p(sinv_row), _p(row_amax), int(token), _p(d_col),
         _p(sinv_col), _p(col_amax), int(token), _stream(dev))
-    e4m3 = torch.float8_e4m3fn
-    col = FP8Tensor._trusted(data=d_col.view(e4m3), scale_inv=sinv_col, scaling=scaling, orig_dtype=x2.dtype,
+    col = FP8Tensor._trusted(data=d_col, scale_inv=sinv_col, scaling=scaling, orig_dtype=x2.dtype,
                              columnwise=None) if columnwise else None
-    return FP8Tensor._trusted(data=None if d_row is None else d_row.view(e4m3), scale_inv=sinv_row, scaling=scaling,
-                              orig_dtype=x2.dtype, columnwise=col)
+    return FP8Tensor._trusted(data=d_row, scale_inv=sinv_row, scaling=scaling, orig_dtype=x2.dtype, columnwise=col)
 
 
 def _mxfp8_cuda(x2, rowwise, columnwise) -> MXFP8Tensor:
     M, K = x2.shape
     dev = x2.device
-    bs = MXFP8.block_size
     d_row = s_row = d_col = s_col = None
     if rowwise:
-        d_row = _empty((M, K), torch.uint8, dev)
-        s_row = _empty((_swizzled_bytes(M, K // bs),), torch.uint8, dev)
+        d_row, s_row = (_empty(*shape_dtype, dev) for shape_dtype in mxfp8_shapes(M, K).values())
     if columnwise:
-        d_col = _empty((K, M), torch.uint8, dev)
-        s_col = _empty((_swizzled_bytes(K, M // bs),), torch.uint8, dev)
+        d_col, s_col = (_empty(*shape_dtype, dev) for shape_dtype in mxfp8_shapes(K, M).values())
     _launcher(x2.dtype, "scalemm_quantize_mxfp8")(
         x2.data_ptr(), M, K, _p(d_row), _p(s_row), _p(d_col), _p(s_col), _stream(dev))
-    e4m3 = torch.float8_e4m3fn
-    col = MXFP8Tensor(d_col.view(e4m3), s_col, (K, M), x2.dtype) if columnwise else None
-    return MXFP8Tensor(None if d_row is None else d_row.view(e4m3), s_row, (M, K), x2.dtype,
-                       columnwise=col)
+    col = MXFP8Tensor(d_col, s_col, (K, M), x2.dtype) if columnwise else None
+    return MXFP8Tensor(d_row, s_row, (M, K), x2.dtype, columnwise=col)
+
+
+def _runs_kernels(x2: torch.Tensor) -> bool:
+    """True where the CUDA kernels quantize x2: a non-empty CUDA tensor. The rest goes to the
+    reference: a CPU x, and an empty x (M = 0), which leaves a kernel nothing to do; for a single
+    tensor the reference's torch ops on x's device never read anything back to the host."""
+    return x2.numel() > 0 and _on_cuda(x2)
 
 
 def _on_cuda(x2: torch.Tensor) -> bool:
@@ -323,7 +302,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     """Quantize x to NVFP4 (e2m1 data, e4m3 scale per 16 elements, fp32 global scale).
 
     x: contiguous bf16/fp16/fp32 [..., K]; leading dims are flattened into M. K % 16 == 0;
-      M % 16 == 0 when columnwise=True.
+      M % 16 == 0 when columnwise=True. M = 0 gives empty copies (alpha 1, amax 0 where they
+      are computed; no kernel runs).
     scaling: "tensor" (one global scale) or "token" (one per row of each copy: per row of x
       for the rowwise copy, per column of x for the columnwise one).
     amax: optional fp32 device tensor (0-d for "tensor", [M] for "token") used as is for the
@@ -342,7 +322,7 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     """
     x2 = _as_matrix(x)
     M, K = x2.shape
-    _check_scaling(scaling)
+    check_scaling(scaling)
     _check_copies(rowwise, columnwise)
     _check_bool(rht, "rht")
     _check_bool(stochastic_rounding, "stochastic_rounding")
@@ -352,12 +332,10 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     if rht and not columnwise:
         raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
     if amax is not None:
-        if not (rowwise or (scaling == "tensor" and not rht)):
-            raise ValueError("'amax' is given but no copy uses it: it applies to the rowwise copy, "
-                             "and to the columnwise copy only for scaling='tensor' without rht")
+        check_amax_used(scaling, rowwise, columnwise, rht)
         _check_amax(amax, scaling, M, x2.device)
     seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device)
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,
                                seed, offset)
@@ -369,10 +347,11 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
 
 def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
                  columnwise: bool = False) -> FP8Tensor:
-    """Quantize x to FP8 e4m3 with current scaling (NUMERICS section 7).
+    """Quantize x to FP8 e4m3 with current scaling (docs/numerics.md section 7).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 16 == 0 and
-      M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies).
+      M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies). M = 0 gives empty
+      copies (scale_inv 1 where it is per tensor or per column; no kernel runs).
     scaling: "tensor" (one amax over x, shared by both copies) or "token" (per row of x for
       the rowwise copy, per column of x for the columnwise copy).
     Returns an FP8Tensor: data float8_e4m3fn [M, K] = e4m3(fl(x * scale)), scale_inv fp32
@@ -380,22 +359,22 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
     """
     x2 = _as_matrix(x)
     M, K = x2.shape
-    _check_scaling(scaling)
+    check_scaling(scaling)
     _check_copies(rowwise, columnwise)
     _check_multiple(K, 16, "K (last dim)")
     if columnwise:
         _check_multiple(M, 16, "M (rows, for the columnwise copy)")
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _fp8_cuda(x2, scaling, rowwise, columnwise)
     return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
 
 
 def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = False) -> MXFP8Tensor:
-    """Quantize x to MXFP8 (e4m3 data, e8m0 RCEIL scale per 32 elements; NUMERICS section 6).
+    """Quantize x to MXFP8 (e4m3 data, e8m0 RCEIL scale per 32 elements; docs/numerics.md section 6).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 32 == 0;
-      M % 32 == 0 when columnwise=True (blocks of 32 along M for x.T).
+      M % 32 == 0 when columnwise=True (blocks of 32 along M for x.T). M = 0 gives empty copies.
     Returns an MXFP8Tensor: data float8_e4m3fn [M, K], scales uint8 e8m0 in the 128x4
     swizzled layout (R = M, C = K/32, zero padding); `.columnwise` the same for x.T.
     """
@@ -405,7 +384,7 @@ def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = 
     _check_multiple(K, MXFP8.block_size, "K (last dim)")
     if columnwise:
         _check_multiple(M, MXFP8.block_size, "M (rows, for the columnwise copy)")
-    if _on_cuda(x2):
+    if _runs_kernels(x2):
         with _on_device(x2.device):
             return _mxfp8_cuda(x2, rowwise, columnwise)
     return reference.quantize_mxfp8(x2, rowwise=rowwise, columnwise=columnwise)

@@ -1,15 +1,17 @@
 """scalemm grouped (MoE) quantization: FP8, NVFP4 and MXFP8 over groups of rows given by device
-offsets, stacked expert weights, and residual NVFP4 (shared/NUMERICS.md sections 5, 7, 10).
+offsets, stacked expert weights, and residual NVFP4 (docs/numerics.md sections 5, 7, 10).
 
 CUDA tensors run cutlass_kernels/include/scalemm/quant_grouped.cuh, CPU tensors the pure-torch
 reference (scalemm.reference.quantize_*_grouped); both give the same bytes.
 
 Offsets: int32 [G] on x's device, cumulative row ends (torch._grouped_mm's `offs`): group g owns
 rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). They are never read on the host:
-the kernels clamp them into [0, T] and make them non-decreasing (a running max), so bad offsets
-give short or empty groups, never out-of-bounds accesses, and every call is CUDA-graph
-capturable (replays may see new offsets). Empty groups and groups of any size are fine. Rows
-past offsets[-1] belong to no group: their rowwise data is zero and they take no scale rows.
+the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
+states the rule), so bad offsets give short or empty groups, never out-of-bounds accesses, and
+every call is CUDA-graph capturable (replays may see new offsets). Empty groups and groups of any
+size are fine. Rows past offsets[-1] belong to no group: their rowwise data is zero and they take
+no scale rows. An empty x (T = 0) gives containers of empty groups, on either device, with no
+kernel and no look at the offsets.
 
 Each call is a fixed sequence of launches whatever the offsets: a 1-CTA setup kernel (clamped
 ends and the padded position tables), memsets of the amax scratch, one amax pass over x (not for
@@ -18,16 +20,20 @@ MXFP8) and one quantize pass over all groups' tiles (NVFP4 with both copies: two
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 
 from . import quantize as _q
 from . import reference
-from .formats import INPUT_DTYPES, MXFP8, NVFP4
+from .formats import MXFP8, NVFP4, layout
+from .formats.base import Shapes, check_input, check_last_dim, check_offsets, check_scaling
+from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
+from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
+from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
+                            residual_channels, residual_weight)
 from .jit import KernelSpec, build, i32, i64, ptr
 from .quantize import u64
-from .tensors import GroupedFP8Tensor, GroupedNVFP4Tensor, NVFP4Tensor
 
 __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
            "quantize_nvfp4_stacked", "quantize_nvfp4_residual", "prepare_residual_weight", "GroupedMXFP8",
@@ -42,51 +48,23 @@ _ARGTYPES = {
 _INT32_LIMIT = (1 << 31) - 1
 
 
-class GroupedMXFP8(NamedTuple):
-    """Grouped MXFP8 rowwise copy: data float8_e4m3fn [T, K]; scales uint8 e8m0
-    [grouped_scale_rows(T, G) * ceil(K/128)*4] grouped along M (group g's scale rows start at
-    sf_offsets[g] = sum_{j<g} ceil(m_j/128)*128, every unused byte zero); sf_offsets int32 [G];
-    offsets as given."""
-    data: torch.Tensor
-    scales: torch.Tensor
-    sf_offsets: torch.Tensor
-    offsets: torch.Tensor
-
-
 # ---------------------------------------------------------------------------
 # validation (before any dispatch: CPU and CUDA callers get the same errors)
 # ---------------------------------------------------------------------------
 
-def _check_input(x, name: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"'{name}' must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"'{name}' must be bfloat16, float16 or float32, got {x.dtype}")
-
-
 def _check_x(x, name: str = "x") -> None:
-    _check_input(x, name)
+    check_input(x, name)
     if x.dim() != 2:
         raise ValueError(f"'{name}' must be 2-D [T, K] (rows sorted by group), got shape {tuple(x.shape)}")
     if not x.is_contiguous():
         raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
                          f"{tuple(x.stride())} for shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"'{name}' must not be empty, got shape {tuple(x.shape)}")
+    check_last_dim(x, name)
 
 
 def _check_offsets(offsets, x: torch.Tensor) -> int:
-    if not isinstance(offsets, torch.Tensor):
-        raise TypeError(f"'offsets' must be a torch.Tensor, got {type(offsets).__name__}")
-    if offsets.dtype != torch.int32:
-        raise TypeError(f"'offsets' must be int32 (cumulative row ends), got {offsets.dtype}")
-    if offsets.dim() != 1 or offsets.numel() == 0:
-        raise ValueError(f"'offsets' must be 1-D [G] with G >= 1, got shape {tuple(offsets.shape)}")
-    if offsets.device != x.device:
-        raise ValueError(f"'offsets' is on {offsets.device} but 'x' is on {x.device}")
-    if not offsets.is_contiguous():
-        raise ValueError("'offsets' must be contiguous")
-    T, G = x.shape[0], offsets.numel()
+    G = check_offsets(offsets, x)
+    T = x.shape[0]
     if T + 128 * G + 64 > _INT32_LIMIT:  # the device tables are int32
         raise ValueError(f"T + 128 G must stay below 2^31, got T={T}, G={G}")
     return G
@@ -96,7 +74,7 @@ def _check_grouped_args(x, offsets, block: int, scaling=None, rowwise=True, colu
     _check_x(x)
     G = _check_offsets(offsets, x)
     if scaling is not None:
-        _q._check_scaling(scaling)
+        check_scaling(scaling)
     _q._check_copies(rowwise, columnwise)
     _q._check_multiple(x.shape[1], block, "K (last dim)")
     return G
@@ -142,23 +120,20 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
     g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
     gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
-    W = reference.wgrad_width(T, G)
+    W = layout.wgrad_width(T, G)
     q_row = sinv_row = q_col = sinv_col = None
     if rowwise:
-        q_row = _q._empty((T, K), torch.uint8, dev)
-        sinv_row = _q._empty((T,) if token else (G,), f32, dev)
+        q_row, sinv_row = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "rows").values())
     if columnwise:
-        q_col = _q._empty((K, W), torch.uint8, dev)
-        sinv_col = _q._empty((G, K) if token else (G,), f32, dev)
+        q_col, sinv_col = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "wgrad").values())
     _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(
         x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
         _q._p(gcol_amax), _q._p(q_row), _q._p(sinv_row), _q._p(q_col), W, _q._p(sinv_col), _q._stream(dev))
-    e4m3 = torch.float8_e4m3fn
     col = None
     if columnwise:
-        col = GroupedFP8Tensor(q_col.view(e4m3), sinv_col, offsets, (T, K), scaling, x.dtype, layout="wgrad")
-    return GroupedFP8Tensor(None if q_row is None else q_row.view(e4m3), sinv_row, offsets, (T, K), scaling,
-                            x.dtype, columnwise=col, group_rows=group_rows)
+        col = GroupedFP8Tensor(q_col, sinv_col, offsets, (T, K), scaling, x.dtype, layout="wgrad")
+    return GroupedFP8Tensor(q_row, sinv_row, offsets, (T, K), scaling, x.dtype, columnwise=col,
+                            group_rows=group_rows)
 
 
 def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows, group_rows=None, rht=False,
@@ -167,40 +142,36 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     dev = x.device
     f32 = torch.float32
     token = scaling == "token"
-    table = _table(G, dev, tiles=scale_rows // 128 if rowwise else 0)
+    table = _table(G, dev, tiles=scale_rows // layout.SF_TILE_ROWS if rowwise else 0)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
     col_amax = None  # the columnwise amax when it is not g_amax
     if columnwise and (token or rht):
         col_amax = torch.empty((G, K) if token else (G,), dtype=f32, device=dev)
     need_g = not token and (rowwise or col_amax is None)  # per-group amax of x (not RHT'd)
     g_amax = torch.empty(G, dtype=f32, device=dev) if need_g else None
-    W = reference.wgrad_width(T, G)
-    cb = reference.wgrad_scale_cols(T, G)
+    W = layout.wgrad_width(T, G)
+    cb = layout.wgrad_scale_cols(T, G)
     q_row = s_row = a_row = q_col = s_col = a_col = None
     if rowwise:
-        _, cp = reference.swizzled_size(1, K // NVFP4.block_size)
-        q_row = _q._empty((T, K // 2), torch.uint8, dev)
-        s_row = _q._empty((scale_rows * cp,), torch.uint8, dev)
-        a_row = _q._empty((T,) if token else (G,), f32, dev)
+        rows = grouped_nvfp4_shapes(T, K, G, scaling, "rows", scale_rows)
+        q_row, s_row, a_row = (_q._empty(*rows[f], dev) for f in ("qdata", "scales", "alpha"))
     if columnwise:
-        rp = -(-K // 128) * 128
-        q_col = _q._empty((K, W // 2), torch.uint8, dev)
-        s_col = _q._empty((rp * cb,), torch.uint8, dev)
-        a_col = _q._empty((G, K) if token else (G,), f32, dev)
+        cols = grouped_nvfp4_shapes(T, K, G, scaling, "wgrad")
+        q_col, s_col, a_col = (_q._empty(*cols[f], dev) for f in ("qdata", "scales", "alpha"))
     _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(
         x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
         _q._p(col_amax), _q._p(q_row), _q._p(s_row), scale_rows, _q._p(a_row), _q._p(q_col), W, _q._p(s_col), cb,
         _q._p(a_col), int(rht), int(sr), seed, offset, _q._stream(dev))
-    e4m3 = torch.float8_e4m3fn
     col = None
     if columnwise:
-        col = GroupedNVFP4Tensor(q_col, s_col.view(e4m3), _table_slice(table, G, 1) // 16, a_col,
+        # the kernel's pos64 table holds the 64-padded token starts: / 16 gives layout.wgrad_sf_offsets
+        col = GroupedNVFP4Tensor(q_col, s_col, _table_slice(table, G, 1) // layout.WGRAD_SCALE_BLOCK, a_col,
                                  g_amax if col_amax is None else col_amax, offsets, (T, K), scaling, x.dtype,
                                  layout="wgrad", rht=rht)
     if not rowwise:
         return GroupedNVFP4Tensor(None, None, None, None, None, offsets, (T, K), scaling, x.dtype,
                                   scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
-    return GroupedNVFP4Tensor(q_row, s_row.view(e4m3), _table_slice(table, G, 2), a_row,
+    return GroupedNVFP4Tensor(q_row, s_row, _table_slice(table, G, 2), a_row,
                               row_amax if token else g_amax, offsets, (T, K), scaling, x.dtype,
                               scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
 
@@ -208,15 +179,47 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
 def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
     T, K = x.shape
     dev = x.device
-    scale_rows = reference.grouped_scale_rows(T, G)
-    table = _table(G, dev, tiles=scale_rows // 128)
-    _, cp = reference.swizzled_size(1, K // MXFP8.block_size)
-    q = _q._empty((T, K), torch.uint8, dev)
-    s = _q._empty((scale_rows * cp,), torch.uint8, dev)
+    scale_rows = layout.grouped_scale_rows(T, G)
+    table = _table(G, dev, tiles=scale_rows // layout.SF_TILE_ROWS)
+    q, s, _ = (_q._empty(*sd, dev) for sd in grouped_mxfp8_shapes(T, K, G).values())
     _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(
         x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), q.data_ptr(), s.data_ptr(), scale_rows,
         _q._stream(dev))
-    return GroupedMXFP8(q.view(torch.float8_e4m3fn), s, _table_slice(table, G, 2), offsets)
+    return GroupedMXFP8._trusted(data=q, scales=s, sf_offsets=_table_slice(table, G, 2), offsets=offsets)
+
+
+# ---------------------------------------------------------------------------
+# an empty x (T = 0; e.g. an expert-parallel rank that got no tokens): every group is empty
+# whatever the offsets say, so the result is known without reading them and without a kernel
+# ---------------------------------------------------------------------------
+
+def _filled(shapes: Shapes, device) -> dict:
+    """The tensors of one copy of an empty x: data, scales, sf_offsets and amax zero, alpha and
+    scale_inv 1 (what the kernels and the reference give an empty group)."""
+    return {f: (torch.ones if f in ("alpha", "scale_inv") else torch.zeros)(shape, dtype=dtype, device=device)
+            for f, (shape, dtype) in shapes.items()}
+
+
+def _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise) -> GroupedFP8Tensor:
+    K, dev = x.shape[1], x.device
+    col = None
+    if columnwise:
+        col = GroupedFP8Tensor(**_filled(grouped_fp8_shapes(0, K, G, scaling, "wgrad"), dev), offsets=offsets,
+                               shape=(0, K), scaling=scaling, orig_dtype=x.dtype, layout="wgrad")
+    row = _filled(grouped_fp8_shapes(0, K, G, scaling, "rows"), dev) if rowwise else {"data": None, "scale_inv": None}
+    return GroupedFP8Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype, columnwise=col)
+
+
+def _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht) -> GroupedNVFP4Tensor:
+    K, dev = x.shape[1], x.device
+    col = None
+    if columnwise:
+        col = GroupedNVFP4Tensor(**_filled(grouped_nvfp4_shapes(0, K, G, scaling, "wgrad"), dev), offsets=offsets,
+                                 shape=(0, K), scaling=scaling, orig_dtype=x.dtype, layout="wgrad", rht=rht)
+    rows = grouped_nvfp4_shapes(0, K, G, scaling, "rows")
+    row = _filled(rows, dev) if rowwise else dict.fromkeys(rows)
+    return GroupedNVFP4Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype,
+                              columnwise=col)
 
 
 # ---------------------------------------------------------------------------
@@ -225,7 +228,8 @@ def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
 
 def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
                          rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
-    """Quantize the G groups of x to FP8 e4m3 with current scaling (NUMERICS 7), in one pass.
+    """Quantize the G groups of x to FP8 e4m3 with current scaling (docs/numerics.md section 7),
+    in one pass.
 
     x: contiguous bf16/fp16/fp32 [T, K], rows sorted by group, K % 16 == 0.
     offsets: int32 [G] on x's device, cumulative row ends (see the module notes: clamped on the
@@ -236,6 +240,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
     columnwise: `.columnwise` in THE WGRAD LAYOUT: data [K, W], W = ceil((T + 15 G)/16)*16, group
       g's tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16, zero padding;
       scale_inv [G] or [G, K].
+    T = 0 (no tokens) gives empty copies: every group empty, scale_inv 1, no kernel.
     Returns a GroupedFP8Tensor. Both copies come straight off one quantize pass, e.g.:
 
       xq = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
@@ -245,6 +250,8 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
                                       dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
     """
     G = _check_grouped_args(x, offsets, 16, scaling, rowwise, columnwise)
+    if x.shape[0] == 0:
+        return _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise)
@@ -255,7 +262,8 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
                            rowwise: bool = True, columnwise: bool = False, rht: bool = False,
                            stochastic_rounding: bool = False, seed: Optional[int] = None, offset: int = 0,
                            generator: Optional[torch.Generator] = None) -> GroupedNVFP4Tensor:
-    """Quantize the G groups of x to NVFP4 (NUMERICS 2, 3, 5, 8, 9) in one pass per copy.
+    """Quantize the G groups of x to NVFP4 (docs/numerics.md sections 2, 3, 5, 8, 9) in one pass
+    per copy.
 
     x: contiguous bf16/fp16/fp32 [T, K], rows sorted by group, K % 16 == 0. offsets: as
       quantize_fp8_grouped.
@@ -270,12 +278,14 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
       matrix padded to ceil(K/128)*128 rows and ceil(m_g/64)*4 columns, swizzled on its own at
       byte Rp * sf_offsets[g] (sf_offsets[g] = sum_{j<g} ceil(m_j/64)*4); buffer
       Rp * 4*ceil((T + 63 G)/64) bytes, unused bytes zero.
-    rht: the columnwise copy goes through the 16-point RHT (NUMERICS 8) in 16-token chunks counted
-      from each group's first token; a group's last chunk is zero-padded and ALL of its 16 columns
+    rht: the columnwise copy goes through the 16-point RHT (docs/numerics.md section 8) in 16-token
+      chunks counted from each group's first token; a group's last chunk is zero-padded and ALL of its 16 columns
       hold transformed data (with the same transform on both wgrad operands it cancels in
       dY_g^T X_g over the padded columns). The columnwise amax/alpha are then those of the
       transformed data ([G] or [G, K]), from one extra read of x.
-    stochastic_rounding: SR of the e2m1 codes of both copies (NUMERICS 9). Element e of a copy is
+    T = 0 (no tokens) gives empty copies: every group empty (amax 0, alpha 1, sf_offsets 0, zero
+    scale buffers of the sizes above), no kernel.
+    stochastic_rounding: SR of the e2m1 codes of both copies (docs/numerics.md section 9). Element e of a copy is
       its row-major index in [T, K] (rowwise) or in the [K, W] wgrad data (columnwise) and uses
       byte e of the Philox stream of (seed, offset); seed / offset / generator as quantize_nvfp4.
     """
@@ -286,10 +296,12 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
         raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
     seed, offset = _q._sr_args(stochastic_rounding, seed, offset, generator, x.device)
     T = x.shape[0]
+    if T == 0:
+        return _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise,
-                                       reference.grouped_scale_rows(T, G), rht=rht, sr=stochastic_rounding,
+                                       layout.grouped_scale_rows(T, G), rht=rht, sr=stochastic_rounding,
                                        seed=seed, offset=offset)
     return reference.quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
                                             rht=rht, stochastic_rounding=stochastic_rounding, seed=seed,
@@ -297,31 +309,34 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
 
 
 def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: bool = True) -> GroupedMXFP8:
-    """Quantize the G groups of x to MXFP8 (NUMERICS 6), rowwise, scales grouped along M at the
-    same sf_offsets rule as NVFP4. x: contiguous [T, K], K % 32 == 0. Returns GroupedMXFP8."""
+    """Quantize the G groups of x to MXFP8 (docs/numerics.md section 6), rowwise, scales grouped along M at the
+    same sf_offsets rule as NVFP4. x: contiguous [T, K], K % 32 == 0 (T = 0: empty data, zero
+    scales and sf_offsets). Returns a GroupedMXFP8."""
     if rowwise is not True:
         raise ValueError("quantize_mxfp8_grouped produces the rowwise copy only: 'rowwise' must be True")
     G = _check_grouped_args(x, offsets, MXFP8.block_size)
+    if x.shape[0] == 0:
+        return GroupedMXFP8(**_filled(grouped_mxfp8_shapes(0, x.shape[1], G), x.device), offsets=offsets)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
             return _mxfp8_grouped_cuda(x, offsets, G)
-    return GroupedMXFP8(*reference.quantize_mxfp8_grouped(x, offsets), offsets)
+    return reference.quantize_mxfp8_grouped(x, offsets)
 
 
 def _check_stacked(w, block: int, scaling):
     """Checks w [E, N, K]; returns (w as [E*N, K], the offsets of its E groups of N rows)."""
-    _check_input(w, "w")
+    check_input(w, "w")
     if w.dim() != 3:
         raise ValueError(f"'w' must be 3-D [E, N, K] (stacked expert weights), got shape {tuple(w.shape)}")
     if not w.is_contiguous():
         raise ValueError("'w' must be contiguous (call .contiguous() first)")
     if w.numel() == 0:
         raise ValueError(f"'w' must not be empty, got shape {tuple(w.shape)}")
-    _q._check_scaling(scaling)
+    check_scaling(scaling)
     _q._check_multiple(w.shape[2], block, "K (last dim)")
     E, N, K = w.shape
     w2 = w.reshape(E * N, K)
-    offsets = reference._stacked_offsets(w)  # expert e owns rows [e N, (e + 1) N)
+    offsets = layout.stacked_offsets(E, N, w.device)
     _check_offsets(offsets, w2)
     return w2, offsets
 
@@ -345,7 +360,7 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
     """Stacked expert weights w [E, N, K] as E independent NVFP4 tensors, one launch sequence.
 
     Global scale per expert ("tensor": alpha/amax [E]) or per output channel ("token": [E*N]).
-    qdata [E*N, K/2]; scales batched (NUMERICS 5): expert e's Rp x Cp swizzled block (Rp =
+    qdata [E*N, K/2]; scales batched (docs/numerics.md section 5): expert e's Rp x Cp swizzled block (Rp =
     ceil(N/128)*128) at byte e * Rp * Cp, i.e. scales.view(E, Rp * Cp)[e] is exactly what
     quantize_nvfp4(w[e]) gives. group_rows = N, scale_rows = E * Rp.
     """
@@ -353,23 +368,9 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
     E, N, _ = w.shape
     if _q._on_cuda(w2):
         with _q._on_device(w.device):
-            return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, E * (-(-N // 128) * 128),
+            return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, layout.stacked_scale_rows(E, N),
                                        group_rows=N)
     return reference.quantize_nvfp4_stacked(w, scaling=scaling)
-
-
-def _check_channels(channels, K: int):
-    if isinstance(channels, torch.Tensor):
-        if channels.dtype not in (torch.int32, torch.int64) or channels.dim() != 1 or channels.numel() == 0:
-            raise ValueError("'channels' must be a non-empty 1-D int32/int64 tensor of channel indices")
-        return channels
-    try:
-        idx = [int(c) for c in channels]
-    except (TypeError, ValueError):
-        raise TypeError("'channels' must be a sequence of ints or an integer tensor") from None
-    if not idx or any(c < 0 or c >= K for c in idx):
-        raise ValueError(f"'channels' must be non-empty with every index in [0, {K})")
-    return idx
 
 
 def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
@@ -377,11 +378,11 @@ def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
     weight that matches quantize_nvfp4_residual(x, channels). Quantize it as usual."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("'w' must be a 2-D tensor [N, K]")
-    return reference.prepare_residual_weight(w, _check_channels(channels, w.shape[1]))
+    return residual_weight(w, residual_channels(channels, w.shape[1], w.device))
 
 
 def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor") -> NVFP4Tensor:
-    """Residual NVFP4 (NUMERICS 10, ARCQuant-style) in scalemm's layout.
+    """Residual NVFP4 (docs/numerics.md section 10, ARCQuant-style) in scalemm's layout.
 
     x: contiguous [M, K], K % 16 == 0. channels: the K_e residual channels (e.g. the top-|x|
     channels), a sequence or int tensor. Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' =
@@ -392,10 +393,8 @@ def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor
     scalemm.reference.quantize_nvfp4_residual).
     """
     _check_x(x)
-    _q._check_scaling(scaling)
-    M, K = x.shape
+    check_scaling(scaling)
+    K = x.shape[1]
     _q._check_multiple(K, NVFP4.block_size, "K (last dim)")
-    idx = _check_channels(channels, K)
-    q, r_e, ke = reference._residual_parts(x, idx, scaling, _q.quantize_nvfp4)
-    q2 = _q.quantize_nvfp4(r_e, scaling=scaling, amax=q.amax)
-    return reference._residual_combine(q, q2, M, K, ke, x.dtype)
+    idx = residual_channels(channels, K, x.device)
+    return quantize_residual(x, idx, scaling, _q.quantize_nvfp4)

@@ -70,33 +70,3 @@ def test_heuristic_is_readable_and_valid():
         GemmConfig(64, 128, 128, schedule="cooperative")
     cpp = big.cpp(fast_accum=True, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
     assert cpp["MAINLOOP_SCHEDULE"].endswith("CooperativeFP8FastAccum") and cpp["LAYOUT_D"].endswith("RowMajor")
-
-
-def test_grouped_gemm_validates_before_any_launch():
-    a, b = _fp8(16, 32), _fp8(2, 16, 32).reshape(2, 16, 32)
-    offs = torch.tensor([8, 16], dtype=torch.int32)
-    with pytest.raises(ValueError, match="same CUDA device"):
-        scalemm.grouped_gemm(a, b, offs, torch.ones(16), torch.ones(2, 16))
-    with pytest.raises(ValueError, match="3-D"):
-        scalemm.grouped_gemm(a, b[0], offs, torch.ones(16), torch.ones(2, 16))
-    with pytest.raises(TypeError, match="float8_e4m3fn"):
-        scalemm.grouped_gemm(a.float(), b, offs, torch.ones(16), torch.ones(2, 16))
-
-
-def test_grouped_heuristic_and_scale_modes():
-    from scalemm.cutlass_kernels.configs import default_grouped_config
-    from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
-    assert default_grouped_config(2048, 256, 2048, 7168).swap_ab          # 8 rows per expert: decode form
-    assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256
-    assert default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False).tile_n == 128
-    assert _scale_a_mode(torch.ones(10), 10, 4, None) == PER_ROW
-    assert _scale_a_mode(torch.ones(4), 10, 4, None) == PER_GROUP
-    assert _scale_a_mode(torch.ones(1), 10, 4, None) == ONE
-    with pytest.raises(ValueError, match="T == G"):
-        _scale_a_mode(torch.ones(4), 4, 4, None)
-    assert _scale_a_mode(torch.ones(4), 4, 4, "group") == PER_GROUP
-    assert _scale_b_mode(torch.ones(4, 16), 4, 16) == PER_GROUP_VEC
-    assert _scale_b_mode(torch.ones(4), 4, 16) == PER_GROUP
-    assert _scale_b_mode(torch.ones(16), 4, 16) == SHARED
-    with pytest.raises(ValueError, match="scale_b must be"):
-        _scale_b_mode(torch.ones(3, 16), 4, 16)

@@ -30,8 +30,8 @@ def test_x_type_dtype_shape(fn):
         fn(torch.zeros(64))
     with pytest.raises(ValueError, match="must be contiguous"):
         fn(x_(64, 64).t())
-    with pytest.raises(ValueError, match="must not be empty"):
-        fn(torch.zeros(0, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"'x' last dim K must be >= 1"):  # M = 0 is fine (test_empty_x_*)
+        fn(torch.zeros(32, 0, dtype=torch.bfloat16))
 
 
 def test_k_and_m_multiples():
@@ -155,3 +155,76 @@ def test_leading_dims_flattened():
     t = sq.quantize_nvfp4(x, columnwise=True)
     assert t.shape == (96, 64) and t.columnwise.shape == (64, 96)
     assert torch.equal(t.qdata, ref.quantize_nvfp4(x.reshape(96, 64)).qdata)
+
+
+# ---------------------------------------------------------------------------
+# an empty x (M = 0): well-formed empty containers, no kernel
+# ---------------------------------------------------------------------------
+
+def _assert_tensor(t, shape, dtype, fill=None):
+    assert t.dtype == dtype and tuple(t.shape) == tuple(shape), (t.dtype, tuple(t.shape), dtype, shape)
+    if fill is not None:
+        assert torch.equal(t.float(), torch.full(shape, float(fill)))
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rht", [False, True])
+def test_empty_x_nvfp4(scaling, rht):
+    x = torch.zeros(2, 0, 64, dtype=torch.bfloat16)  # leading dims flatten to M = 0
+    q = sq.quantize_nvfp4(x, scaling=scaling, columnwise=True, rht=rht)
+    g, gc = ((), ()) if scaling == "tensor" else ((0,), (64,))
+    assert q.shape == (0, 64) and q.columnwise.shape == (64, 0) and q.columnwise.rht == rht
+    _assert_tensor(q.qdata, (0, 32), torch.uint8)
+    _assert_tensor(q.scales, (0,), torch.float8_e4m3fn)  # Rp = 0 scale rows
+    _assert_tensor(q.alpha, g, torch.float32, 1.0)  # amax 0: S_enc = S_dec = 1
+    _assert_tensor(q.amax, g, torch.float32, 0.0)
+    _assert_tensor(q.columnwise.qdata, (64, 0), torch.uint8)
+    _assert_tensor(q.columnwise.scales, (0,), torch.float8_e4m3fn)  # 128 rows x Cp = 0 columns
+    _assert_tensor(q.columnwise.alpha, gc, torch.float32, 1.0)
+    _assert_tensor(q.columnwise.amax, gc, torch.float32, 0.0)
+    assert q.dequantize().shape == (0, 64) and q.columnwise.dequantize().shape == (64, 0)
+    sr = sq.quantize_nvfp4(x, scaling=scaling, stochastic_rounding=True, seed=1)
+    assert sr.qdata.shape == (0, 32)
+    r = ref.quantize_nvfp4(x.reshape(0, 64), scaling=scaling, columnwise=True, rht=rht)
+    assert torch.equal(r.alpha, q.alpha) and torch.equal(r.columnwise.amax, q.columnwise.amax)
+
+
+def test_empty_x_nvfp4_given_amax():
+    x = torch.zeros(0, 32, dtype=torch.float32)
+    amax = torch.tensor(10.0)
+    q = sq.quantize_nvfp4(x, amax=amax, columnwise=True)  # used as is, by both copies
+    s_dec = ref.nvfp4_global_scale(amax)[1]
+    assert torch.equal(q.amax, amax) and torch.equal(q.alpha, s_dec) and torch.equal(q.columnwise.alpha, s_dec)
+    t = sq.quantize_nvfp4(x, scaling="token", amax=torch.zeros(0))
+    _assert_tensor(t.alpha, (0,), torch.float32)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_empty_x_fp8(scaling):
+    q = sq.quantize_fp8(torch.zeros(0, 48, dtype=torch.float16), scaling=scaling, columnwise=True)
+    g, gc = ((), ()) if scaling == "tensor" else ((0,), (48,))
+    assert q.shape == (0, 48) and q.columnwise.shape == (48, 0)
+    _assert_tensor(q.data, (0, 48), torch.float8_e4m3fn)
+    _assert_tensor(q.scale_inv, g, torch.float32, 1.0)  # amax 0: scale 1
+    _assert_tensor(q.columnwise.data, (48, 0), torch.float8_e4m3fn)
+    _assert_tensor(q.columnwise.scale_inv, gc, torch.float32, 1.0)
+    assert q.dequantize().shape == (0, 48)
+
+
+def test_empty_x_mxfp8():
+    q = sq.quantize_mxfp8(torch.zeros(0, 64, dtype=torch.bfloat16), columnwise=True)
+    assert q.shape == (0, 64) and q.columnwise.shape == (64, 0)
+    _assert_tensor(q.data, (0, 64), torch.float8_e4m3fn)
+    _assert_tensor(q.scales, (0,), torch.uint8)
+    _assert_tensor(q.columnwise.data, (64, 0), torch.float8_e4m3fn)
+    _assert_tensor(q.columnwise.scales, (0,), torch.uint8)
+    assert q.dequantize().shape == (0, 64) and q.columnwise.dequantize().shape == (64, 0)
+
+
+def test_empty_x_gemm():
+    """M = 0 flows on: the quantized empty x times a weight is an empty output."""
+    w = sq.quantize_fp8(torch.randn(32, 64), scaling="token")
+    xq = sq.quantize_fp8(torch.zeros(0, 64), scaling="token")
+    import scalemm
+    y = scalemm.gemm(xq, w)
+    assert y.shape == (0, 32) and y.dtype == torch.bfloat16

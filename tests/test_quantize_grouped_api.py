@@ -54,8 +54,8 @@ def test_x_validation(fn, no_dispatch):
         fn(torch.zeros(64, dtype=torch.bfloat16), o)
     with pytest.raises(ValueError, match="must be contiguous"):
         fn(x_(64, 64).t(), o)
-    with pytest.raises(ValueError, match="must not be empty"):
-        fn(torch.zeros(0, 64, dtype=torch.bfloat16), o)
+    with pytest.raises(ValueError, match=r"'x' last dim K must be >= 1"):  # T = 0 is fine (test_empty_x_*)
+        fn(torch.zeros(40, 0, dtype=torch.bfloat16), o)
 
 
 @pytest.mark.parametrize("fn", GROUPED)
@@ -175,6 +175,31 @@ def test_offsets_helpers():
     assert ref.sf_offsets(offs(100, 50, 300), 250).tolist() == [0, 128, 128]
     # the grouped.py helper agrees on valid offsets
     assert ref.wgrad_column_offsets(o, 290).tolist() == scalemm.grouped.wgrad_column_starts(o).tolist()
+
+
+@pytest.mark.parametrize("ends,T", [((10, 5, 20), 20), ((10, 5, 22), 22), ((10, 5, 15), 20), ((-3, 12, 99), 30)])
+def test_wgrad_columns_one_rule(ends, T):
+    """grouped.wgrad_column_starts and pad_groups_transposed follow the layout's rule (offsets clamped
+    into [0, T], then a running max), as the reference and the quantization kernels do: a group that
+    ends before the previous one is empty, and the next one starts where the previous one ended."""
+    o = offs(*ends)
+    G = len(ends)
+    clamped = [min(max(e, 0), T) for e in ends]
+    bounds = [max(clamped[:g + 1]) for g in range(G)]
+    starts, p = [0] + bounds[:-1], [0]
+    for s, e in zip(starts, bounds):
+        p.append(p[-1] + -(-(e - s) // 16) * 16)
+    assert scalemm.grouped.wgrad_column_starts(o, T).tolist() == p
+    assert ref.wgrad_column_offsets(o, T).tolist() == p
+    x = x_(T, 32, seed=T)
+    W = ref.wgrad_width(T, G)
+    want = torch.zeros(32, W, dtype=x.dtype)
+    for g, (s, e) in enumerate(zip(starts, bounds)):
+        want[:, p[g]:p[g] + e - s] = x[s:e].t()  # rows past the last group end belong to no group
+    assert torch.equal(pad_groups_transposed(x, o, W), want)
+    # the layout the FP8 quantizer writes: with per-group scales the wgrad copy is the rowwise bytes, transposed
+    q = scalemm.quantize_fp8_grouped(x, o, columnwise=True)
+    assert torch.equal(pad_groups_transposed(q.data.view(torch.uint8), o, W), q.columnwise.data.view(torch.uint8))
 
 
 # ---------------------------------------------------------------------------
@@ -430,7 +455,99 @@ def test_containers_to_and_repr():
 
 
 # ---------------------------------------------------------------------------
-# residual NVFP4 (NUMERICS 10)
+# an empty x (T = 0, an expert-parallel rank with no tokens): every group is empty
+# ---------------------------------------------------------------------------
+
+def _assert_filled(t, shape, dtype, fill):
+    assert t.dtype == dtype and tuple(t.shape) == tuple(shape), (t.dtype, tuple(t.shape), dtype, shape)
+    assert torch.equal(t.float() if t.dtype.itemsize == 1 or t.dtype == torch.int32 else t,
+                       torch.full(shape, float(fill)))
+
+
+EMPTY_OFFSETS = [offs(0, 0, 0), offs(5, -2, 9)]  # whatever the offsets say, T = 0 clamps them to 0
+
+
+@pytest.mark.parametrize("o", EMPTY_OFFSETS)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_empty_x_fp8_grouped(o, scaling):
+    x = torch.zeros(0, 64, dtype=torch.bfloat16)
+    q = scalemm.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+    W = 48  # wgrad_width(0, 3): 15 G padding columns rounded up to 16
+    assert q.shape == (0, 64) and q.num_groups == 3 and q.columnwise.layout == "wgrad"
+    _assert_filled(q.data, (0, 64), torch.float8_e4m3fn, 0)
+    _assert_filled(q.scale_inv, (3,) if scaling == "tensor" else (0,), torch.float32, 1)  # empty group: amax 0
+    _assert_filled(q.columnwise.data, (64, W), torch.float8_e4m3fn, 0)
+    _assert_filled(q.columnwise.scale_inv, (3,) if scaling == "tensor" else (3, 64), torch.float32, 1)
+    want = ref.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+    for got, exp in ((q, want), (q.columnwise, want.columnwise)):
+        assert torch.equal(got.data.view(torch.uint8), exp.data.view(torch.uint8))
+        assert torch.equal(got.scale_inv, exp.scale_inv)
+    assert q.dequantize().shape == (0, 64) and q.columnwise.dequantize().shape == (64, 0)
+    only = scalemm.quantize_fp8_grouped(x, o, scaling=scaling, rowwise=False, columnwise=True)
+    assert only.data is None and only.columnwise.data.shape == (64, W)
+
+
+@pytest.mark.parametrize("o", EMPTY_OFFSETS)
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rht", [False, True])
+def test_empty_x_nvfp4_grouped(o, scaling, rht):
+    x = torch.zeros(0, 64, dtype=torch.float32)
+    q = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
+                                       seed=3)
+    g = (3,) if scaling == "tensor" else (0,)
+    assert q.shape == (0, 64) and q.scale_rows == ref.grouped_scale_rows(0, 3) == 384
+    _assert_filled(q.qdata, (0, 32), torch.uint8, 0)
+    _assert_filled(q.scales, (384 * 4,), torch.float8_e4m3fn, 0)  # 128 G scale rows, Cp = 4, all zero
+    _assert_filled(q.sf_offsets, (3,), torch.int32, 0)
+    _assert_filled(q.alpha, g, torch.float32, 1)
+    _assert_filled(q.amax, g, torch.float32, 0)
+    c = q.columnwise
+    gc = (3,) if scaling == "tensor" else (3, 64)
+    assert c.layout == "wgrad" and c.rht == rht
+    _assert_filled(c.qdata, (64, 24), torch.uint8, 0)  # W = 48 token columns, packed
+    _assert_filled(c.scales, (128 * ref.wgrad_scale_cols(0, 3),), torch.float8_e4m3fn, 0)
+    _assert_filled(c.sf_offsets, (3,), torch.int32, 0)
+    _assert_filled(c.alpha, gc, torch.float32, 1)
+    _assert_filled(c.amax, gc, torch.float32, 0)
+    want = ref.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
+                                      seed=3)
+    for got, exp in ((q, want), (c, want.columnwise)):
+        for f in ("qdata", "scales", "sf_offsets", "alpha", "amax"):
+            a, b = getattr(got, f), getattr(exp, f)
+            assert a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f
+    assert q.dequantize().shape == (0, 64) and c.dequantize().shape == (64, 0)
+
+
+@pytest.mark.parametrize("o", EMPTY_OFFSETS)
+def test_empty_x_mxfp8_grouped(o):
+    x = torch.zeros(0, 64, dtype=torch.bfloat16)
+    q = scalemm.quantize_mxfp8_grouped(x, o)
+    assert isinstance(q, scalemm.GroupedMXFP8) and q.shape == (0, 64)
+    _assert_filled(q.data, (0, 64), torch.float8_e4m3fn, 0)
+    _assert_filled(q.scales, (384 * 4,), torch.uint8, 0)
+    _assert_filled(q.sf_offsets, (3,), torch.int32, 0)
+    want = ref.quantize_mxfp8_grouped(x, o)
+    assert torch.equal(q.scales, want.scales) and torch.equal(q.sf_offsets, want.sf_offsets)
+    assert q.dequantize().shape == (0, 64)
+
+
+def test_empty_x_grouped_fakes():
+    """The custom ops of an empty x: real results have the fake shapes."""
+    import scalemm.ops  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    x, o = torch.zeros(0, 64, dtype=torch.bfloat16), offs(0, 0)
+    real = torch.ops.scalemm.quantize_nvfp4_grouped(x, o, "tensor") + torch.ops.scalemm.quantize_fp8_grouped(
+        x, o, "token") + torch.ops.scalemm.quantize_nvfp4(x, "token", None)
+    with FakeTensorMode() as mode:
+        fx, fo = mode.from_tensor(x), mode.from_tensor(o)
+        fake = torch.ops.scalemm.quantize_nvfp4_grouped(fx, fo, "tensor") + torch.ops.scalemm.quantize_fp8_grouped(
+            fx, fo, "token") + torch.ops.scalemm.quantize_nvfp4(fx, "token", None)
+    for f, r in zip(fake, real):
+        assert f.shape == r.shape and f.dtype == r.dtype
+
+
+# ---------------------------------------------------------------------------
+# residual NVFP4 (docs/numerics.md section 10)
 # ---------------------------------------------------------------------------
 
 def _outlier_input(M=128, K=256, seed=0):

@@ -109,9 +109,9 @@ def check_nvfp4(monkeypatch, x, offsets, **kw):
 def check_mxfp8(monkeypatch, x, offsets):
     want = ref.quantize_mxfp8_grouped(x, offsets)
     for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_mxfp8_grouped(x, offsets)):
-        assert_same_bytes(got.data, want[0], "mxfp8g.data")
-        assert_same_bytes(got.scales, want[1], "mxfp8g.scales")
-        assert_same_bytes(got.sf_offsets, want[2], "mxfp8g.sf_offsets")
+        assert_same_bytes(got.data, want.data, "mxfp8g.data")
+        assert_same_bytes(got.scales, want.scales, "mxfp8g.scales")
+        assert_same_bytes(got.sf_offsets, want.sf_offsets, "mxfp8g.sf_offsets")
 
 
 # G, tokens (before top-k), K
@@ -356,8 +356,8 @@ def test_graph_capture_new_offsets():
         assert_grouped_nvfp4_equal(nv_rs, ref.quantize_nvfp4_grouped(
             x, offsets, scaling="token", columnwise=True, rht=True, stochastic_rounding=True, **SR_KW))
         want = ref.quantize_mxfp8_grouped(x, offsets)
-        assert_same_bytes(mx.scales, want[1], "mxfp8g.scales")
-        assert_same_bytes(mx.data, want[0], "mxfp8g.data")
+        assert_same_bytes(mx.scales, want.scales, "mxfp8g.scales")
+        assert_same_bytes(mx.data, want.data, "mxfp8g.data")
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""CPU tests of the pure-torch reference (shared/NUMERICS.md) and the containers.
+"""CPU tests of the pure-torch reference (docs/numerics.md) and the containers.
 
 Bit-exact checks compare against independent formulations (brute-force nearest value
 searches, a reshape/permute swizzle, a literal scalar RHT loop, Python-int Philox
@@ -12,7 +12,7 @@ import torch
 
 from scalemm import reference as ref
 from scalemm.formats import FLT_MAX, MXFP8, NVFP4
-from scalemm.tensors import FP8Tensor, MXFP8Tensor, NVFP4Tensor
+from scalemm.formats import FP8Tensor, MXFP8Tensor, NVFP4Tensor
 
 F32 = torch.float32
 NAN, INF = float("nan"), float("inf")
@@ -49,7 +49,7 @@ def block_scales(q, dtype=F32):
 # E2M1
 # ---------------------------------------------------------------------------
 
-E2M1_CASES = [  # (x, code): the NUMERICS section 1 ties, specials, saturation
+E2M1_CASES = [  # (x, code): the docs/numerics.md section 1 ties, specials, saturation
     (0.25, 0x0), (0.75, 0x2), (1.25, 0x2), (1.75, 0x4), (2.5, 0x4), (3.5, 0x6), (5.0, 0x6),
     (-0.25, 0x8), (-0.75, 0xA), (-1.25, 0xA), (-1.75, 0xC), (-2.5, 0xC), (-3.5, 0xE),
     (-5.0, 0xE), (0.0, 0x0), (-0.0, 0x8), (-0.1, 0x8), (0.26, 0x1), (0.74, 0x1),

@@ -1,23 +1,27 @@
-"""Format descriptors for scalemm's low-precision formats (shared/NUMERICS.md).
+"""scalemm's low-precision formats (docs/numerics.md): descriptors, constants and containers.
 
-Three formats, each a frozen dataclass instance:
+Three formats, each described by a frozen `Format` instance and owned by one module:
 
-- ``NVFP4``: e2m1 data (two values per byte, even index in the low nibble), one e4m3
-  scale per 16 consecutive elements along K, plus an fp32 global (per-tensor or
-  per-token) decode scale.
-- ``MXFP8``: e4m3 data, one e8m0 (power-of-two) scale per 32 elements along K.
-- ``FP8``: e4m3 data with one fp32 scale per tensor or per row ("current scaling").
+- ``NVFP4`` (formats/nvfp4.py): e2m1 data (two values per byte, even index in the low nibble),
+  one e4m3 scale per 16 consecutive elements along K, plus an fp32 global (per-tensor or
+  per-token) decode scale. Containers NVFP4Tensor, GroupedNVFP4Tensor.
+- ``MXFP8`` (formats/mxfp8.py): e4m3 data, one e8m0 (power-of-two) scale per 32 elements along
+  K. Containers MXFP8Tensor, GroupedMXFP8.
+- ``FP8`` (formats/fp8.py): e4m3 data with one fp32 scale per tensor or per row ("current
+  scaling"). Containers FP8Tensor, GroupedFP8Tensor.
 
-Block-scaled formats store their scales in the 128x4 swizzled layout of NUMERICS
-section 5 (``SF_TILE_ROWS`` x ``SF_TILE_COLS`` tiles, zero padding).
+Block-scaled formats store their scales in the 128x4 swizzled layout of docs/numerics.md
+section 5; formats/layout.py computes every fact of that layout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
+
+from .layout import SF_TILE_COLS, SF_TILE_ROWS  # noqa: F401  (re-exported)
 
 # fp32 limits (the reference works in fp32; fl() = round to fp32, nearest-even).
 FLT_MAX = float(torch.finfo(torch.float32).max)  # 3.4028234663852886e38
@@ -33,10 +37,6 @@ E8M0_MAX_FINITE = 254
 
 E4M3_NAN_BYTE = 0x7F  # canonical e4m3 NaN written by the reference (sign dropped)
 E2M1_NAN_CODE = 0x7  # NaN inputs encode as +6
-
-# 128x4 swizzled scale-factor layout (cuBLASLt / CUTLASS block-scaled operands).
-SF_TILE_ROWS = 128
-SF_TILE_COLS = 4
 
 # Random Hadamard transform: 16-point, sign bit k set where s_k = -1.
 RHT_SIZE = 16
@@ -77,6 +77,10 @@ class Format:
             raise ValueError(f"{self.name} has no block scales")
         return -(-k // self.block_size)
 
+    def data_shape(self, rows: int, cols: int) -> Tuple[int, int]:
+        """Shape of the data tensor holding a rows x cols matrix (packed along cols)."""
+        return rows, cols // self.elements_per_byte
+
 
 NVFP4 = Format(
     name="nvfp4",
@@ -113,3 +117,11 @@ FP8 = Format(
     scale_dtype=None,
     scale_max=None,
 )
+
+# The containers come last: their modules read the descriptors and constants above.
+from .fp8 import FP8Tensor, GroupedFP8Tensor  # noqa: E402
+from .mxfp8 import GroupedMXFP8, MXFP8Tensor  # noqa: E402
+from .nvfp4 import GroupedNVFP4Tensor, NVFP4Tensor  # noqa: E402
+
+__all__ = ["Format", "NVFP4", "MXFP8", "FP8", "NVFP4Tensor", "GroupedNVFP4Tensor", "MXFP8Tensor",
+           "GroupedMXFP8", "FP8Tensor", "GroupedFP8Tensor"]

@@ -1,0 +1,232 @@
+"""scalemm.grouped_gemm / grouped_gemm_wgrad: input validation (the same on CPU and CUDA, before any
+dispatch) and the CPU path, which is scalemm.reference.grouped_gemm_reference. No GPU needed.
+
+Integer-valued e4m3 data and power-of-two scales keep every fp32 sum exact, so results are compared
+with equality against independent constructions: the dense scalemm.gemm CPU path on each group's
+rows, and plain torch per group.
+"""
+import pytest
+import torch
+
+import scalemm
+from scalemm import epilogues as epi
+from scalemm import reference as ref
+from scalemm.grouped import pad_groups_transposed
+
+E4M3 = torch.float8_e4m3fn
+SIZES = [3, 0, 5, 8, 0]  # ragged, with empty experts
+
+
+def _int_fp8(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-4, 5, shape, generator=g).float().to(E4M3)  # exact in e4m3
+
+
+def _pow2(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.exp2(torch.randint(-2, 3, shape, generator=g).float())
+
+
+def _problem(sizes=SIZES, N=16, K=32, seed=0):
+    T, G = sum(sizes), len(sizes)
+    offs = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    return _int_fp8(T, K, seed=seed), _int_fp8(G, N, K, seed=seed + 1), offs
+
+
+def _bounds(offs):
+    ends = offs.tolist()
+    return list(zip([0] + ends[:-1], ends))
+
+
+# ---------------------------------------------------------------------------
+# validation: before the dispatch, the same errors on both devices
+# ---------------------------------------------------------------------------
+
+def test_grouped_gemm_validates_before_any_launch():
+    a, b = _int_fp8(16, 32), _int_fp8(2, 16, 32)
+    offs = torch.tensor([8, 16], dtype=torch.int32)
+    with pytest.raises(ValueError, match="same device"):
+        scalemm.grouped_gemm(a, b.to("meta"), offs, torch.ones(16), torch.ones(2, 16))
+    with pytest.raises(ValueError, match="3-D"):
+        scalemm.grouped_gemm(a, b[0], offs, torch.ones(16), torch.ones(2, 16))
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        scalemm.grouped_gemm(a.float(), b, offs, torch.ones(16), torch.ones(2, 16))
+
+
+def test_grouped_bad_input_on_cpu():
+    """The checks the GPU test test_grouped_bad_input makes, on CPU tensors."""
+    a, b, offs = _problem([3, 5], N=256, K=128)
+    sa, sb = torch.ones(8), torch.ones(2, 256)
+    with pytest.raises(ValueError, match="offsets must be a contiguous int32"):
+        scalemm.grouped_gemm(a, b, offs.long(), sa, sb)
+    with pytest.raises(ValueError, match="K differs"):
+        scalemm.grouped_gemm(a, b[:, :, :64].contiguous(), offs, sa, sb)
+    with pytest.raises(ValueError, match="scale_b must be"):
+        scalemm.grouped_gemm(a, b, offs, sa, torch.ones(3, 256))
+    with pytest.raises(ValueError, match="scale_a must be"):
+        scalemm.grouped_gemm(a, b, offs, torch.ones(7), sb)
+    with pytest.raises(ValueError, match="bias"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, bias=torch.ones(2, 256))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        scalemm.grouped_gemm(_int_fp8(8, 24), _int_fp8(2, 256, 24), offs, sa, sb)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        scalemm.grouped_gemm(a, _int_fp8(2, 12, 128), offs, sa, torch.ones(2, 12))
+
+
+def test_grouped_heuristic_and_scale_modes():
+    from scalemm.cutlass_kernels.configs import default_grouped_config
+    from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
+    assert default_grouped_config(2048, 256, 2048, 7168).swap_ab          # 8 rows per expert: decode form
+    assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256
+    assert default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False).tile_n == 128
+    assert _scale_a_mode(torch.ones(10), 10, 4, None) == PER_ROW
+    assert _scale_a_mode(torch.ones(4), 10, 4, None) == PER_GROUP
+    assert _scale_a_mode(torch.ones(1), 10, 4, None) == ONE
+    with pytest.raises(ValueError, match="T == G"):
+        _scale_a_mode(torch.ones(4), 4, 4, None)
+    assert _scale_a_mode(torch.ones(4), 4, 4, "group") == PER_GROUP
+    assert _scale_b_mode(torch.ones(4, 16), 4, 16) == PER_GROUP_VEC
+    assert _scale_b_mode(torch.ones(4), 4, 16) == PER_GROUP
+    assert _scale_b_mode(torch.ones(16), 4, 16) == SHARED
+    with pytest.raises(ValueError, match="scale_b must be"):
+        _scale_b_mode(torch.ones(3, 16), 4, 16)
+
+
+# ---------------------------------------------------------------------------
+# the CPU path: the reference, each group as scalemm.gemm's CPU path computes it
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("epilogue", [None, "relu"])
+def test_grouped_gemm_cpu_is_gemm_per_group(epilogue):
+    a, b, offs = _problem()
+    T, (G, N, _) = a.shape[0], b.shape
+    sa, sb = _pow2(T, seed=2), _pow2(G, N, seed=3)
+    bias = torch.randint(-50, 50, (G, N)).to(torch.bfloat16)
+    out = scalemm.grouped_gemm(a, b, offs, sa, sb, bias=bias, epilogue=epilogue)
+    assert out.shape == (T, N) and out.dtype == torch.bfloat16
+    for g, (s, e) in enumerate(_bounds(offs)):
+        if e > s:
+            want = scalemm.gemm(a[s:e], b[g], sa[s:e], sb[g], bias=bias[g], epilogue=epilogue)
+            assert torch.equal(out[s:e], want), g
+    want = ((sa[3:8, None] * sb[2]) * (a[3:8].float() @ b[2].float().T) + bias[2].float()).to(torch.bfloat16)
+    assert torch.equal(out[3:8], want if epilogue is None else torch.relu(want))
+
+
+def test_grouped_gemm_cpu_scale_modes_and_out():
+    a, b, offs = _problem([4, 4, 0, 4])
+    T, (G, N, _) = a.shape[0], b.shape
+    sa_g, sb_g, sb_n = _pow2(G, seed=4), _pow2(G, seed=5), _pow2(N, seed=6)
+    out = scalemm.grouped_gemm(a, b, offs, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32)
+    shared = scalemm.grouped_gemm(a, b, offs, torch.tensor(0.5), sb_n, out_dtype=torch.float32)
+    for g, (s, e) in enumerate(_bounds(offs)):
+        acc = a[s:e].float() @ b[g].float().T
+        assert torch.equal(out[s:e], (sa_g[g] * sb_g[g]) * acc)
+        assert torch.equal(shared[s:e], (0.5 * sb_n) * acc)
+    # rows past the last group end are not written (as on the GPU)
+    short = torch.tensor([4, 2, 8, 8], dtype=torch.int32)  # decreasing: group 1 is empty, group 2 rows 4..7
+    buf = torch.full((T, N), float("nan"))
+    scalemm.grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf)
+    assert torch.isnan(buf[8:]).all() and not torch.isnan(buf[:8]).any()
+    assert torch.equal(buf[4:8], (sa_g[2] * sb_g[2]) * (a[4:8].float() @ b[2].float().T))
+
+
+def test_grouped_gemm_cpu_containers():
+    """quantize_fp8_grouped / quantize_fp8_stacked containers go straight into the grouped GEMMs on CPU."""
+    T, N, K = sum(SIZES), 16, 32
+    offs = torch.cumsum(torch.tensor(SIZES), 0).to(torch.int32)
+    g = torch.Generator().manual_seed(7)
+    x, dy = torch.randn(T, K, generator=g), torch.randn(T, N, generator=g)
+    w = torch.randn(len(SIZES), N, K, generator=g)
+    xq = scalemm.quantize_fp8_grouped(x, offs, scaling="token", columnwise=True)
+    wq = scalemm.quantize_fp8_stacked(w, scaling="token")
+    y = scalemm.grouped_gemm(xq, wq, None, out_dtype=torch.float32)
+    want = scalemm.grouped_gemm(xq.data, wq.data.view(len(SIZES), N, K), offs, xq.scale_inv,
+                                wq.scale_inv.view(len(SIZES), N), out_dtype=torch.float32)
+    assert torch.equal(y, want)
+    dyq = scalemm.quantize_fp8_grouped(dy, offs, scaling="token", columnwise=True)
+    dw = scalemm.grouped_gemm_wgrad(dyq, xq, out_dtype=torch.float32)
+    assert dw.shape == (len(SIZES), N, K) and (dw[1] == 0).all() and (dw[4] == 0).all()
+    for e, (s, t) in enumerate(_bounds(offs)):
+        if t > s:
+            true_dw = dy[s:t].double().T @ x[s:t].double()
+            assert ((dw[e].double() - true_dw).norm() / true_dw.norm()) < 0.1
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_grouped_gemm_wgrad_cpu(per_channel):
+    sizes = [5, 0, 17, 9]
+    T, G, N, K = sum(sizes), len(sizes), 16, 32
+    offs = torch.cumsum(torch.tensor(sizes), 0).to(torch.int32)
+    dy, x = _int_fp8(T, N, seed=8), _int_fp8(T, K, seed=9)
+    W = ref.wgrad_width(T, G)
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    s_dy = _pow2(G, N, seed=10) if per_channel else _pow2(G, seed=10)
+    s_x = _pow2(G, K, seed=11) if per_channel else _pow2(G, seed=11)
+    out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16)
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out)
+    for g, (s, e) in enumerate(_bounds(offs)):
+        sd = s_dy[g][:, None] if per_channel else s_dy[g]
+        sx = s_x[g][None, :] if per_channel else s_x[g]
+        want = ((sd * sx) * (dy[s:e].float().T @ x[s:e].float())).to(torch.bfloat16)
+        assert torch.equal(out[g], want), g  # the empty expert too: dW = 0
+    with pytest.raises(ValueError, match="W differs"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t[:, :W - 16].contiguous(), offs, s_dy, s_x)
+    with pytest.raises(ValueError, match="scale_x must be"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, torch.ones(G, N + 1))
+
+
+# ---------------------------------------------------------------------------
+# epilogue trees (scalemm.epilogues), resolved as scalemm.gemm does
+# ---------------------------------------------------------------------------
+
+def _tree():
+    base = epi.RowVector("scale_a", broadcast=True) * epi.ColVector("scale_b", broadcast=True) * epi.Acc()
+    return epi.relu(base + epi.ColVector("bias", "bf16", nullable=True) + epi.RowVector("shift")
+                    + epi.ColVector("expert_bias"))
+
+
+@pytest.mark.parametrize("expert_bias_per_group", [True, False])
+def test_grouped_gemm_epilogue_tree(expert_bias_per_group):
+    a, b, offs = _problem()
+    T, (G, N, _) = a.shape[0], b.shape
+    sa, sb = _pow2(T, seed=12), _pow2(G, N, seed=13)
+    shift = torch.randint(-20, 20, (T,)).float()
+    eb = torch.randint(-20, 20, (G, N) if expert_bias_per_group else (N,)).float()
+    tree = _tree()
+    out = scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=tree, epilogue_inputs={"shift": shift, "expert_bias": eb},
+                               out_dtype=torch.float32)
+    for g, (s, e) in enumerate(_bounds(offs)):
+        if e > s:
+            want = scalemm.gemm(a[s:e], b[g], sa[s:e], sb[g], epilogue=tree, out_dtype=torch.float32,
+                                epilogue_inputs={"shift": shift[s:e], "expert_bias": eb[g] if eb.dim() == 2 else eb})
+            assert torch.equal(out[s:e], want), g
+    # the same tree through the grouped emitter (the C++ the CUDA path compiles)
+    from scalemm.cutlass_kernels.configs import default_grouped_config
+    spec, emitted = scalemm.grouped.grouped_gemm_kernel_spec(default_grouped_config(T, G, N, 32), fast_accum=False,
+                                                             out_dtype=torch.float32, epilogue=tree)
+    assert [leaf.name for leaf in emitted.leaves] == ["scale_a", "scale_b", "bias", "shift", "expert_bias"]
+
+
+def test_grouped_gemm_epilogue_tree_errors():
+    a, b, offs = _problem()
+    T, (G, N, _) = a.shape[0], b.shape
+    sa, sb = torch.ones(T), torch.ones(G, N)
+    tree = _tree()
+    ok = {"shift": torch.zeros(T), "expert_bias": torch.zeros(N)}
+    with pytest.raises(ValueError, match="'shift' is missing"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=tree, epilogue_inputs={"expert_bias": ok["expert_bias"]})
+    with pytest.raises(ValueError, match=r"'shift' \(a RowVector\) must be \[16\]"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=tree, epilogue_inputs={**ok, "shift": torch.zeros(G)})
+    with pytest.raises(ValueError, match=r"'expert_bias' \(a ColVector\) must be \[N\]"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=tree, epilogue_inputs={**ok, "expert_bias": torch.zeros(G)})
+    with pytest.raises(TypeError, match="'shift' must be torch.float32"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=tree,
+                             epilogue_inputs={**ok, "shift": torch.zeros(T, dtype=torch.bfloat16)})
+    with pytest.raises(ValueError, match="RowVector/ColVector leaves only"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=epi.Scalar("alpha") * epi.Acc(),
+                             epilogue_inputs={"alpha": torch.ones(())})
+    plain = epi.RowVector("scale_a") * epi.ColVector("scale_b") * epi.Acc()  # no broadcast: vectors only
+    with pytest.raises(ValueError, match="broadcast=True"):
+        scalemm.grouped_gemm(a, b, offs, torch.ones(G), sb, epilogue=plain, scale_a_per="group")
+    with pytest.raises(TypeError, match="epilogue must be"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=3)
