@@ -154,7 +154,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
-    from .tensors import NVFP4Tensor
+    from .formats import NVFP4Tensor
     device = b.qdata.device
     N, K = b.shape
     if isinstance(a, NVFP4Tensor):
@@ -270,7 +270,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4).
     b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
-    from .tensors import GroupedNVFP4Tensor
+    from .formats import GroupedNVFP4Tensor
     device = b.qdata.device
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
     M, PG, PGV, SH, ONE, NULL = (abi.kLeafPerRow, abi.kLeafPerGroup, abi.kLeafPerGroupVec, abi.kLeafShared,

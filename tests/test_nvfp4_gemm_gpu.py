@@ -151,7 +151,7 @@ def test_prepared_weight_is_cached_and_refreshed():
 # ---------------------------------------------------------------------------------------
 
 from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4  # noqa: E402
-from scalemm.tensors import NVFP4Tensor  # noqa: E402
+from scalemm.formats import NVFP4Tensor  # noqa: E402
 
 
 def _offsets(sizes):
