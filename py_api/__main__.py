@@ -39,7 +39,7 @@ def _grouped_cases(name):
 
 
 def kernel_set(name: str):
-    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, all."""
+    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, all."""
     from . import epilogues as epi
     from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
     bf16 = torch.bfloat16
@@ -68,8 +68,8 @@ def kernel_set(name: str):
         cases += [(default_config(1, 4096, 4096, fast_accum=False), False, bf16, None)]  # eager-overhead probe
         cases += [(c.compiled(), True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
-    if not cases and not grouped:
-        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, all")
+    if name not in ("default", "tests", "sweep", "nvfp4", "all"):
+        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, all")
     wgrad = []
     if name in ("default", "tests", "all"):
         from .cutlass_kernels.configs import default_wgrad_config
@@ -81,7 +81,13 @@ def kernel_set(name: str):
         from .quantize import kernel_specs as quant_specs
         from .quantize_grouped import kernel_specs as grouped_quant_specs
         quant = list(quant_specs()) + list(grouped_quant_specs())
-    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant
+    nvfp4 = []
+    if name in ("tests", "sweep", "all", "nvfp4"):
+        from .gemm_nvfp4 import build_set as nvfp4_build_set
+        nvfp4 = nvfp4_build_set({"tests": "tests", "sweep": "explore", "nvfp4": "all", "all": "all"}[name])
+    if name == "nvfp4":
+        return nvfp4
+    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
 
 
 def cmd_build(args):
@@ -212,7 +218,7 @@ def main(argv=None):
     d.add_argument("-m", type=int, default=4096); d.add_argument("-n", type=int, default=4096)
     d.add_argument("-k", type=int, default=4096)
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
-    b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, all")
+    b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, nvfp4, all")
     b.add_argument("--jobs", type=int, default=None)
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")

@@ -217,6 +217,9 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                 cases.add((GemmConfig(128, 128, 64, 2, 1, "cooperative", swap_ab=True), bf16, bf16))
     specs = [nvfp4_gemm_kernel_spec(c, act_dtype=a, out_dtype=o, epilogue=epi.scaled(o))[0] for c, a, o in sorted(
         cases, key=lambda c: (c[0].key(), str(c[1]), str(c[2])))]
+    specs += [nvfp4_gemm_kernel_spec(default_nvfp4_config(M, 2048, 1024), act_dtype=a, out_dtype=o,
+                                     epilogue=epi.scaled(o, activation="relu"))[0]
+              for M in (1, 300) for a in (bf16, f16) for o in (bf16, f16, f32)]
     grouped = {(default_nvfp4_grouped_config(T, G, 1, 1), torch.float32) for T, G in
                ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8))}
     if name in ("explore", "all"):

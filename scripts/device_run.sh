@@ -4,7 +4,8 @@
 # and write everything under $OUT (default ./results).
 #
 #   bash scripts/device_run.sh                 # all stages: build test sweep grouped quant
-#   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), pack (tar the JIT cache)
+#   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), nvfp4 (NVFP4 config
+#                                              # exploration), pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
@@ -41,6 +42,9 @@ if has grouped; then
 fi
 if has quant; then
   python3 perf/quant_bench.py --out "$OUT" || status=1
+fi
+if has nvfp4; then
+  timeout 300 python3 perf/nvfp4_explore.py ${NVFP4_ARGS:-} || status=1
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
