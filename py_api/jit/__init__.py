@@ -6,16 +6,14 @@ launchers (CUTLASS Arguments are built on the C++ side; Python passes a flat lis
 pointers, sizes and the stream). Launchers return 0, a cudaError_t (1..999), 1000 +
 cutlass::Status, or 2000 + a scalemm code; `Kernel.function` turns nonzero into an error.
 
-Cache: $SCALEMM_CACHE_DIR (default ~/.cache/scalemm)/kernels/<name>-<key>/ holding
-kernel.so, source.cu, build.log and meta.json. The key hashes everything that changes the
-binary (see `cache_key`). Builds run in a temp dir under a file lock and are published by
-an atomic rename, so concurrent processes are safe.
+Files: toolchain.py finds nvcc and CUTLASS and writes the nvcc command; cache.py says where an
+entry lives and what its key hashes; this module builds, publishes and loads. Builds run in a
+temp dir under a file lock and are published by an atomic rename, so concurrent processes are safe.
 """
 from __future__ import annotations
 
 import ctypes
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -29,12 +27,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import toolchain
+from .cache import SCALEMM_JIT_VERSION, cache_dir, cache_key
 from .toolchain import ToolchainError
 
 __all__ = ["KernelSpec", "Kernel", "BuildError", "KernelError", "build", "cache_dir", "is_cached",
            "ptr", "i64", "i32", "f32", "ToolchainError"]
 
-SCALEMM_JIT_VERSION = "1"  # bump when the build recipe changes in a way the key cannot see
 _PLACEHOLDER = re.compile(r"\{\{[A-Z][A-Z0-9_]*\}\}")
 ptr, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
@@ -70,37 +68,6 @@ class BuildError(RuntimeError):
 
 class KernelError(RuntimeError):
     pass
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SCALEMM_CACHE_DIR") or Path.home() / ".cache" / "scalemm")
-
-
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"(scalemm/[^"]+)"', re.M)
-
-
-def _headers_digest(source: str) -> str:
-    """Hash of every scalemm header the source includes, transitively (not CUTLASS's: its version is keyed)."""
-    h, seen, todo = hashlib.sha256(), set(), _INCLUDE.findall(source)
-    while todo:
-        rel = todo.pop()
-        if rel in seen:
-            continue
-        seen.add(rel)
-        path = toolchain.INCLUDE_DIR / rel
-        text = path.read_text() if path.is_file() else ""
-        h.update(rel.encode() + b"\0" + text.encode())
-        todo += _INCLUDE.findall(text)
-    return h.hexdigest()
-
-
-def cache_key(spec: KernelSpec, source: str) -> str:
-    from .. import __version__
-    parts = [source, _headers_digest(source), toolchain.nvcc_version()[0], " ".join(
-        toolchain.BASE_FLAGS + toolchain.ARCH_FLAGS + spec.extra_flags), __version__, SCALEMM_JIT_VERSION]
-    if spec.cutlass:
-        parts.append("cutlass " + toolchain.cutlass_version())
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
 class Kernel:

@@ -1,6 +1,6 @@
 """Where nvcc and the CUTLASS headers are, what versions they are, and the nvcc command.
 
-Everything here that changes the binary also goes into the cache key (see cache.py).
+Everything here that changes the binary also goes into the cache key (see cache.py: `cache_key`).
 """
 from __future__ import annotations
 
