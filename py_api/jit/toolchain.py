@@ -60,15 +60,40 @@ def nvcc_version() -> tuple[str, tuple[int, int]]:
 
 
 def driver_cuda_version() -> tuple[int, int] | None:
-    """The CUDA version the installed driver supports, or None where there is no driver."""
+    """The CUDA version the installed driver supports, or None where there is no driver.
+
+    Asks cuda-python (cuda.bindings.driver); where it is missing or fails, asks libcuda itself.
+    """
+    version = _driver_version_cuda_python() or _driver_version_ctypes()
+    if not version:
+        return None
+    return version // 1000, (version % 1000) // 10
+
+
+def driver_description() -> str:
+    """The driver's CUDA version for people to read: "12.8", or why there is none."""
+    version = driver_cuda_version()
+    return f"{version[0]}.{version[1]}" if version else "not available (no NVIDIA driver)"
+
+
+def _driver_version_cuda_python() -> int | None:
+    try:
+        driver = importlib.import_module("cuda.bindings.driver")
+        err, version = driver.cuDriverGetVersion()
+    except Exception:  # not installed, or no libcuda to load (cuda-python raises its own error types)
+        return None
+    return int(version) if int(err) == 0 else None  # 0 is CUDA_SUCCESS
+
+
+def _driver_version_ctypes() -> int | None:
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
     v = ctypes.c_int(0)
-    if libcuda.cuDriverGetVersion(ctypes.byref(v)) != 0 or v.value == 0:
+    if libcuda.cuDriverGetVersion(ctypes.byref(v)) != 0:
         return None
-    return v.value // 1000, (v.value % 1000) // 10
+    return v.value
 
 
 def check_nvcc_against_driver() -> None:

@@ -1,0 +1,42 @@
+"""The JIT's toolchain facts that need no nvcc: the driver query and the target-arch table."""
+import types
+
+import pytest
+
+from scalemm.jit import toolchain
+
+
+def _fake_cuda_python(monkeypatch, result=None, error=None):
+    """Stand in for cuda.bindings.driver (cuda-python), answering cuDriverGetVersion with `result` or raising `error`."""
+    def cuDriverGetVersion():
+        if error:
+            raise error
+        return result
+    fake = types.SimpleNamespace(cuDriverGetVersion=cuDriverGetVersion)
+    monkeypatch.setitem(__import__("sys").modules, "cuda.bindings.driver", fake)
+
+
+def test_driver_version_comes_from_cuda_python(monkeypatch):
+    _fake_cuda_python(monkeypatch, result=(0, 12080))  # (CUDA_SUCCESS, 12.8)
+    assert toolchain.driver_cuda_version() == (12, 8)
+    _fake_cuda_python(monkeypatch, result=(3, 0))  # CUDA_ERROR_NOT_INITIALIZED and friends: no version
+    monkeypatch.setattr(toolchain, "_driver_version_ctypes", lambda: None)
+    assert toolchain.driver_cuda_version() is None
+
+
+def test_driver_version_falls_back_to_libcuda(monkeypatch):
+    # cuda-python missing or unable to find libcuda: the ctypes path answers
+    _fake_cuda_python(monkeypatch, error=RuntimeError("libcuda.so.1 not found"))
+    monkeypatch.setattr(toolchain, "_driver_version_ctypes", lambda: 13000)
+    assert toolchain.driver_cuda_version() == (13, 0)
+    monkeypatch.setitem(__import__("sys").modules, "cuda.bindings.driver", None)  # import fails
+    assert toolchain.driver_cuda_version() == (13, 0)
+    monkeypatch.setattr(toolchain, "_driver_version_ctypes", lambda: None)
+    assert toolchain.driver_cuda_version() is None
+
+
+def test_driver_description_prints_well(monkeypatch):
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: (12, 8))
+    assert toolchain.driver_description() == "12.8"
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: None)
+    assert toolchain.driver_description() == "not available (no NVIDIA driver)"
