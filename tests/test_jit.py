@@ -75,6 +75,18 @@ def test_compile_error_names_kernel_log_and_command(fresh_cache):
     assert not list((fresh_cache / "kernels").glob("broken-*"))  # nothing half-built is published
 
 
+def test_arch_is_part_of_the_spec_key_and_command(fresh_cache):
+    hopper = _spec(8)
+    blackwell = KernelSpec(name="selftest", template="jit_selftest.cu", params={"VALUE": "8"}, cutlass=False,
+                           arch="sm100a")
+    assert jit.cache_key(hopper, hopper.render()) != jit.cache_key(blackwell, blackwell.render())
+    so = jit.build(blackwell, load=False)
+    meta = json.loads((so.parent / "meta.json").read_text())
+    assert meta["arch"] == "sm100a" and "code=sm_100a" in " ".join(meta["command"])
+    assert "sm_90a" not in " ".join(meta["command"]) and b"sm_100a" in so.read_bytes()
+    assert json.loads((jit.build(hopper, load=False).parent / "meta.json").read_text())["arch"] == "sm90a"
+
+
 def test_unfilled_placeholder_is_an_error():
     with pytest.raises(ValueError, match="VALUE"):
         KernelSpec(name="x", template="jit_selftest.cu", cutlass=False).render()

@@ -1,9 +1,9 @@
-"""The JIT's toolchain facts that need no nvcc: the driver query and the target-arch table."""
+"""The JIT's parts that need no nvcc: the driver query, the target-arch table, spec checks."""
 import types
 
 import pytest
 
-from scalemm.jit import toolchain
+from scalemm.jit import KernelSpec, toolchain
 
 
 def _fake_cuda_python(monkeypatch, result=None, error=None):
@@ -40,3 +40,18 @@ def test_driver_description_prints_well(monkeypatch):
     assert toolchain.driver_description() == "12.8"
     monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: None)
     assert toolchain.driver_description() == "not available (no NVIDIA driver)"
+
+
+def test_arch_table():
+    assert toolchain.arch_flags("sm90a") == ("-gencode=arch=compute_90a,code=sm_90a",)
+    assert toolchain.arch_flags("sm100a") == ("-gencode=arch=compute_100a,code=sm_100a",)
+    with pytest.raises(ValueError, match="sm89.*sm90a"):
+        toolchain.arch_flags("sm89")
+
+
+def test_spec_has_a_target_arch():
+    spec = KernelSpec(name="k", template="jit_selftest.cu", params={"VALUE": "1"}, cutlass=False)
+    assert spec.arch == "sm90a"  # existing callers keep building for Hopper
+    assert KernelSpec(name="k", template="t.cu", arch="sm100a").arch == "sm100a"
+    with pytest.raises(ValueError, match="'k'.*unknown target arch 'sm_90'"):
+        KernelSpec(name="k", template="t.cu", arch="sm_90")

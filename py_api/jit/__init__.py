@@ -39,14 +39,20 @@ ptr, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_f
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """What to build. `params` fill the template's {{NAME}} placeholders."""
+    """What to build. `params` fill the template's {{NAME}} placeholders; `arch` is the target
+    (a key of toolchain.ARCHS: "sm90a", "sm100a")."""
     name: str
     template: str
     params: Mapping[str, str] = field(default_factory=dict)
     cutlass: bool = True
     extra_flags: tuple[str, ...] = ()
+    arch: str = toolchain.DEFAULT_ARCH
 
     def __post_init__(self):
+        try:
+            toolchain.arch_flags(self.arch)
+        except ValueError as e:
+            raise ValueError(f"kernel {self.name!r}: {e}") from None
         object.__setattr__(self, "params", tuple(sorted((str(k), str(v)) for k, v in dict(self.params).items())))
 
     def render(self) -> str:
@@ -158,7 +164,7 @@ def _build_locked(spec: KernelSpec, source: str, key: str, final: Path, verbose:
         tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=root / "kernels"))
         src, out, log = tmp / "source.cu", tmp / "kernel.so", tmp / "build.log"
         src.write_text(source)
-        cmd = toolchain.nvcc_command(src, out, spec.cutlass, spec.extra_flags)
+        cmd = toolchain.nvcc_command(src, out, spec.cutlass, spec.extra_flags, spec.arch)
         t0 = time.time()
         if verbose:
             print(f"[scalemm.jit] building {spec.name} ...", flush=True)
@@ -173,9 +179,10 @@ def _build_locked(spec: KernelSpec, source: str, key: str, final: Path, verbose:
             raise BuildError(
                 f"nvcc failed to build kernel {spec.name!r} (template {spec.template}).\n"
                 f"log: {failed / 'build.log'}\nreproduce: cd {failed} && "
-                + " ".join(toolchain.nvcc_command(failed / 'source.cu', failed / 'kernel.so', spec.cutlass, spec.extra_flags))
+                + " ".join(toolchain.nvcc_command(failed / 'source.cu', failed / 'kernel.so', spec.cutlass, spec.extra_flags,
+                                           spec.arch))
                 + f"\n--- last lines ---\n{tail}")
-        meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "key": key,
+        meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "arch": spec.arch, "key": key,
                 "nvcc": toolchain.nvcc_version()[0], "command": cmd, "build_seconds": round(time.time() - t0, 1),
                 "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))

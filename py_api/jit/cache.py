@@ -42,8 +42,9 @@ def _headers_digest(source: str) -> str:
 
 def cache_key(spec, source: str) -> str:
     from .. import __version__
-    parts = [source, _headers_digest(source), toolchain.nvcc_version()[0], " ".join(
-        toolchain.BASE_FLAGS + toolchain.ARCH_FLAGS + spec.extra_flags), __version__, SCALEMM_JIT_VERSION]
+    flags = toolchain.BASE_FLAGS + toolchain.arch_flags(spec.arch) + spec.extra_flags
+    parts = [source, _headers_digest(source), toolchain.nvcc_version()[0], "arch " + spec.arch, " ".join(flags),
+             __version__, SCALEMM_JIT_VERSION]
     if spec.cutlass:
         parts.append("cutlass " + toolchain.cutlass_version())
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]

@@ -20,7 +20,15 @@ if not KERNELS_DIR.is_dir():  # running from the source tree: py_api/ sits besid
 INCLUDE_DIR = KERNELS_DIR / "include"
 TEMPLATE_DIR = KERNELS_DIR / "templates"
 
-ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
+# KernelSpec.arch -> nvcc code generation. The "a" targets are the arch-specific feature sets
+# (wgmma/TMA multicast on sm_90a, tcgen05 on sm_100a) that CUTLASS's kernels for them need;
+# their cubins run on exactly that architecture.
+ARCHS = {
+    "sm90a": ("-gencode=arch=compute_90a,code=sm_90a",),     # H100, H200
+    "sm100a": ("-gencode=arch=compute_100a,code=sm_100a",),  # B200, GB200 (nvcc >= 12.8)
+}
+DEFAULT_ARCH = "sm90a"
+ARCH_FLAGS = ARCHS[DEFAULT_ARCH]  # the default's flags, for callers of the old constant
 BASE_FLAGS = (
     "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
     "-Xcompiler=-fPIC", "-shared", "-cudart=static",
@@ -29,6 +37,14 @@ BASE_FLAGS = (
 
 class ToolchainError(RuntimeError):
     pass
+
+
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """nvcc's -gencode flags for a target arch name of `ARCHS`."""
+    try:
+        return ARCHS[arch]
+    except KeyError:
+        raise ValueError(f"unknown target arch {arch!r}: scalemm builds for {', '.join(ARCHS)}") from None
 
 
 @functools.cache
@@ -136,8 +152,8 @@ def cutlass_version() -> str:
     return ".".join(parts)
 
 
-def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=()) -> list[str]:
+def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=(), arch: str = DEFAULT_ARCH) -> list[str]:
     includes = [f"-I{INCLUDE_DIR}"]
     if use_cutlass:
         includes += [f"-I{d}" for d in cutlass_include_dirs()]
-    return [nvcc_path(), *BASE_FLAGS, *ARCH_FLAGS, *extra_flags, *includes, str(source), "-o", str(output)]
+    return [nvcc_path(), *BASE_FLAGS, *arch_flags(arch), *extra_flags, *includes, str(source), "-o", str(output)]
