@@ -35,5 +35,5 @@ def fresh_cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("SCALEMM_CACHE_DIR", str(d))
     import scalemm.jit as jit
-    jit._loaded.clear()
+    jit._reset_process_state()  # nothing loaded or verified from another test's cache
     return d

@@ -19,14 +19,15 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
+import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import toolchain
+from . import cache, toolchain
 from .cache import SCALEMM_JIT_VERSION, cache_dir, cache_key
 from .toolchain import ToolchainError
 
@@ -125,73 +126,140 @@ _CUTLASS_STATUS = ("success", "misaligned operand", "invalid data type", "invali
                    "memory allocation")
 
 
-_loaded: dict[str, Kernel] = {}
+_loaded: dict[str, Kernel] = {}   # entry folder -> the loaded kernel
+_verified: dict[str, dict] = {}   # entry folder -> its meta.json, once kernel.so matched its sha256
+_warned: set[str] = set()         # entries already reported as unusable
 _loaded_lock = threading.Lock()
 
 
+def _reset_process_state() -> None:
+    """Forget what this process loaded, verified and warned about (tests: act like a new process)."""
+    with _loaded_lock:
+        _loaded.clear()
+        _verified.clear()
+        _warned.clear()
+
+
+def _entry(spec: KernelSpec, key: str) -> Path:
+    return cache_dir() / "kernels" / f"{spec.name}-{key}"
+
+
+def _verify(entry: Path, key: str) -> tuple[dict | None, str | None]:
+    """cache.check_entry, hashing kernel.so once per process and entry."""
+    meta = _verified.get(str(entry))
+    if meta is not None:
+        return meta, None
+    meta, problem = cache.check_entry(entry, key)
+    if meta is not None:
+        _verified[str(entry)] = meta
+    return meta, problem
+
+
+def _warn_unusable(spec: KernelSpec, entry: Path, problem: str) -> None:
+    if problem != cache.MISSING and str(entry) not in _warned:
+        _warned.add(str(entry))
+        warnings.warn(f"scalemm JIT: the cached kernel {spec.name!r} at {entry} is unusable ({problem}); "
+                      "rebuilding it", RuntimeWarning, stacklevel=3)
+
+
 def is_cached(spec: KernelSpec) -> bool:
-    source = spec.render()
-    return (cache_dir() / "kernels" / f"{spec.name}-{cache_key(spec, source)}" / "kernel.so").is_file()
+    """Whether `spec` has a usable cache entry (checked as `build` checks it, without loading it)."""
+    key = cache_key(spec, spec.render())
+    entry = _entry(spec, key)
+    _, problem = _verify(entry, key)
+    if problem:
+        _warn_unusable(spec, entry, problem)
+    return problem is None
 
 
 def build(spec: KernelSpec, *, load: bool = True, verbose: bool = False) -> Kernel | Path:
-    """Compile `spec` (or take it from the cache) and load it. With load=False return the .so path."""
+    """Compile `spec` (or take it from the cache) and load it. With load=False return the .so path.
+
+    A cache entry that is incomplete, does not match its recorded sha256 or does not load is
+    rebuilt (with one warning per entry).
+    """
     source = spec.render()
     key = cache_key(spec, source)
+    entry = _entry(spec, key)
+    so = entry / "kernel.so"
     with _loaded_lock:
-        if load and key in _loaded:
-            return _loaded[key]
-    final = cache_dir() / "kernels" / f"{spec.name}-{key}"
-    so = final / "kernel.so"
-    if not so.is_file():
-        _build_locked(spec, source, key, final, verbose)
+        if load and str(entry) in _loaded:
+            return _loaded[str(entry)]
+    meta, problem = _verify(entry, key)
+    kernel = None
+    if problem is None and load:
+        try:
+            kernel = Kernel(spec, so)
+        except OSError as e:  # dlopen refused it: a different machine's file, or damage the hash missed
+            problem = f"kernel.so does not load: {e}"
+            _verified.pop(str(entry), None)
+    if problem is not None:
+        _warn_unusable(spec, entry, problem)
+        _build_locked(spec, source, key, entry, verbose, unusable_build=meta and meta.get("build_id"))
+        if load:
+            try:
+                kernel = Kernel(spec, so)
+            except OSError as e:
+                raise KernelError(f"kernel {spec.name!r} was rebuilt but {so} still does not load: {e}\n"
+                                  f"log: {entry / 'build.log'}") from None
     if not load:
         return so
-    kernel = Kernel(spec, so)
     with _loaded_lock:
-        return _loaded.setdefault(key, kernel)
+        return _loaded.setdefault(str(entry), kernel)
 
 
-def _build_locked(spec: KernelSpec, source: str, key: str, final: Path, verbose: bool) -> None:
+def _build_locked(spec: KernelSpec, source: str, key: str, entry: Path, verbose: bool,
+                  unusable_build: str | None = None) -> None:
+    """Build `spec` into `entry` under its file lock, unless another process did while we waited.
+
+    `unusable_build` is the build_id of an entry that verified but did not load: it must be
+    replaced even though it still verifies.
+    """
     root = cache_dir()
     (root / "kernels").mkdir(parents=True, exist_ok=True)
     (root / "locks").mkdir(parents=True, exist_ok=True)
     with open(root / "locks" / f"{spec.name}-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "kernel.so").is_file():  # another process built it while we waited
+        meta, _ = cache.check_entry(entry, key)  # hash again: another process may have replaced it
+        if meta is not None and meta.get("build_id") != unusable_build:
+            _verified[str(entry)] = meta
             return
         toolchain.check_nvcc_against_driver()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=root / "kernels"))
-        src, out, log = tmp / "source.cu", tmp / "kernel.so", tmp / "build.log"
-        src.write_text(source)
-        cmd = toolchain.nvcc_command(src, out, spec.cutlass, spec.extra_flags, spec.arch)
-        t0 = time.time()
-        if verbose:
-            print(f"[scalemm.jit] building {spec.name} ...", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
-        if proc.returncode != 0 or not out.is_file():
-            failed = root / "failed" / f"{spec.name}-{key}"
-            shutil.rmtree(failed, ignore_errors=True)
-            failed.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(tmp), failed)
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-            raise BuildError(
-                f"nvcc failed to build kernel {spec.name!r} (template {spec.template}).\n"
-                f"log: {failed / 'build.log'}\nreproduce: cd {failed} && "
-                + " ".join(toolchain.nvcc_command(failed / 'source.cu', failed / 'kernel.so', spec.cutlass, spec.extra_flags,
-                                           spec.arch))
-                + f"\n--- last lines ---\n{tail}")
-        meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "arch": spec.arch, "key": key,
-                "nvcc": toolchain.nvcc_version()[0], "command": cmd, "build_seconds": round(time.time() - t0, 1),
-                "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        tmp = cache.new_temp(root, spec.name)
         try:
-            os.rename(tmp, final)  # atomic publish; a concurrent winner makes this fail, which is fine
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (final / "kernel.so").is_file():
-                raise
+            meta = _compile(spec, source, key, tmp, root / "failed" / entry.name, verbose)
+            cache.publish(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when published or moved to failed/
+        _verified[str(entry)] = meta
+
+
+def _compile(spec: KernelSpec, source: str, key: str, tmp: Path, failed: Path, verbose: bool) -> dict:
+    """nvcc in `tmp`; writes build.log and meta.json there. A failure moves `tmp` to `failed`."""
+    src, out, log = tmp / "source.cu", tmp / "kernel.so", tmp / "build.log"
+    src.write_text(source)
+    cmd = toolchain.nvcc_command(src, out, spec.cutlass, spec.extra_flags, spec.arch)
+    t0 = time.time()
+    if verbose:
+        print(f"[scalemm.jit] building {spec.name} ...", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not out.is_file():
+        shutil.rmtree(failed, ignore_errors=True)
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(tmp), failed)
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        repro = toolchain.nvcc_command(failed / "source.cu", failed / "kernel.so", spec.cutlass, spec.extra_flags,
+                                       spec.arch)
+        raise BuildError(f"nvcc failed to build kernel {spec.name!r} (template {spec.template}).\n"
+                         f"log: {failed / 'build.log'}\nreproduce: cd {failed} && {' '.join(repro)}\n"
+                         f"--- last lines ---\n{tail}")
+    meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "arch": spec.arch,
+            "key": key, "sha256": cache.file_sha256(out), "build_id": uuid.uuid4().hex,
+            "nvcc": toolchain.nvcc_version()[0], "command": cmd, "build_seconds": round(time.time() - t0, 1),
+            "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
 
 
 def build_many(specs, jobs: int | None = None, progress: bool = True) -> list[tuple[KernelSpec, str | None]]:

@@ -1,22 +1,27 @@
-"""The kernel cache: where an entry lives and what its name hashes.
+"""The kernel cache: where an entry lives, what its name hashes, how it is checked and published.
 
 Layout: $SCALEMM_CACHE_DIR (default ~/.cache/scalemm)/
-  kernels/<name>-<key>/   kernel.so, source.cu, build.log, meta.json
+  kernels/<name>-<key>/   kernel.so, source.cu, build.log, meta.json (with kernel.so's sha256)
   locks/<name>-<key>.lock one file lock per kernel, held while building it
   failed/<name>-<key>/    the last failed build: source, log, command
 
-The key hashes everything that changes the binary (see `cache_key`).
+The key hashes everything that changes the binary (see `cache_key`). An entry is usable when
+its meta.json parses, names its key and records the sha256 of its kernel.so; anything else
+(a killed copy, a full disk, a hand edit) is treated as missing and rebuilt.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from . import toolchain
 
-SCALEMM_JIT_VERSION = "1"  # bump when the build recipe changes in a way the key cannot see
+SCALEMM_JIT_VERSION = "2"  # bump when the build recipe changes in a way the key cannot see
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"(scalemm/[^"]+)"', re.M)
 
@@ -48,3 +53,56 @@ def cache_key(spec, source: str) -> str:
     if spec.cutlass:
         parts.append("cutlass " + toolchain.cutlass_version())
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+MISSING = "missing"  # check_entry's reason for an entry that is simply not there
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_entry(entry: Path, key: str) -> tuple[dict | None, str | None]:
+    """(meta, None) for a complete entry, else (None, why it cannot be used). Hashes kernel.so."""
+    if not entry.exists():
+        return None, MISSING
+    try:
+        meta = json.loads((entry / "meta.json").read_text())
+    except FileNotFoundError:
+        return None, "meta.json is missing"
+    except (OSError, ValueError) as e:
+        return None, f"meta.json does not parse ({e})"
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return None, "meta.json is not this kernel's"
+    try:
+        digest = file_sha256(entry / "kernel.so")
+    except OSError as e:
+        return None, f"kernel.so cannot be read ({e.strerror})"
+    if digest != meta.get("sha256"):
+        return None, "kernel.so does not match the sha256 in meta.json (truncated or overwritten)"
+    return meta, None
+
+
+def new_temp(root: Path, name: str) -> Path:
+    """A private folder under kernels/ to build in (same file system as the entries: rename is atomic)."""
+    return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root / "kernels"))
+
+
+def publish(tmp: Path, entry: Path) -> None:
+    """Move a finished build into place; the caller holds the entry's lock.
+
+    rename() cannot replace a non-empty folder, so a broken entry in the way is first renamed
+    aside. Between the two renames a reader finds no entry, never a half-written one; it then
+    waits for the lock we hold and finds the new entry.
+    """
+    if entry.exists():
+        aside = new_temp(entry.parent.parent, entry.name)
+        os.rename(entry, aside / "old")
+        os.rename(tmp, entry)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.rename(tmp, entry)
