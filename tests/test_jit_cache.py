@@ -93,3 +93,97 @@ def test_kernel_that_still_does_not_load_after_a_rebuild_is_a_clear_error(fresh_
         jit.build(spec)
     msg = str(e.value)
     assert "'selftest'" in msg and "kernel.so" in msg and "build.log" in msg and "cannot open" in msg
+
+
+def _dead_pid():
+    import subprocess
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _age(path, seconds):
+    import os
+    import time
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_stale_temp_folders_are_removed_by_the_next_build(fresh_cache):
+    import os
+    import socket
+    import subprocess
+    host, day = socket.gethostname(), 24 * 3600
+    kernels = fresh_cache / "kernels"
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        keep = [kernels / f".tmp-{live.pid}@{host}@selftest-live",          # a build in progress here
+                kernels / f".tmp-{_dead_pid()}@other-host@selftest-recent"]  # another host's pid means nothing here
+        drop = [kernels / f".tmp-{_dead_pid()}@{host}@selftest-killed",     # its owner is dead
+                kernels / f".tmp-{live.pid}@other-host@selftest-old",       # older than a day, whoever owns it
+                kernels / ".selftest-oldformat"]                             # an older scalemm's temp folder
+        for d in keep + drop:
+            (d / "nested").mkdir(parents=True)
+        for d in drop[1:]:
+            _age(d, 2 * day)
+        jit.build(_spec(31), load=False)
+        assert all(d.is_dir() for d in keep) and not any(d.exists() for d in drop)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has finished
+    except FileNotFoundError:
+        return False
+
+
+def test_interrupted_build_kills_nvcc_and_leaves_no_temp_folder(fresh_cache, tmp_path, monkeypatch):
+    import subprocess
+    import time
+    from scalemm.jit import toolchain
+    pids = tmp_path / "pids"
+    # "nvcc" here is a shell that starts a child (as nvcc starts cicc and ptxas) and waits for it
+    monkeypatch.setattr(toolchain, "nvcc_command", lambda *a, **kw: [
+        "sh", "-c", f"sleep 60 & echo $$ $! > {pids}.tmp && mv {pids}.tmp {pids}; wait"])
+
+    class InterruptedWhileWaiting(subprocess.Popen):  # Ctrl-C while the build runs
+        def communicate(self, *a, **kw):
+            while not pids.exists():
+                time.sleep(0.02)
+            raise KeyboardInterrupt
+    monkeypatch.setattr(subprocess, "Popen", InterruptedWhileWaiting)
+    with pytest.raises(KeyboardInterrupt):
+        jit.build(_spec(32))
+    shell, child = map(int, pids.read_text().split())
+    deadline = time.time() + 10
+    while (_alive(shell) or _alive(child)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(shell) and not _alive(child)
+    assert list((fresh_cache / "kernels").iterdir()) == []
+
+
+def test_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("SCALEMM_CACHE_DIR", str(blocker / "cache"))  # cannot be created: a file is in the way
+    jit._reset_process_state()
+    with pytest.raises(jit.CacheError, match=rf"{blocker / 'cache'}.*not writable.*SCALEMM_CACHE_DIR"):
+        jit.build(_spec(33))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_published_entries_follow_the_umask(fresh_cache, umask):
+    import os
+    old = os.umask(umask)
+    try:
+        entry = jit.build(_spec(34), load=False).parent
+    finally:
+        os.umask(old)
+    assert entry.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdtemp made it 0700
+    for name in ("source.cu", "meta.json", "build.log"):
+        assert (entry / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+    assert (entry / "kernel.so").stat().st_mode & 0o666 == 0o666 & ~umask

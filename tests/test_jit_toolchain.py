@@ -55,3 +55,14 @@ def test_spec_has_a_target_arch():
     assert KernelSpec(name="k", template="t.cu", arch="sm100a").arch == "sm100a"
     with pytest.raises(ValueError, match="'k'.*unknown target arch 'sm_90'"):
         KernelSpec(name="k", template="t.cu", arch="sm_90")
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "", ".hidden", "-x", "two words", "caf\u00e9", "x" * 121, "a\0b"])
+def test_kernel_names_must_be_safe_file_names(name):
+    with pytest.raises(ValueError, match="kernel name"):
+        KernelSpec(name=name, template="jit_selftest.cu", cutlass=False)
+
+
+def test_real_kernel_names_are_accepted():
+    for name in ("selftest", "quant_bfloat16", "fp8_gemm_128x128x128_2x1_coop_fastacc_bf16_evt0123abcd", "a.b-c"):
+        KernelSpec(name=name, template="jit_selftest.cu", cutlass=False)

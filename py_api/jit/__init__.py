@@ -13,12 +13,10 @@ temp dir under a file lock and are published by an atomic rename, so concurrent 
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import json
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -28,13 +26,14 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import cache, toolchain
-from .cache import SCALEMM_JIT_VERSION, cache_dir, cache_key
+from .cache import SCALEMM_JIT_VERSION, CacheError, cache_dir, cache_key
 from .toolchain import ToolchainError
 
-__all__ = ["KernelSpec", "Kernel", "BuildError", "KernelError", "build", "cache_dir", "is_cached",
-           "ptr", "i64", "i32", "f32", "ToolchainError"]
+__all__ = ["KernelSpec", "Kernel", "BuildError", "KernelError", "CacheError", "build", "build_many", "cache_dir",
+           "is_cached", "ptr", "i64", "i32", "f32", "ToolchainError"]
 
 _PLACEHOLDER = re.compile(r"\{\{[A-Z][A-Z0-9_]*\}\}")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}")  # a kernel's name is part of its cache folder's
 ptr, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 
 
@@ -50,6 +49,9 @@ class KernelSpec:
     arch: str = toolchain.DEFAULT_ARCH
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(f"kernel name {self.name!r} names its cache folder: use at most 120 ASCII letters, "
+                             "digits, '_', '-' and '.', not starting with '.' or '-'")
         try:
             toolchain.arch_flags(self.arch)
         except ValueError as e:
@@ -216,10 +218,8 @@ def _build_locked(spec: KernelSpec, source: str, key: str, entry: Path, verbose:
     replaced even though it still verifies.
     """
     root = cache_dir()
-    (root / "kernels").mkdir(parents=True, exist_ok=True)
-    (root / "locks").mkdir(parents=True, exist_ok=True)
-    with open(root / "locks" / f"{spec.name}-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache.locked(root, f"{spec.name}-{key}"):
+        cache.remove_stale_temps(root)
         meta, _ = cache.check_entry(entry, key)  # hash again: another process may have replaced it
         if meta is not None and meta.get("build_id") != unusable_build:
             _verified[str(entry)] = meta
@@ -242,9 +242,10 @@ def _compile(spec: KernelSpec, source: str, key: str, tmp: Path, failed: Path, v
     t0 = time.time()
     if verbose:
         print(f"[scalemm.jit] building {spec.name} ...", flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = toolchain.run_nvcc(cmd)
     log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0 or not out.is_file():
+        cache.make_shareable(tmp)  # the next build, maybe a teammate's, replaces it
         shutil.rmtree(failed, ignore_errors=True)
         failed.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(tmp), failed)
@@ -274,16 +275,21 @@ def build_many(specs, jobs: int | None = None, progress: bool = True) -> list[tu
               flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(build, s, load=False): s for s in todo}
-        for f in as_completed(futures):
-            done += 1
-            err = None
-            try:
-                f.result()
-            except Exception as e:  # report and keep building the rest
-                err = str(e)
-            results.append((futures[f], err))
-            if progress:
-                bar = "#" * (30 * done // len(todo))
-                print(f"\r[{bar:<30}] {done}/{len(todo)} {time.time() - t0:5.0f}s {futures[f].name[:60]:<60}"
-                      + (" FAILED" if err else ""), end="\n" if err or done == len(todo) else "", flush=True)
+        try:
+            for f in as_completed(futures):
+                done += 1
+                err = None
+                try:
+                    f.result()
+                except Exception as e:  # report and keep building the rest
+                    err = str(e)
+                results.append((futures[f], err))
+                if progress:
+                    bar = "#" * (30 * done // len(todo))
+                    print(f"\r[{bar:<30}] {done}/{len(todo)} {time.time() - t0:5.0f}s {futures[f].name[:60]:<60}"
+                          + (" FAILED" if err else ""), end="\n" if err or done == len(todo) else "", flush=True)
+        except BaseException:  # Ctrl-C reaches this thread only: drop the queue and stop the running nvccs
+            pool.shutdown(wait=False, cancel_futures=True)
+            toolchain.stop_running_nvcc()
+            raise
     return results

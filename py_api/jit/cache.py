@@ -1,33 +1,53 @@
-"""The kernel cache: where an entry lives, what its name hashes, how it is checked and published.
+"""The kernel cache: where an entry lives, what its name hashes, how it is checked, locked,
+published and cleaned up.
 
 Layout: $SCALEMM_CACHE_DIR (default ~/.cache/scalemm)/
   kernels/<name>-<key>/   kernel.so, source.cu, build.log, meta.json (with kernel.so's sha256)
+  kernels/.tmp-<pid>@<host>@<name>-*/  a build in progress (or an entry being replaced)
   locks/<name>-<key>.lock one file lock per kernel, held while building it
   failed/<name>-<key>/    the last failed build: source, log, command
 
 The key hashes everything that changes the binary (see `cache_key`). An entry is usable when
 its meta.json parses, names its key and records the sha256 of its kernel.so; anything else
 (a killed copy, a full disk, a hand edit) is treated as missing and rebuilt.
+
+A cache may be shared by a team: published files get the permissions the umask allows (not
+mkdtemp's 0700), and lock files are opened read-only, which is all flock needs.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from . import toolchain
 
 SCALEMM_JIT_VERSION = "2"  # bump when the build recipe changes in a way the key cannot see
 
+STALE_TEMP_SECONDS = 24 * 3600  # a build takes minutes: a day-old temp folder is abandoned
+
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"(scalemm/[^"]+)"', re.M)
+
+
+class CacheError(RuntimeError):
+    """The cache folder cannot be written."""
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("SCALEMM_CACHE_DIR") or Path.home() / ".cache" / "scalemm")
+
+
+def _not_writable(root: Path, e: OSError) -> CacheError:
+    return CacheError(f"the scalemm JIT cache {root} is not writable ({e.strerror or e}: {e.filename}); "
+                      "set SCALEMM_CACHE_DIR to a writable directory")
 
 
 def _headers_digest(source: str) -> str:
@@ -87,9 +107,79 @@ def check_entry(entry: Path, key: str) -> tuple[dict | None, str | None]:
     return meta, None
 
 
+@contextlib.contextmanager
+def locked(root: Path, name: str):
+    """Hold the build lock `name` (an flock: the kernel releases it if this process dies)."""
+    try:
+        for sub in ("kernels", "locks"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / "locks" / f"{name}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise _not_writable(root, e) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+_TEMP = re.compile(r"\.tmp-(\d+)@([^@]*)@")
+
+
 def new_temp(root: Path, name: str) -> Path:
-    """A private folder under kernels/ to build in (same file system as the entries: rename is atomic)."""
-    return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root / "kernels"))
+    """A private folder under kernels/ to build in (same file system as the entries: rename is
+    atomic). Its name records who made it, for `remove_stale_temps`."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}@{socket.gethostname()}@{name}-", dir=root / "kernels"))
+    except OSError as e:
+        raise _not_writable(root, e) from e
+
+
+def remove_stale_temps(root: Path) -> None:
+    """Remove the temp folders of builds that were killed: their owner is dead (a pid is only
+    checked on its own host) or they are older than a day (a build takes minutes)."""
+    host, now = socket.gethostname(), time.time()
+    for path in (root / "kernels").glob(".*"):
+        owner = _TEMP.match(path.name)
+        try:
+            old = now - path.lstat().st_mtime > STALE_TEMP_SECONDS
+        except FileNotFoundError:  # its owner just published or removed it
+            continue
+        if old or (owner and owner[2] == host and not _pid_alive(int(owner[1]))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def make_shareable(folder: Path) -> None:
+    """Give a build folder the permissions the umask allows, as files a compiler writes get."""
+    umask = _umask()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o100
+        os.chmod(path, (0o777 if executable else 0o666) & ~umask)
+
+
+def _umask() -> int:
+    try:  # Linux shows it; os.umask() could only read it by setting it, racing other threads
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def publish(tmp: Path, entry: Path) -> None:
@@ -99,6 +189,7 @@ def publish(tmp: Path, entry: Path) -> None:
     aside. Between the two renames a reader finds no entry, never a half-written one; it then
     waits for the lock we hold and finds the new entry.
     """
+    make_shareable(tmp)
     if entry.exists():
         aside = new_temp(entry.parent.parent, entry.name)
         os.rename(entry, aside / "old")

@@ -10,7 +10,10 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 # Our own headers: cutlass_kernels/include (installed as scalemm/cutlass_kernels/include).
@@ -157,3 +160,53 @@ def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=(), 
     if use_cutlass:
         includes += [f"-I{d}" for d in cutlass_include_dirs()]
     return [nvcc_path(), *BASE_FLAGS, *arch_flags(arch), *extra_flags, *includes, str(source), "-o", str(output)]
+
+
+_running: set[subprocess.Popen] = set()  # nvcc processes of this process's builds
+_running_lock = threading.Lock()
+
+
+def run_nvcc(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run an nvcc command, capturing its output.
+
+    nvcc runs in a process group of its own so that an interrupted build (Ctrl-C, an exception)
+    can stop it together with the cicc, ptxas and host compiler it started, instead of leaving
+    them running; its intermediate files go to a private TMPDIR that is removed afterwards (a
+    stopped nvcc leaves them behind). Only a process killed outright (SIGKILL) still leaves nvcc
+    to finish on its own.
+    """
+    with tempfile.TemporaryDirectory(prefix="scalemm-nvcc-") as scratch:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "TMPDIR": scratch})
+        with _running_lock:
+            _running.add(proc)
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            _stop(proc)
+            raise
+        finally:
+            with _running_lock:
+                _running.discard(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def stop_running_nvcc() -> None:
+    """Stop every nvcc this process started (a Ctrl-C reaches only the main thread; builds run in others)."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM nvcc's process group, then SIGKILL what is left of it after a grace period."""
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)  # the group outlives its leader while cicc or ptxas run
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
