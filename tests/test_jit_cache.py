@@ -187,3 +187,87 @@ def test_published_entries_follow_the_umask(fresh_cache, umask):
     for name in ("source.cu", "meta.json", "build.log"):
         assert (entry / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
     assert (entry / "kernel.so").stat().st_mode & 0o666 == 0o666 & ~umask
+
+
+@pytest.fixture
+def without_nvcc(monkeypatch, tmp_path):
+    """Hide the CUDA toolkit, as on a deployment image that ships a prebuilt cache."""
+    from scalemm.jit import toolchain
+
+    def hide():
+        monkeypatch.setenv("PATH", str(tmp_path / "bin-without-nvcc"))
+        monkeypatch.delenv("CUDA_HOME", raising=False)
+        monkeypatch.delenv("CUDA_PATH", raising=False)
+        monkeypatch.setattr(toolchain, "CUDA_HOME_FALLBACK", tmp_path / "no-cuda", raising=False)
+        toolchain.nvcc_path.cache_clear()
+        toolchain.nvcc_version.cache_clear()
+        jit._reset_process_state()
+        with pytest.raises(jit.ToolchainError, match="nvcc not found"):
+            toolchain.nvcc_path()
+    yield hide
+    monkeypatch.undo()
+    toolchain.nvcc_path.cache_clear()
+    toolchain.nvcc_version.cache_clear()
+
+
+def test_prebuilt_cache_loads_without_nvcc(fresh_cache, without_nvcc):
+    spec = _spec(41)
+    so = jit.build(spec, load=False)
+    without_nvcc()
+    assert jit.is_cached(spec)
+    kernel = jit.build(spec)
+    assert kernel.path == so and _value(kernel) == 41
+
+
+def test_without_nvcc_a_kernel_not_in_the_cache_is_a_clear_error(fresh_cache, without_nvcc):
+    jit.build(_spec(42), load=False)
+    without_nvcc()
+    assert not jit.is_cached(_spec(43))
+    with pytest.raises(jit.ToolchainError, match=rf"'selftest' is not in the JIT cache {fresh_cache}.*nvcc"):
+        jit.build(_spec(43))
+
+
+def test_without_nvcc_a_damaged_entry_is_reported_not_rebuilt(fresh_cache, without_nvcc):
+    spec = _spec(44)
+    entry = jit.build(spec, load=False).parent
+    _truncate_so(entry)
+    without_nvcc()
+    with pytest.warns(RuntimeWarning, match="unusable"), pytest.raises(jit.ToolchainError, match="not in the JIT cache"):
+        jit.build(spec)
+
+
+def test_entries_belong_to_the_nvcc_that_built_them(fresh_cache, monkeypatch, without_nvcc):
+    import shutil
+    from scalemm.jit import toolchain
+    spec = _spec(45)
+    built = jit.build(spec, load=False).parent
+    meta = json.loads((built / "meta.json").read_text())
+    assert meta["nvcc"] == toolchain.nvcc_version()[0] and meta["nvcc_version"] == list(toolchain.nvcc_version()[1])
+    # the same kernel as a newer toolkit (CUDA 99.1) would have built it
+    newer = built.parent / built.name.replace(built.name.rsplit("-nvcc", 1)[1], "99.1.0")
+    assert newer != built
+    shutil.copytree(built, newer)
+    (newer / "meta.json").write_text(json.dumps({**meta, "nvcc": "release 99.1, V99.1.0", "nvcc_version": [99, 1]}))
+
+    # with nvcc, a process uses only what its own nvcc built
+    jit._reset_process_state()
+    assert jit.build(spec, load=False) == built / "kernel.so"
+    with monkeypatch.context() as m:
+        m.setattr(toolchain, "nvcc_version", lambda: ("release 99.2, V99.2.0", (99, 2)))
+        assert not jit.is_cached(spec)
+
+    # without nvcc, the newest build the driver can run
+    without_nvcc()
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: None)  # no driver: nothing to check against
+    assert jit.build(spec, load=False) == newer / "kernel.so"
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: tuple(meta["nvcc_version"]))
+    assert jit.build(spec, load=False) == built / "kernel.so"
+    monkeypatch.setattr(toolchain, "driver_cuda_version", lambda: (12, 0))
+    with pytest.raises(jit.ToolchainError, match=r"driver.*CUDA 12\.0"):
+        jit.build(spec, load=False)
+
+
+def test_cache_key_needs_no_cuda_toolkit(without_nvcc):
+    without_nvcc()
+    spec = _spec(46)
+    assert jit.cache_key(spec, spec.render())  # CUTLASS kernels also read the nvidia-cutlass wheel's version.h

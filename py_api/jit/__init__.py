@@ -6,9 +6,11 @@ launchers (CUTLASS Arguments are built on the C++ side; Python passes a flat lis
 pointers, sizes and the stream). Launchers return 0, a cudaError_t (1..999), 1000 +
 cutlass::Status, or 2000 + a scalemm code; `Kernel.function` turns nonzero into an error.
 
-Files: toolchain.py finds nvcc and CUTLASS and writes the nvcc command; cache.py says where an
-entry lives and what its key hashes; this module builds, publishes and loads. Builds run in a
-temp dir under a file lock and are published by an atomic rename, so concurrent processes are safe.
+Files: toolchain.py finds nvcc, CUTLASS and the driver, maps target archs to nvcc flags and
+runs nvcc; cache.py says where an entry lives, what its key hashes, which entry a process uses
+with and without nvcc, and how entries are checked, locked, published and cleaned up; this
+module ties them together: build, load, rebuild what is broken. Builds run in a temp dir under
+a file lock and are published by a rename, so concurrent processes are safe.
 """
 from __future__ import annotations
 
@@ -142,8 +144,33 @@ def _reset_process_state() -> None:
         _warned.clear()
 
 
-def _entry(spec: KernelSpec, key: str) -> Path:
-    return cache_dir() / "kernels" / f"{spec.name}-{key}"
+def _nvcc_release() -> str | None:
+    """nvcc's version line, or None where there is no CUDA toolkit (then only the cache serves)."""
+    try:
+        return toolchain.nvcc_version()[0]
+    except ToolchainError:
+        return None
+
+
+def _prebuilt_entry(spec: KernelSpec, key: str) -> Path:
+    """Without nvcc: the entry of the newest nvcc the driver supports (the rule in cache.py)."""
+    driver = toolchain.driver_cuda_version()
+    too_new = []
+    for entry in cache.entries_of_any_nvcc(cache_dir(), spec.name, key):
+        meta, problem = _verify(entry, key)
+        if problem:
+            _warn_unusable(spec, entry, problem, "skipping it: no nvcc here to rebuild it")
+            continue
+        needs = tuple(meta.get("nvcc_version") or (0, 0))
+        if driver and needs > driver:
+            too_new.append(f"{entry.name} needs CUDA {needs[0]}.{needs[1]}")
+            continue
+        return entry
+    why = (f"; the driver supports CUDA {driver[0]}.{driver[1]} and {', '.join(too_new)}" if too_new else "")
+    raise ToolchainError(
+        f"kernel {spec.name!r} is not in the JIT cache {cache_dir()} for this driver{why}, and nvcc is not found "
+        "to build it: set CUDA_HOME to a CUDA toolkit, or prebuild the kernels with `python -m scalemm build` "
+        "where one is and point SCALEMM_CACHE_DIR at that cache")
 
 
 def _verify(entry: Path, key: str) -> tuple[dict | None, str | None]:
@@ -157,17 +184,24 @@ def _verify(entry: Path, key: str) -> tuple[dict | None, str | None]:
     return meta, problem
 
 
-def _warn_unusable(spec: KernelSpec, entry: Path, problem: str) -> None:
+def _warn_unusable(spec: KernelSpec, entry: Path, problem: str, action: str = "rebuilding it") -> None:
     if problem != cache.MISSING and str(entry) not in _warned:
         _warned.add(str(entry))
-        warnings.warn(f"scalemm JIT: the cached kernel {spec.name!r} at {entry} is unusable ({problem}); "
-                      "rebuilding it", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"scalemm JIT: the cached kernel {spec.name!r} at {entry} is unusable ({problem}); {action}",
+                      RuntimeWarning, stacklevel=3)
 
 
 def is_cached(spec: KernelSpec) -> bool:
     """Whether `spec` has a usable cache entry (checked as `build` checks it, without loading it)."""
     key = cache_key(spec, spec.render())
-    entry = _entry(spec, key)
+    nvcc = _nvcc_release()
+    if nvcc is None:
+        try:
+            _prebuilt_entry(spec, key)
+            return True
+        except ToolchainError:
+            return False
+    entry = cache.entry_dir(cache_dir(), spec.name, key, nvcc)
     _, problem = _verify(entry, key)
     if problem:
         _warn_unusable(spec, entry, problem)
@@ -178,11 +212,13 @@ def build(spec: KernelSpec, *, load: bool = True, verbose: bool = False) -> Kern
     """Compile `spec` (or take it from the cache) and load it. With load=False return the .so path.
 
     A cache entry that is incomplete, does not match its recorded sha256 or does not load is
-    rebuilt (with one warning per entry).
+    rebuilt (with one warning per entry). Without nvcc, kernels come from the cache only (see
+    cache.py for which entry a process uses).
     """
     source = spec.render()
     key = cache_key(spec, source)
-    entry = _entry(spec, key)
+    nvcc = _nvcc_release()
+    entry = cache.entry_dir(cache_dir(), spec.name, key, nvcc) if nvcc else _prebuilt_entry(spec, key)
     so = entry / "kernel.so"
     with _loaded_lock:
         if load and str(entry) in _loaded:
@@ -196,6 +232,9 @@ def build(spec: KernelSpec, *, load: bool = True, verbose: bool = False) -> Kern
             problem = f"kernel.so does not load: {e}"
             _verified.pop(str(entry), None)
     if problem is not None:
+        if nvcc is None:
+            raise ToolchainError(f"the cached kernel {spec.name!r} at {entry} is unusable ({problem}), and nvcc is "
+                                 "not found to rebuild it: set CUDA_HOME to a CUDA toolkit")
         _warn_unusable(spec, entry, problem)
         _build_locked(spec, source, key, entry, verbose, unusable_build=meta and meta.get("build_id"))
         if load:
@@ -255,10 +294,11 @@ def _compile(spec: KernelSpec, source: str, key: str, tmp: Path, failed: Path, v
         raise BuildError(f"nvcc failed to build kernel {spec.name!r} (template {spec.template}).\n"
                          f"log: {failed / 'build.log'}\nreproduce: cd {failed} && {' '.join(repro)}\n"
                          f"--- last lines ---\n{tail}")
+    release, version = toolchain.nvcc_version()
     meta = {"name": spec.name, "template": spec.template, "params": dict(spec.params), "arch": spec.arch,
             "key": key, "sha256": cache.file_sha256(out), "build_id": uuid.uuid4().hex,
-            "nvcc": toolchain.nvcc_version()[0], "command": cmd, "build_seconds": round(time.time() - t0, 1),
-            "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
+            "nvcc": release, "nvcc_version": list(version), "command": cmd,
+            "build_seconds": round(time.time() - t0, 1), "cutlass": toolchain.cutlass_version() if spec.cutlass else None}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
 

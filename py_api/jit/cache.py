@@ -2,14 +2,29 @@
 published and cleaned up.
 
 Layout: $SCALEMM_CACHE_DIR (default ~/.cache/scalemm)/
-  kernels/<name>-<key>/   kernel.so, source.cu, build.log, meta.json (with kernel.so's sha256)
+  kernels/<name>-<key>-nvcc<V>/  kernel.so, source.cu, build.log, meta.json (with kernel.so's sha256)
   kernels/.tmp-<pid>@<host>@<name>-*/  a build in progress (or an entry being replaced)
-  locks/<name>-<key>.lock one file lock per kernel, held while building it
-  failed/<name>-<key>/    the last failed build: source, log, command
+  locks/<name>-<key>.lock        one file lock per kernel, held while building it
+  failed/<name>-<key>-nvcc<V>/   the last failed build: source, log, command
 
-The key hashes everything that changes the binary (see `cache_key`). An entry is usable when
-its meta.json parses, names its key and records the sha256 of its kernel.so; anything else
-(a killed copy, a full disk, a hand edit) is treated as missing and rebuilt.
+Which entry a process uses (the cache-key rule):
+- <key> hashes everything that changes the binary and can be known without a CUDA toolkit:
+  the rendered source, every scalemm header it includes, the flags and target arch, scalemm's
+  version, and for CUTLASS kernels the CUTLASS version. That is read from the nvidia-cutlass
+  wheel's headers, a dependency of scalemm, so a deployment image has it without the toolkit.
+  The nvcc version is the entry's suffix <V> (13.0.88), and is recorded in meta.json.
+- With nvcc found, a process uses only entries that this nvcc built and builds the missing ones
+  with it. Changing the toolkit rebuilds everything, so one process never mixes kernels from the
+  compiler it builds with and from another one (say an older one whose code-generation bug the
+  upgrade fixed), and machines with different toolkits can share one cache without rebuilding
+  over each other's entries.
+- Without nvcc (a deployment image with a prebuilt cache) nothing can be built, so the process
+  takes, per kernel, the entry of the newest nvcc whose CUDA version the driver supports. Kernels
+  from two toolkits may then meet in one process; that is safe because each kernel.so is
+  self-contained (static cudart, its own cubin) and only needs a driver as new as its nvcc.
+
+An entry is usable when its meta.json parses, names its key and records the sha256 of its
+kernel.so; anything else (a killed copy, a full disk, a hand edit) is treated as missing.
 
 A cache may be shared by a team: published files get the permissions the umask allows (not
 mkdtemp's 0700), and lock files are opened read-only, which is all flock needs.
@@ -66,13 +81,31 @@ def _headers_digest(source: str) -> str:
 
 
 def cache_key(spec, source: str) -> str:
+    """The hash of what `spec` is built from, without the nvcc version (see the rule above):
+    computing it needs no CUDA toolkit."""
     from .. import __version__
     flags = toolchain.BASE_FLAGS + toolchain.arch_flags(spec.arch) + spec.extra_flags
-    parts = [source, _headers_digest(source), toolchain.nvcc_version()[0], "arch " + spec.arch, " ".join(flags),
-             __version__, SCALEMM_JIT_VERSION]
+    parts = [source, _headers_digest(source), "arch " + spec.arch, " ".join(flags), __version__, SCALEMM_JIT_VERSION]
     if spec.cutlass:
         parts.append("cutlass " + toolchain.cutlass_version())
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+def nvcc_tag(nvcc_release: str) -> str:
+    """'release 13.0, V13.0.88' -> 'nvcc13.0.88', the suffix of the entries that nvcc builds."""
+    m = re.search(r"V(\d+(?:\.\d+)*)", nvcc_release)
+    return "nvcc" + (m[1] if m else ".".join(re.findall(r"\d+", nvcc_release)))
+
+
+def entry_dir(root: Path, name: str, key: str, nvcc_release: str) -> Path:
+    return root / "kernels" / f"{name}-{key}-{nvcc_tag(nvcc_release)}"
+
+
+def entries_of_any_nvcc(root: Path, name: str, key: str) -> list[Path]:
+    """The entries of (name, key) that any nvcc built, the newest nvcc first."""
+    def version(entry: Path) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", entry.name.rsplit("-nvcc", 1)[1]))
+    return sorted((root / "kernels").glob(f"{name}-{key}-nvcc*"), key=version, reverse=True)
 
 
 MISSING = "missing"  # check_entry's reason for an entry that is simply not there

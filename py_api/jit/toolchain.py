@@ -38,6 +38,9 @@ BASE_FLAGS = (
 )
 
 
+CUDA_HOME_FALLBACK = Path("/usr/local/cuda")  # where nvcc_path looks last
+
+
 class ToolchainError(RuntimeError):
     pass
 
@@ -60,7 +63,7 @@ def nvcc_path() -> str:
     which = shutil.which("nvcc")
     if which:
         candidates.append(Path(which))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    candidates.append(CUDA_HOME_FALLBACK / "bin" / "nvcc")
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)
