@@ -86,9 +86,13 @@ def test_kernel_that_still_does_not_load_after_a_rebuild_is_a_clear_error(fresh_
     jit.build(spec, load=False)
     _new_process()
 
-    def refuse(path, *a, **kw):
-        raise OSError(f"{path}: cannot open shared object file")
-    monkeypatch.setattr(jit.ctypes, "CDLL", refuse)
+    real_cdll = ctypes.CDLL
+
+    def refuse(path, *a, **kw):  # dlopen refuses every kernel.so, however often it is rebuilt
+        if str(path).endswith("kernel.so"):
+            raise OSError(f"{path}: cannot open shared object file")
+        return real_cdll(path, *a, **kw)
+    monkeypatch.setattr(ctypes, "CDLL", refuse)
     with pytest.warns(RuntimeWarning, match="rebuilding"), pytest.raises(jit.KernelError) as e:
         jit.build(spec)
     msg = str(e.value)
@@ -271,3 +275,16 @@ def test_cache_key_needs_no_cuda_toolkit(without_nvcc):
     without_nvcc()
     spec = _spec(46)
     assert jit.cache_key(spec, spec.render())  # CUTLASS kernels also read the nvidia-cutlass wheel's version.h
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "rename aside"])
+def test_publish_replaces_a_broken_entry(tmp_path, monkeypatch, exchange):
+    from scalemm.jit import cache
+    if not exchange:  # a file system without RENAME_EXCHANGE (NFS)
+        monkeypatch.setattr(cache, "_exchange", lambda a, b: False)
+    (tmp_path / "kernels" / "k-1-nvcc13.0" / "stale").mkdir(parents=True)
+    tmp = cache.new_temp(tmp_path, "k")
+    (tmp / "kernel.so").write_text("new")
+    cache.publish(tmp, tmp_path / "kernels" / "k-1-nvcc13.0")
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == ["k-1-nvcc13.0"]
+    assert [p.name for p in (tmp_path / "kernels" / "k-1-nvcc13.0").iterdir()] == ["kernel.so"]

@@ -32,6 +32,7 @@ mkdtemp's 0700), and lock files are opened read-only, which is all flock needs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -218,15 +219,28 @@ def _umask() -> int:
 def publish(tmp: Path, entry: Path) -> None:
     """Move a finished build into place; the caller holds the entry's lock.
 
-    rename() cannot replace a non-empty folder, so a broken entry in the way is first renamed
-    aside. Between the two renames a reader finds no entry, never a half-written one; it then
-    waits for the lock we hold and finds the new entry.
+    rename() cannot replace a non-empty folder, so a broken entry in the way is swapped with the
+    new one in one step where the file system can (renameat2 RENAME_EXCHANGE: ext4, xfs, btrfs,
+    tmpfs), else renamed aside first; then a reader can find no entry for a moment (those with
+    nvcc wait for the lock we hold), never a half-written one.
     """
     make_shareable(tmp)
-    if entry.exists():
+    if not entry.exists():
+        os.rename(tmp, entry)
+    elif _exchange(tmp, entry):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the broken entry
+    else:
         aside = new_temp(entry.parent.parent, entry.name)
         os.rename(entry, aside / "old")
         os.rename(tmp, entry)
         shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.rename(tmp, entry)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where the libc or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0

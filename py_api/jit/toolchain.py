@@ -1,6 +1,8 @@
-"""Where nvcc and the CUTLASS headers are, what versions they are, and the nvcc command.
+"""The toolchain: where nvcc and the CUTLASS headers are and what versions they are, the
+driver's CUDA version, the target archs' nvcc flags, and the nvcc command and how it runs.
 
-Everything here that changes the binary also goes into the cache key (see cache.py: `cache_key`).
+Everything here that changes the binary goes into a cache entry's key or name (see cache.py);
+only the nvcc version needs the CUDA toolkit, so a cache can be used without one.
 """
 from __future__ import annotations
 
