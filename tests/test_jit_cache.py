@@ -6,21 +6,11 @@ import json
 import warnings
 
 import pytest
+from test_jit import _spec, _value
 
 from scalemm import jit
-from scalemm.jit import KernelSpec
 
 pytestmark = pytest.mark.nvcc
-
-
-def _spec(value=7, name="selftest"):
-    return KernelSpec(name=name, template="jit_selftest.cu", params={"VALUE": str(value)}, cutlass=False)
-
-
-def _value(kernel):
-    out = ctypes.c_int64(0)
-    kernel.function("scalemm_selftest_value", [ctypes.POINTER(ctypes.c_int64)])(ctypes.byref(out))
-    return out.value
 
 
 def _new_process():
