@@ -278,3 +278,34 @@ def test_publish_replaces_a_broken_entry(tmp_path, monkeypatch, exchange):
     cache.publish(tmp, tmp_path / "kernels" / "k-1-nvcc13.0")
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == ["k-1-nvcc13.0"]
     assert [p.name for p in (tmp_path / "kernels" / "k-1-nvcc13.0").iterdir()] == ["kernel.so"]
+
+
+def test_ctrl_c_during_build_many_stops_every_nvcc(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+    script = textwrap.dedent(f"""
+        import os
+        from scalemm import jit
+        from scalemm.jit import toolchain
+        # "nvcc": a shell that starts a child (as nvcc starts cicc and ptxas) and waits for it
+        toolchain.nvcc_command = lambda src, *a, **kw: [
+            "sh", "-c", "sleep 60 & echo $$ $! > {tmp_path}/pids-$$.tmp && mv {tmp_path}/pids-$$.tmp {tmp_path}/pids-$$; wait"]
+        specs = [jit.KernelSpec(name=f"k{{i}}", template="jit_selftest.cu", params={{"VALUE": str(i)}}, cutlass=False)
+                 for i in range(3)]
+        jit.build_many(specs, jobs=2, progress=False)
+    """)
+    env = dict(os.environ, SCALEMM_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(list(tmp_path.glob("pids-*[0-9]"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process; nvcc has its own group
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    pids = [int(p) for f in tmp_path.glob("pids-*[0-9]") for p in f.read_text().split()]
+    assert len(pids) == 4 and not any(_alive(p) for p in pids)
+    assert list((tmp_path / "cache" / "kernels").iterdir()) == []  # no temp folder left
