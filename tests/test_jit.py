@@ -37,12 +37,12 @@ def test_cache_hit_does_not_call_nvcc(fresh_cache, monkeypatch):
     k1 = jit.build(_spec(5))
     jit._loaded.clear()
     calls = []
-    real_run = subprocess.run
+    real_popen = subprocess.Popen  # every way of running nvcc goes through Popen
     def spy(cmd, *a, **kw):
         if cmd and "nvcc" in str(cmd[0]) and "--version" not in cmd:
             calls.append(cmd)
-        return real_run(cmd, *a, **kw)
-    monkeypatch.setattr(jit.subprocess, "run", spy)
+        return real_popen(cmd, *a, **kw)
+    monkeypatch.setattr(subprocess, "Popen", spy)
     k2 = jit.build(_spec(5))
     assert calls == [] and k2.path == k1.path and _value(k2) == 5
     assert jit.is_cached(_spec(5)) and not jit.is_cached(_spec(6))
@@ -73,6 +73,18 @@ def test_compile_error_names_kernel_log_and_command(fresh_cache):
     log = msg.split("log: ")[1].split("\n")[0]
     assert "error" in open(log).read()
     assert not list((fresh_cache / "kernels").glob("broken-*"))  # nothing half-built is published
+
+
+def test_arch_is_part_of_the_spec_key_and_command(fresh_cache):
+    hopper = _spec(8)
+    blackwell = KernelSpec(name="selftest", template="jit_selftest.cu", params={"VALUE": "8"}, cutlass=False,
+                           arch="sm100a")
+    assert jit.cache_key(hopper, hopper.render()) != jit.cache_key(blackwell, blackwell.render())
+    so = jit.build(blackwell, load=False)
+    meta = json.loads((so.parent / "meta.json").read_text())
+    assert meta["arch"] == "sm100a" and "code=sm_100a" in " ".join(meta["command"])
+    assert "sm_90a" not in " ".join(meta["command"]) and b"sm_100a" in so.read_bytes()
+    assert json.loads((jit.build(hopper, load=False).parent / "meta.json").read_text())["arch"] == "sm90a"
 
 
 def test_unfilled_placeholder_is_an_error():

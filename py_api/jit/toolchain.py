@@ -1,6 +1,8 @@
-"""Where nvcc and the CUTLASS headers are, what versions they are, and the nvcc command.
+"""The toolchain: where nvcc and the CUTLASS headers are and what versions they are, the
+driver's CUDA version, the target archs' nvcc flags, and the nvcc command and how it runs.
 
-Everything here that changes the binary also goes into the cache key (see cache.py).
+Everything here that changes the binary goes into a cache entry's key or name (see cache.py);
+only the nvcc version needs the CUDA toolkit, so a cache can be used without one.
 """
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 # Our own headers: cutlass_kernels/include (installed as scalemm/cutlass_kernels/include).
@@ -20,15 +25,34 @@ if not KERNELS_DIR.is_dir():  # running from the source tree: py_api/ sits besid
 INCLUDE_DIR = KERNELS_DIR / "include"
 TEMPLATE_DIR = KERNELS_DIR / "templates"
 
-ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
+# KernelSpec.arch -> nvcc code generation. The "a" targets are the arch-specific feature sets
+# (wgmma/TMA multicast on sm_90a, tcgen05 on sm_100a) that CUTLASS's kernels for them need;
+# their cubins run on exactly that architecture.
+ARCHS = {
+    "sm90a": ("-gencode=arch=compute_90a,code=sm_90a",),     # H100, H200
+    "sm100a": ("-gencode=arch=compute_100a,code=sm_100a",),  # B200, GB200 (nvcc >= 12.8)
+}
+DEFAULT_ARCH = "sm90a"
+ARCH_FLAGS = ARCHS[DEFAULT_ARCH]  # the default's flags, for callers of the old constant
 BASE_FLAGS = (
     "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
     "-Xcompiler=-fPIC", "-shared", "-cudart=static",
 )
 
 
+CUDA_HOME_FALLBACK = Path("/usr/local/cuda")  # where nvcc_path looks last
+
+
 class ToolchainError(RuntimeError):
     pass
+
+
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """nvcc's -gencode flags for a target arch name of `ARCHS`."""
+    try:
+        return ARCHS[arch]
+    except KeyError:
+        raise ValueError(f"unknown target arch {arch!r}: scalemm builds for {', '.join(ARCHS)}") from None
 
 
 @functools.cache
@@ -41,7 +65,7 @@ def nvcc_path() -> str:
     which = shutil.which("nvcc")
     if which:
         candidates.append(Path(which))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    candidates.append(CUDA_HOME_FALLBACK / "bin" / "nvcc")
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)
@@ -60,15 +84,40 @@ def nvcc_version() -> tuple[str, tuple[int, int]]:
 
 
 def driver_cuda_version() -> tuple[int, int] | None:
-    """The CUDA version the installed driver supports, or None where there is no driver."""
+    """The CUDA version the installed driver supports, or None where there is no driver.
+
+    Asks cuda-python (cuda.bindings.driver); where it is missing or fails, asks libcuda itself.
+    """
+    version = _driver_version_cuda_python() or _driver_version_ctypes()
+    if not version:
+        return None
+    return version // 1000, (version % 1000) // 10
+
+
+def driver_description() -> str:
+    """The driver's CUDA version for people to read: "12.8", or why there is none."""
+    version = driver_cuda_version()
+    return f"{version[0]}.{version[1]}" if version else "not available (no NVIDIA driver)"
+
+
+def _driver_version_cuda_python() -> int | None:
+    try:
+        driver = importlib.import_module("cuda.bindings.driver")
+        err, version = driver.cuDriverGetVersion()
+    except Exception:  # not installed, or no libcuda to load (cuda-python raises its own error types)
+        return None
+    return int(version) if int(err) == 0 else None  # 0 is CUDA_SUCCESS
+
+
+def _driver_version_ctypes() -> int | None:
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
     v = ctypes.c_int(0)
-    if libcuda.cuDriverGetVersion(ctypes.byref(v)) != 0 or v.value == 0:
+    if libcuda.cuDriverGetVersion(ctypes.byref(v)) != 0:
         return None
-    return v.value // 1000, (v.value % 1000) // 10
+    return v.value
 
 
 def check_nvcc_against_driver() -> None:
@@ -111,8 +160,58 @@ def cutlass_version() -> str:
     return ".".join(parts)
 
 
-def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=()) -> list[str]:
+def nvcc_command(source: Path, output: Path, use_cutlass: bool, extra_flags=(), arch: str = DEFAULT_ARCH) -> list[str]:
     includes = [f"-I{INCLUDE_DIR}"]
     if use_cutlass:
         includes += [f"-I{d}" for d in cutlass_include_dirs()]
-    return [nvcc_path(), *BASE_FLAGS, *ARCH_FLAGS, *extra_flags, *includes, str(source), "-o", str(output)]
+    return [nvcc_path(), *BASE_FLAGS, *arch_flags(arch), *extra_flags, *includes, str(source), "-o", str(output)]
+
+
+_running: set[subprocess.Popen] = set()  # nvcc processes of this process's builds
+_running_lock = threading.Lock()
+
+
+def run_nvcc(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run an nvcc command, capturing its output.
+
+    nvcc runs in a process group of its own so that an interrupted build (Ctrl-C, an exception)
+    can stop it together with the cicc, ptxas and host compiler it started, instead of leaving
+    them running; its intermediate files go to a private TMPDIR that is removed afterwards (a
+    stopped nvcc leaves them behind). Only a process killed outright (SIGKILL) still leaves nvcc
+    to finish on its own.
+    """
+    with tempfile.TemporaryDirectory(prefix="scalemm-nvcc-") as scratch:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "TMPDIR": scratch})
+        with _running_lock:
+            _running.add(proc)
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            _stop(proc)
+            raise
+        finally:
+            with _running_lock:
+                _running.discard(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def stop_running_nvcc() -> None:
+    """Stop every nvcc this process started (a Ctrl-C reaches only the main thread; builds run in others)."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM nvcc's process group, then SIGKILL what is left of it after a grace period."""
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)  # the group outlives its leader while cicc or ptxas run
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
