@@ -105,7 +105,7 @@ def cmd_info(args):
     print(f"scalemm {__version__}, torch {torch.__version__}")
     for label, fn in (("nvcc", lambda: f"{toolchain.nvcc_path()} ({toolchain.nvcc_version()[0]})"),
                       ("CUTLASS", lambda: f"{toolchain.cutlass_version()} at {toolchain.cutlass_include_dirs()[0]}"),
-                      ("driver CUDA", lambda: toolchain.driver_cuda_version())):
+                      ("driver CUDA", toolchain.driver_description)):
         try:
             print(f"{label}: {fn()}")
         except Exception as e:

@@ -48,6 +48,11 @@ def _chunk_permutation() -> tuple[int, ...]:
     return tuple(perm)
 
 
+@functools.lru_cache(maxsize=None)
+def _permutation_tensor(device: torch.device) -> torch.Tensor:
+    return torch.tensor(_chunk_permutation(), device=device)
+
+
 def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
     """Packed e2m1 codes uint8 [..., N, K/2] (even element in the low nibble) -> the byte order
     the SM90 kernel reads, uint8 [..., N, K_pad/2] with K_pad = ceil(K/64)*64 (zero codes pad)."""
@@ -57,7 +62,7 @@ def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
     codes = torch.stack((qdata & 0xF, qdata >> 4), dim=-1).reshape(*lead, n, k)
     if k_pad != k:
         codes = torch.nn.functional.pad(codes, (0, k_pad - k))
-    perm = torch.tensor(_chunk_permutation(), device=qdata.device)
+    perm = _permutation_tensor(qdata.device)
     codes = codes.reshape(*lead, n, k_pad // CHUNK_K, CHUNK_K).index_select(-1, perm)
     codes = codes.reshape(*lead, n, k_pad // 2, 2)
     return (codes[..., 0] | (codes[..., 1] << 4)).contiguous()

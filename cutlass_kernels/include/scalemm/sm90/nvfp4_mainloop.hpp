@@ -304,7 +304,7 @@ struct Nvfp4MainloopBase {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
           codes[m][h] = *reinterpret_cast<uint2 const*>(sA + a_off[m][h]);
-          e4m3x4_to_scale_pairs(*reinterpret_cast<uint32_t const*>(sS + s_off[m][h]), pairs[m][h]);
+          e4m3x4_to_scale_pairs<ElementB>(*reinterpret_cast<uint32_t const*>(sS + s_off[m][h]), pairs[m][h]);
         }
       }
     };
@@ -315,8 +315,8 @@ struct Nvfp4MainloopBase {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
           uint32_t const w = (kb < 2 ? codes[m][h].x : codes[m][h].y) >> (8 * (kb % 2));
-          frag[h] = bf16x2_mul(e2m1x2_tiny_bf16x2(w), pairs[m][h][kb]);           // k 2t, 2t + 1
-          frag[h + 2] = bf16x2_mul(e2m1x2_tiny_bf16x2(w >> 4), pairs[m][h][kb]);  // k 2t + 8, 2t + 9
+          frag[h] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w), pairs[m][h][kb]);           // k 2t, 2t + 1
+          frag[h + 2] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w >> 4), pairs[m][h][kb]);  // k 2t + 8, 2t + 9
         }
       }
     };

@@ -5,58 +5,89 @@
 // a product of two bf16 values is exact in fp32. Dequantizing in registers and feeding bf16
 // wgmma therefore reproduces the block-scaled product up to fp32 accumulation order.
 //
-// How one element is decoded, in two exact steps:
-//  1. The 3 magnitude bits of a code go to bf16 bits [8:6] and its sign to bit 15. Read as bf16
-//     that is value(code) * 2^-126 (code 1, value 0.5, is the subnormal 2^-127; the exponent
-//     field holds the e2m1 exponent, the top mantissa bit its mantissa bit).
-//  2. One bf16x2 multiply by X = s * 2^(126 - kDecodeShift) gives value * s * 2^-kDecodeShift.
-//     X must stay finite for s up to 448 (so kDecodeShift >= 7) and the product normal (so
-//     kDecodeShift <= 118); the accumulator is multiplied back by 2^kDecodeShift after the
-//     mainloop, which is exact in fp32.
+// How one element is decoded, in two exact steps (the MMA type T is bf16, or fp16 when the
+// activations are fp16: value * s is exact in fp16 too, range [2^-10, 2688], <= 6 bits):
+//  1. The 3 magnitude bits of a code go to the low exponent bits and the top mantissa bit of
+//     T (bf16 bits [8:6], fp16 bits [11:9]) and its sign to bit 15. Read as T that is
+//     value(code) * 2^-(bias - 1) (2^-126 for bf16, 2^-14 for fp16); code 1, value 0.5, is a
+//     subnormal, which both types' multiplies keep.
+//  2. One T x2 multiply by X = s * 2^(bias - 1 - kDecodeShift) gives value * s * 2^-kDecodeShift.
+//     X must stay finite for s up to 448 and the product exact: kDecodeShift in [7, 118] for
+//     bf16 and [7, 9] for fp16; 8 serves both. The accumulator is multiplied back by
+//     2^kDecodeShift after the mainloop, which is exact in fp32.
 // A NaN block scale (e4m3 0x7F/0xFF, written for blocks holding a NaN) stays NaN.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "cutlass/numeric_types.h"
 
 namespace scalemm::sm90 {
 
 constexpr int kDecodeShift = 8;
 constexpr float kDecodeUnscale = 256.0f;  // 2^kDecodeShift
 
-// Two e2m1 codes -> bf16x2 of value * 2^-126: the codes sit at bits [3:0] (low half, the
+template <class T>
+constexpr bool kIsHalf = std::is_same_v<T, cutlass::half_t>;
+
+// Two e2m1 codes -> T x2 of value * 2^-(bias - 1): the codes sit at bits [3:0] (low half, the
 // even element) and [19:16] (high half) of `x`; every other bit of `x` is ignored.
-// (y * 0x1040) puts copies of each code at bit 6 and bit 12; the mask keeps the magnitude
-// from the first copy (bits 8:6) and the sign from the second (bit 15).
-__device__ __forceinline__ uint32_t e2m1x2_tiny_bf16x2(uint32_t x) {
-  return ((x & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+template <class T>
+__device__ __forceinline__ uint32_t e2m1x2_tiny(uint32_t x) {
+  if constexpr (kIsHalf<T>) {
+    return ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
+  } else {
+    // (y * 0x1040) puts copies of each code at bit 6 and bit 12; the mask keeps the magnitude
+    // from the first copy (bits 8:6) and the sign from the second (bit 15).
+    return ((x & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+  }
 }
 
-// Four e4m3 block scales (one byte each, byte i = scale of k-block i) -> four bf16x2 pairs
-// (X, X), X = s * 2^(126 - kDecodeShift). cvt.e4m3x2 -> f16x2 is exact for every byte
-// (subnormals and NaN included), f16 -> f32 and the power-of-two multiply are exact, and X has
-// at most 4 significant bits, so its bf16 bits are the high half of its fp32 bits.
+// Four e4m3 block scales (byte i = scale of k-block i) -> four T x2 pairs (X, X). cvt.e4m3x2 ->
+// f16x2 is exact for every byte (subnormals and NaN included); the power-of-two multiplies are
+// exact, and X has at most 4 significant bits, so for bf16 its bits are the high half of fp32's.
+template <class T>
 __device__ __forceinline__ void e4m3x4_to_scale_pairs(uint32_t bytes, uint32_t (&pairs)[4]) {
   uint32_t h01, h23;
   asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
       "cvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
       : "=r"(h01), "=r"(h23) : "r"(bytes));
-  constexpr float kUp = 0x1p118f;  // 2^(126 - kDecodeShift)
-  static_assert(126 - kDecodeShift == 118, "update kUp with kDecodeShift");
-  const __half2 a = *reinterpret_cast<const __half2*>(&h01);
-  const __half2 b = *reinterpret_cast<const __half2*>(&h23);
-  const float f[4] = {__low2float(a), __high2float(a), __low2float(b), __high2float(b)};
+  if constexpr (kIsHalf<T>) {
+    static_assert(14 - kDecodeShift == 6, "update the fp16 scale factor with kDecodeShift");
+    const __half2 up = __float2half2_rn(64.0f);  // 2^(14 - kDecodeShift): 448 * 64 < 65504
+    __half2 a = __hmul2(*reinterpret_cast<const __half2*>(&h01), up);
+    __half2 b = __hmul2(*reinterpret_cast<const __half2*>(&h23), up);
+    const uint32_t ua = *reinterpret_cast<const uint32_t*>(&a), ub = *reinterpret_cast<const uint32_t*>(&b);
+    pairs[0] = __byte_perm(ua, ua, 0x1010);
+    pairs[1] = __byte_perm(ua, ua, 0x3232);
+    pairs[2] = __byte_perm(ub, ub, 0x1010);
+    pairs[3] = __byte_perm(ub, ub, 0x3232);
+  } else {
+    constexpr float kUp = 0x1p118f;  // 2^(126 - kDecodeShift)
+    static_assert(126 - kDecodeShift == 118, "update kUp with kDecodeShift");
+    const __half2 a = *reinterpret_cast<const __half2*>(&h01);
+    const __half2 b = *reinterpret_cast<const __half2*>(&h23);
+    const float f[4] = {__low2float(a), __high2float(a), __low2float(b), __high2float(b)};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t u = __float_as_uint(f[i] * kUp);
-    pairs[i] = __byte_perm(u, u, 0x3232);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = __float_as_uint(f[i] * kUp);
+      pairs[i] = __byte_perm(u, u, 0x3232);
+    }
   }
 }
 
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
+template <class T>
+__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
+  if constexpr (kIsHalf<T>) {
+    __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
 }
 
 // Byte offset, inside one 512-byte atom of the 128x4 swizzled scale layout (docs/numerics.md
