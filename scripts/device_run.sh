@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 status=0
 touch /tmp/scalemm-start
 if has build; then
-  python3 -m scalemm build --set all --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
+  python3 -m scalemm build ${BUILD_SETS:---set all} --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
 fi
 if has test; then
   timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE -p no:cacheprovider --continue-on-collection-errors || status=1
