@@ -10,17 +10,11 @@
 #include <cuda_runtime.h>
 
 #include "scalemm/quant_grouped.cuh"
+#include "scalemm/sm90/nvfp4_numerics.cuh"
 
 namespace scalemm::dequant {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float e2m1_value(uint32_t code) {
-  // 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0)
-  const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  const float v = mag[code & 7];
-  return (code & 8) ? -v : v;
-}
 
 struct Params {
   const uint8_t* qdata;   // [rows, k / 2]
@@ -30,14 +24,14 @@ struct Params {
   quant::grouped::Table tb;  // grouped: the group table (ends, pos128 = sf_offsets); tb.G = 0 for dense
 };
 
-// One thread per (row, 64-element chunk): 32 code bytes and 4 scale bytes in, 128 bytes out.
+// One thread per 8 codes (one 32-bit word: reads and 16-byte writes coalesce across the warp).
+// Decoded like the GEMM mainloop (scalemm/sm90/nvfp4_numerics.cuh): value * s * 2^-8 exactly in
+// bf16, then * 2^8 (exact).
 __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
-  const int64_t chunks = (p.k + 63) / 64;
+  const int64_t words_per_row = p.k / 8;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= p.rows * chunks) return;
-  const int64_t r = i / chunks, c = i % chunks;
-  const int64_t left = p.k / 16 - 4 * c;
-  const int nblk = left < 4 ? int(left) : 4;  // 16-element blocks in this chunk
+  if (i >= p.rows * words_per_row) return;
+  const int64_t r = i / words_per_row, c = (i % words_per_row) / 2;  // row, 16-element block
   int64_t srow = r;
   bool live = true;
   if (p.tb.G > 0) {
@@ -45,31 +39,25 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
     live = g < p.tb.G;
     if (live) srow = __ldg(p.tb.pos128 + g) + (r - quant::grouped::group_start(p.tb, g));
   }
-  uint32_t s4 = 0;
+  uint4 v = make_uint4(0, 0, 0, 0);
   if (live) {
-    const int64_t off = (srow / 128) * 128 * p.cp + c * 512 + (srow % 32) * 16 + ((srow / 32) % 4) * 4;
-    s4 = __ldg(reinterpret_cast<const uint32_t*>(p.scales + off));
-  }
-  const uint8_t* q = p.qdata + r * (p.k / 2) + c * 32;
-  __nv_bfloat16* o = p.out + r * p.k + c * 64;
-  for (int b = 0; b < nblk; ++b) {
-    const uint2 codes = live ? __ldg(reinterpret_cast<const uint2*>(q + 8 * b)) : make_uint2(0, 0);
-    const uint8_t sb = (s4 >> (8 * b)) & 0xff;
-    const float s = float(*reinterpret_cast<const __nv_fp8_e4m3*>(&sb));  // exact; NaN stays NaN
-    uint32_t packed[8];
+    const uint32_t q = __ldg(reinterpret_cast<const uint32_t*>(p.qdata) + i);
+    const int64_t off = (srow / 128) * 128 * p.cp + (c / 4) * 512 + (srow % 32) * 16 + ((srow / 32) % 4) * 4 + c % 4;
+    uint32_t pairs[4];
+    sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(__ldg(p.scales + off), pairs);
+    const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
+    static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
+    uint32_t o[4];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t word = j < 4 ? codes.x : codes.y;
-      const uint32_t byte = (word >> (8 * (j % 4))) & 0xff;
-      // value * s has at most 6 significant bits: the bf16 conversion is exact
-      const __nv_bfloat162 v = __floats2bfloat162_rn(live ? e2m1_value(byte & 15) * s : 0.f,
-                                                     live ? e2m1_value(byte >> 4) * s : 0.f);
-      packed[j] = *reinterpret_cast<const uint32_t*>(&v);
+    for (int b = 0; b < 4; ++b) {  // byte b: elements 2b (low nibble) and 2b + 1
+      const uint32_t t = q >> (8 * b);
+      const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
+      o[b] = sm90::mul2<cutlass::bfloat16_t>(sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x),
+                                                                              pairs[0]), up);
     }
-    uint4* dst = reinterpret_cast<uint4*>(o + 16 * b);
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    v = make_uint4(o[0], o[1], o[2], o[3]);
   }
+  reinterpret_cast<uint4*>(p.out)[i] = v;
 }
 
 // table: int32 scratch of grouped::table_ints(G) entries for grouped rows (offsets non-null),
@@ -81,7 +69,7 @@ inline int launch_rows_to_bf16(const uint8_t* qdata, const uint8_t* scales, __nv
     quant::grouped::group_table_kernel<<<1, quant::grouped::kSetupThreads, 0, stream>>>(offsets, G, int(rows), table);
     p.tb = quant::grouped::make_table(table, G);
   }
-  const int64_t work = rows * ((k + 63) / 64);
+  const int64_t work = rows * (k / 8);
   if (work > 0) nvfp4_rows_to_bf16<<<unsigned((work + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }

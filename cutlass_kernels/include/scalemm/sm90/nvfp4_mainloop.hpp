@@ -293,9 +293,11 @@ struct Nvfp4MainloopBase {
       }
     }
 
-    // Raw words of one k-tile: codes (2 words per row) and 4 scale pairs per row.
-    uint2 codes[kMmaM][2];
-    uint32_t pairs[kMmaM][2][4];
+    // Raw words of one k-tile: codes (2 words per row) and 4 scale pairs per row. Double
+    // buffered: the next k-tile's words are read (and its scales converted) right after its
+    // first wgmma is issued, so the shared-memory latency hides behind this k-tile's work.
+    uint2 codes[kMmaM][2], next_codes[kMmaM][2];
+    uint32_t pairs[kMmaM][2][4], next_pairs[kMmaM][2][4];
     auto read_stage = [&](int stage) {
       uint8_t const* sA = shared_tensors.smem_A.data() + stage * kBytesA;
       uint8_t const* sS = shared_tensors.smem_S.data() + stage * kScaleAtomBytes;
@@ -303,8 +305,19 @@ struct Nvfp4MainloopBase {
       for (int m = 0; m < kMmaM; ++m) {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          codes[m][h] = *reinterpret_cast<uint2 const*>(sA + a_off[m][h]);
-          e4m3x4_to_scale_pairs<ElementB>(*reinterpret_cast<uint32_t const*>(sS + s_off[m][h]), pairs[m][h]);
+          next_codes[m][h] = *reinterpret_cast<uint2 const*>(sA + a_off[m][h]);
+          e4m3x4_to_scale_pairs<ElementB>(*reinterpret_cast<uint32_t const*>(sS + s_off[m][h]), next_pairs[m][h]);
+        }
+      }
+    };
+    auto take_next = [&]() {
+      CUTLASS_PRAGMA_UNROLL
+      for (int m = 0; m < kMmaM; ++m) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          codes[m][h] = next_codes[m][h];
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < 4; ++i) pairs[m][h][i] = next_pairs[m][h][i];
         }
       }
     };
@@ -325,6 +338,7 @@ struct Nvfp4MainloopBase {
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
     pipeline.consumer_wait(smem_pipe_read, barrier_token);
     read_stage(smem_pipe_read.index());
+    take_next();
     decode(0);
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
@@ -345,14 +359,17 @@ struct Nvfp4MainloopBase {
         // At most kBlocks - 1 wgmmas in flight: the one that last read fragment slot kb + 1
         // (issued kBlocks - 1 ago) is done, so the slot may be rewritten.
         warpgroup_wait<kBlocks - 1>();
+        if (kb == 0 && has_next) {
+          pipeline.consumer_wait(smem_pipe_read, barrier_token);
+          read_stage(smem_pipe_read.index());
+        }
         if (kb == kBlocks - 1) {
           if (!first_tile) {  // every wgmma of the previous k-tile is done: free its stage
             pipeline.consumer_release(smem_pipe_release);
             ++smem_pipe_release;
           }
           if (has_next) {
-            pipeline.consumer_wait(smem_pipe_read, barrier_token);
-            read_stage(smem_pipe_read.index());
+            take_next();
             decode(0);
           }
         } else {
