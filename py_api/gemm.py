@@ -10,7 +10,7 @@ import torch
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, default_config
 from .jit import KernelSpec, build, i64, ptr
-from .formats import FP8Tensor
+from .formats import FP8Tensor, NVFP4Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec"]
 
@@ -126,6 +126,11 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     no host synchronisation; CUDA-graph capturable. All scaling happens in fp32 on the
     accumulator; only the result is rounded to out_dtype.
     """
+    if isinstance(b, NVFP4Tensor):  # NVFP4 weights: exact emulation on bf16 tensor cores (Hopper)
+        from . import gemm_nvfp4
+        return gemm_nvfp4.gemm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                               epilogue=epilogue, epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum,
+                               config=config)
     a, scale_a = _unwrap(a, scale_a, "a")
     b, scale_b = _unwrap(b, scale_b, "b")
     for t, n in ((a, "a"), (b, "b")):

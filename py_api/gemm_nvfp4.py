@@ -19,6 +19,7 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
+from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned
 from .jit import KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
@@ -315,3 +316,154 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         args.leaf_elem_bytes[i] = 0 if t is None else t.element_size()
     _grouped_launcher(spec)(ctypes.byref(args))
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# validated entry points (scalemm.gemm / scalemm.grouped_gemm dispatch here for NVFP4 weights)
+# ---------------------------------------------------------------------------------------
+
+_ACTIVATIONS = (None, "relu", "gelu", "silu")
+
+
+def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None):
+    if scale_a is not None or scale_b is not None or scale_a_per is not None:
+        raise ValueError("b is an NVFP4 weight: the global scales come from the containers (an NVFP4 a carries its "
+                         "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None")
+    if epilogue_inputs:
+        raise ValueError("NVFP4 GEMMs take epilogue=None or an activation name; epilogue_inputs is not supported")
+    if not (epilogue is None or isinstance(epilogue, str)):
+        raise TypeError(f"NVFP4 GEMMs take epilogue=None or one of 'relu', 'gelu', 'silu', got {type(epilogue).__name__}")
+    if epilogue not in _ACTIVATIONS:
+        raise ValueError(f"epilogue activation must be one of 'relu', 'gelu', 'silu', got {epilogue!r}")
+    if not isinstance(fast_accum, bool):
+        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    if config is not None and not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+
+
+def _check_activation_rows(a, name, K):
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"{name} must be a bf16/fp16 tensor or an NVFP4 container, got {type(a).__name__}")
+    if a.dtype not in _ACT_DTYPES:
+        raise TypeError(f"{name} must be bfloat16 or float16 (or an NVFP4 container) for an NVFP4 weight, got {a.dtype}")
+    if a.dim() != 2 or not a.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous 2-D [rows, K] tensor, got shape {tuple(a.shape)}")
+    if a.shape[1] != K:
+        raise ValueError(f"{name} has K = {a.shape[1]}, the weight K = {K}")
+
+
+def _check_out(out, shape, out_dtype, device):
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != out_dtype or tuple(out.shape) != shape
+                            or out.device != device or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {list(shape)} tensor of {out_dtype} on {device}")
+
+
+def _check_cuda_layout(N, out_dtype, tensors):
+    if N % _PER_16_BYTES[out_dtype]:
+        raise ValueError(f"N = {N} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output "
+                         "(16-byte rows)")
+    for t, n in tensors:
+        if t is not None:
+            _check_aligned(t, n)
+
+
+def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat16, epilogue=None,
+         epilogue_inputs=None, out=None, fast_accum=False, config=None):
+    """scalemm.gemm for an NVFP4Tensor weight b [N, K]: validated here, then the CUDA kernel or, for CPU
+    tensors, the reference (exact dequantization, fp32 product, the epilogue in fp32)."""
+    from .formats import NVFP4Tensor
+    from .reference import dequantize_nvfp4
+    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config)
+    if b.qdata is None or b.rht:
+        raise ValueError("b must be an NVFP4Tensor with a rowwise copy and no RHT (quantize_nvfp4(w))")
+    N, K = b.shape
+    if isinstance(a, NVFP4Tensor):
+        if a.qdata is None or a.rht:
+            raise ValueError("a must be an NVFP4Tensor with a rowwise copy and no RHT")
+        if a.shape[1] != K:
+            raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [N, K] = {list(b.shape)}: K differs")
+        device = a.qdata.device
+    else:
+        _check_activation_rows(a, "a", K)
+        device = a.device
+    if b.qdata.device != device:
+        raise ValueError(f"a is on {device}, b on {b.qdata.device}")
+    M = a.shape[0]
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or tuple(bias.shape) != (N,)
+                             or bias.device != device or not bias.is_contiguous()):
+        raise ValueError(f"bias must be a contiguous [N] = [{N}] tensor of {out_dtype} on {device}")
+    _check_out(out, (M, N), out_dtype, device)
+    if device.type == "cpu":
+        if isinstance(a, NVFP4Tensor):
+            x, alpha_a = dequantize_nvfp4(a, torch.float32, apply_alpha=False), a.alpha
+        else:
+            x, alpha_a = a.float(), torch.ones((), dtype=torch.float32)
+        acc = x @ dequantize_nvfp4(b, torch.float32, apply_alpha=False).T
+        tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
+        res = epi.evaluate(tree, acc, {"scale_a": alpha_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias},
+                           out_dtype)
+        return res if out is None else out.copy_(res)
+    if device.type != "cuda":
+        raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
+    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
+    return gemm_nvfp4(a, b, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)
+
+
+def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None, bias=None, out_dtype=torch.bfloat16,
+                 epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
+    """scalemm.grouped_gemm for stacked NVFP4 expert weights b (quantize_nvfp4_stacked): validated here, then
+    the CUDA kernel or, for CPU tensors, reference.grouped_gemm_reference on the exact dequantized operands."""
+    from .formats import GroupedNVFP4Tensor, layout
+    from .formats.nvfp4 import dequantize_nvfp4_grouped
+    from .reference import grouped_gemm_reference
+    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per)
+    if b.qdata is None or b.group_rows is None or b.layout != "rows":
+        raise ValueError("b must be stacked NVFP4 expert weights from scalemm.quantize_nvfp4_stacked")
+    G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
+    if isinstance(a, GroupedNVFP4Tensor):
+        if a.qdata is None or a.layout != "rows":
+            raise ValueError("a must be the rowwise ('rows' layout) copy of quantize_nvfp4_grouped")
+        if offsets is None:
+            offsets = a.offsets
+        elif offsets is not a.offsets:
+            raise ValueError("a is a GroupedNVFP4Tensor: pass offsets=None (its own offsets are used) or the same "
+                             "tensor it was quantized with")
+        if a.shape[1] != K:
+            raise ValueError(f"a has K = {a.shape[1]}, the weights K = {K}")
+        device = a.qdata.device
+    else:
+        _check_activation_rows(a, "a", K)
+        device = a.device
+    if b.qdata.device != device:
+        raise ValueError(f"a is on {device}, b on {b.qdata.device}")
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or tuple(offsets.shape) != (G,) \
+            or offsets.device != device or not offsets.is_contiguous():
+        raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] (one per expert of b) on "
+                         f"{device}")
+    T = a.shape[0]
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device
+                             or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous()):
+        raise ValueError(f"bias must be a contiguous [G, N] or [N] tensor of {out_dtype} on {device}")
+    _check_out(out, (T, N), out_dtype, device)
+    if device.type == "cpu":
+        if isinstance(a, GroupedNVFP4Tensor):
+            x = dequantize_nvfp4_grouped(a, torch.float32, apply_alpha=False)
+            sa, per_group = a.alpha, ({"scale_a"} if a.scaling == "tensor" else set())
+        else:
+            x, sa, per_group = a.float(), torch.ones((), dtype=torch.float32), set()
+        w = dequantize_nvfp4_grouped(b, torch.float32, apply_alpha=False).reshape(G, N, K)
+        sb = b.alpha if b.scaling == "tensor" else b.alpha.reshape(G, N)
+        per_group |= {"scale_b"} if b.scaling == "tensor" else set()
+        tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
+        res = grouped_gemm_reference(x, w, offsets, tree, {"scale_a": sa, "scale_b": sb, "bias": bias}, out_dtype,
+                                     per_group=per_group, accum_dtype=torch.float32)
+        out = torch.empty((T, N), dtype=out_dtype) if out is None else out
+        last = int(layout.group_bounds(offsets, T)[1][-1]) if G else 0
+        out[:last] = res[:last]
+        return out
+    if device.type != "cuda":
+        raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
+    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
+    return grouped_gemm_nvfp4(a, b, offsets, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)

@@ -15,7 +15,7 @@ import torch
 from . import epilogues as epi
 from . import reference
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
-from .formats import GroupedFP8Tensor, layout
+from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _epilogue_input, _resolve_epilogue, _unwrap
 from .jit import KernelSpec, build, i64, ptr
 
@@ -185,6 +185,11 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     never cause out-of-bounds accesses (overlapping groups leave the overlapped rows
     unspecified); offsets must be non-decreasing with offsets[-1] == T.
     """
+    if isinstance(b, GroupedNVFP4Tensor):  # NVFP4 expert weights: exact emulation on bf16 tensor cores
+        from . import gemm_nvfp4
+        return gemm_nvfp4.grouped_gemm(a, b, offsets, scale_a=scale_a, scale_b=scale_b, scale_a_per=scale_a_per,
+                                       bias=bias, out_dtype=out_dtype, epilogue=epilogue,
+                                       epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, config=config)
     a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per)
     a, scale_a = _unwrap(a, scale_a, "a")
     for t, n, nd in ((a, "a", 2), (b, "b", 3)):

@@ -11,7 +11,7 @@ import torch
 import scalemm
 from scalemm import reference as ref
 from scalemm.cutlass_kernels import GemmConfig
-from scalemm.gemm_nvfp4 import gemm_nvfp4, prepare_sm90_weight, dequantize_rows_bf16
+from scalemm.gemm_nvfp4 import prepare_sm90_weight, dequantize_rows_bf16
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +66,7 @@ def test_w4a16_fp32_matches_exact_dequant(M, N, K, scaling):
     w = _weights(N, K, scaling, seed=N + K)
     x = _wide((M, K), seed=M).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
-    gemm_nvfp4(x, w, out_dtype=torch.float32, out=out)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
     assert not out.isnan().any(), "unwritten outputs"
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
@@ -80,7 +80,7 @@ def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
     x = _wide((M, K), seed=4).clamp(-6e4, 6e4).to(act_dtype)
     bias = torch.randn(N, device="cuda").to(out_dtype)
     out = _poisoned(M, N, out_dtype)
-    gemm_nvfp4(x, w, bias=bias, epilogue="relu", out_dtype=out_dtype, out=out)
+    scalemm.gemm(x, w, bias=bias, epilogue="relu", out_dtype=out_dtype, out=out)
     assert not out.isnan().any()
     assert _rel_err(out, _exact(x, w, bias, "relu")) <= TOL[out_dtype]
 
@@ -92,7 +92,7 @@ def test_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
     w = _weights(N, K, w_scaling, seed=11)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=12).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
-    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out)
+    scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -118,7 +118,7 @@ def test_every_config_is_exact(config):
     w = _weights(N, K, "token", seed=21)
     x = _wide((M, K), seed=22).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
-    gemm_nvfp4(x, w, out_dtype=torch.float32, out=out, config=config)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=config)
     assert not out.isnan().any()
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
@@ -131,7 +131,7 @@ def test_nan_weight_block_propagates_to_its_column_only():
     w = scalemm.quantize_nvfp4(wf.to(torch.bfloat16), scaling="tensor", amax=torch.tensor(50.0, device="cuda"))
     assert (w.scales.view(torch.uint8) == 0x7F).sum() == 1
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    out = gemm_nvfp4(x, w, out_dtype=torch.float32)
+    out = scalemm.gemm(x, w, out_dtype=torch.float32)
     assert out[:, 3].isnan().all()
     assert not out[:, torch.arange(N, device="cuda") != 3].isnan().any()
 
@@ -150,7 +150,6 @@ def test_prepared_weight_is_cached_and_refreshed():
 # grouped (MoE)
 # ---------------------------------------------------------------------------------------
 
-from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4  # noqa: E402
 from scalemm.formats import NVFP4Tensor  # noqa: E402
 
 
@@ -208,7 +207,7 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
     T = sum(sizes)
     x = _wide((T + 3, K), seed=T).to(torch.bfloat16)  # 3 rows past the last group: never written
     out = _poisoned(T + 3, N, torch.float32)
-    grouped_gemm_nvfp4(x, w, _offsets(sizes), out_dtype=torch.float32, out=out)
+    scalemm.grouped_gemm(x, w, _offsets(sizes), out_dtype=torch.float32, out=out)
     assert not out[:T].isnan().any(), "unwritten rows"
     assert out[T:].isnan().all(), "rows past the last group were written"
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
@@ -224,7 +223,7 @@ def test_grouped_w4a4_matches_exact_dequant(a_scaling):
     a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=4).to(torch.bfloat16), offsets, scaling=a_scaling)
     bias = torch.randn(G, N, device="cuda").to(torch.float32)
     out = _poisoned(T, N, torch.float32)
-    grouped_gemm_nvfp4(a, w, offsets, bias=bias, out_dtype=torch.float32, out=out)
+    scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out)
     want = _exact_grouped(a, w, sizes, N)
     for g, (s, m) in enumerate(zip(_starts(sizes), sizes)):
         want[s:s + m] += bias[g].double()
@@ -248,10 +247,10 @@ def test_grouped_graph_replay_sees_new_offsets():
     x = _wide((T, K), seed=9).to(torch.bfloat16)
     offsets = _offsets([25] * 8)
     out = torch.zeros(T, N, device="cuda")
-    grouped_gemm_nvfp4(x, w, offsets, out_dtype=torch.float32, out=out)  # build + load outside the capture
+    scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, out=out)  # build + load outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        grouped_gemm_nvfp4(x, w, offsets, out_dtype=torch.float32, out=out)
+        scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, out=out)
     for sizes in ([25] * 8, [0, 100, 0, 50, 50, 0, 0, 0], [200, 0, 0, 0, 0, 0, 0, 0]):
         offsets.copy_(_offsets(sizes))
         graph.replay()

@@ -277,10 +277,11 @@ def dequantize_nvfp4(t: NVFP4Tensor, dtype: torch.dtype = torch.float32, *,
 
 
 def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.float32, *,
-                             padded: bool = False) -> torch.Tensor:
+                             padded: bool = False, apply_alpha: bool = True) -> torch.Tensor:
     """"rows": [T, K] (rows past the last group decode as 0); "wgrad": [K, T] (x.T, RHT-transformed
     if t.rht), or with padded=True the [K, W] wgrad data itself, every group's ceil(m_g/16)*16
-    columns included (what a wgrad GEMM sums over; with rht the padding columns carry data)."""
+    columns included (what a wgrad GEMM sums over; with rht the padding columns carry data).
+    apply_alpha=False leaves out the global scales (the operand a GEMM multiplies)."""
     if padded and t.layout != "wgrad":
         raise ValueError("'padded' applies to a 'wgrad'-layout container")
     if not isinstance(t, GroupedNVFP4Tensor):
@@ -301,7 +302,7 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
                 block = layout.group_scale_block(t.scales, sf[g], e - s, C)
                 vals = _decode_blocks(t.qdata[s:e], layout.unswizzle_scales(block, e - s, C))
                 alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[s:e, None, None]
-                out[s:e] = (vals * alpha).reshape(e - s, K)
+                out[s:e] = (vals * alpha if apply_alpha else vals).reshape(e - s, K)
         return out.to(dtype)
     out = torch.zeros(K, t.qdata.shape[1] * 2 if padded else T, dtype=_F32, device=t.qdata.device)
     p16 = layout.wgrad_column_starts(t.offsets, T).tolist()
@@ -314,10 +315,11 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
             vals = _decode_blocks(t.qdata[:, p16[g] // 2:(p16[g] + m16) // 2],
                                   layout.unswizzle_scales(block, K, m16 // bs))
             alpha = t.alpha[g] if t.scaling == "tensor" else t.alpha[g][:, None, None]
+            vals = vals * alpha if apply_alpha else vals
             if padded:
-                out[:, p16[g]:p16[g] + m16] = (vals * alpha).reshape(K, m16)
+                out[:, p16[g]:p16[g] + m16] = vals.reshape(K, m16)
             else:
-                out[:, s:e] = (vals * alpha).reshape(K, m16)[:, :m]
+                out[:, s:e] = vals.reshape(K, m16)[:, :m]
     return out.to(dtype)
 
 

@@ -1,0 +1,116 @@
+"""NVFP4-weight GEMMs through scalemm.gemm / scalemm.grouped_gemm on CPU: the reference path and the
+input checks (which run before any kernel on either device). No GPU needed."""
+import pytest
+import torch
+
+import scalemm
+from scalemm import reference as ref
+from scalemm.gemm_nvfp4 import _chunk_permutation, prepare_sm90_weight
+
+
+def _data(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 3).to(torch.bfloat16)
+
+
+def _exact(x, w, alpha_a=None):
+    xd = x.double() if isinstance(x, torch.Tensor) else ref.dequantize_nvfp4(x, torch.float32, apply_alpha=False).double()
+    wd = ref.dequantize_nvfp4(w, torch.float32, apply_alpha=False).double()
+    aa = torch.ones(()) if alpha_a is None else alpha_a
+    return (aa.double().reshape(-1, 1) if aa.dim() else aa.double()) * w.alpha.double().reshape(1, -1) * (xd @ wd.T)
+
+
+@pytest.mark.parametrize("w_scaling", ["tensor", "token"])
+def test_w4a16_cpu_is_the_exact_dequant_product(w_scaling):
+    w = scalemm.quantize_nvfp4(_data(48, 80, seed=1), scaling=w_scaling)
+    x = _data(7, 80, seed=2)
+    out = scalemm.gemm(x, w, out_dtype=torch.float32)
+    assert out.shape == (7, 48)
+    torch.testing.assert_close(out.double(), _exact(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_w4a4_cpu_with_bias_and_activation():
+    w = scalemm.quantize_nvfp4(_data(32, 64, seed=3), scaling="token")
+    a = scalemm.quantize_nvfp4(_data(5, 64, seed=4), scaling="token")
+    bias = torch.randn(32)
+    out = scalemm.gemm(a, w, bias=bias, epilogue="relu", out_dtype=torch.float32)
+    want = torch.relu(_exact(a, w, a.alpha) + bias.double())
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_cpu_matches_per_group_gemms():
+    sizes = [3, 0, 5, 1]
+    offsets = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    G, N, K, T = 4, 16, 48, 9
+    w = scalemm.quantize_nvfp4_stacked(_data(G, N, K, seed=5), scaling="token")
+    x = _data(T + 2, K, seed=6)
+    out = torch.full((T + 2, N), 7.0)
+    scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, out=out)
+    dense_w = [scalemm.quantize_nvfp4(_data(G, N, K, seed=5)[g], scaling="token") for g in range(G)]
+    s = 0
+    for g, m in enumerate(sizes):
+        if m:
+            torch.testing.assert_close(out[s:s + m].double(), _exact(x[s:s + m], dense_w[g]), rtol=1e-5, atol=1e-5)
+        s += m
+    assert (out[T:] == 7).all(), "rows past the last group must not be written"
+    a = scalemm.quantize_nvfp4_grouped(x[:T], offsets, scaling="tensor")
+    out4 = scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32)
+    s = 0
+    for g, m in enumerate(sizes):
+        if m:
+            rows = scalemm.quantize_nvfp4(x[s:s + m].float(), scaling="tensor", amax=a.amax[g])
+            torch.testing.assert_close(out4[s:s + m].double(), _exact(rows, dense_w[g], a.alpha[g]), rtol=1e-5, atol=1e-5)
+        s += m
+
+
+def test_prepared_layout_is_a_permutation_of_each_64_chunk():
+    perm = torch.tensor(_chunk_permutation())
+    assert sorted(perm.tolist()) == list(range(64))
+    q = torch.randint(0, 256, (3, 40), dtype=torch.uint8)  # K = 80: padded to 128
+    p = prepare_sm90_weight(q)
+    assert p.shape == (3, 64)
+    codes = torch.nn.functional.pad(torch.stack((q & 15, q >> 4), -1).reshape(3, 80), (0, 48))
+    pc = torch.stack((p & 15, p >> 4), -1).reshape(3, 128)
+    for c in range(2):
+        assert torch.equal(pc[:, 64 * c:64 * (c + 1)], codes[:, 64 * c:64 * (c + 1)][:, perm])
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(scale_a=torch.ones(4)), ValueError, "scale_a=None"),
+    (dict(epilogue_inputs={"x": torch.ones(4)}), ValueError, "epilogue_inputs"),
+    (dict(epilogue="tanh"), ValueError, "activation"),
+    (dict(epilogue=3), TypeError, "epilogue"),
+    (dict(out_dtype=torch.int8), TypeError, "out_dtype"),
+    (dict(bias=torch.ones(3)), ValueError, "bias"),
+    (dict(out=torch.empty(4, 3)), ValueError, "out must be"),
+    (dict(fast_accum="yes"), TypeError, "fast_accum"),
+])
+def test_bad_input_raises_clear_errors(kw, exc, match):
+    w = scalemm.quantize_nvfp4(_data(16, 32))
+    with pytest.raises(exc, match=match):
+        scalemm.gemm(_data(4, 32), w, **kw)
+
+
+def test_bad_activations_raise_clear_errors():
+    w = scalemm.quantize_nvfp4(_data(16, 32))
+    with pytest.raises(TypeError, match="bfloat16 or float16"):
+        scalemm.gemm(torch.zeros(4, 32), w)
+    with pytest.raises(ValueError, match="K = 48"):
+        scalemm.gemm(_data(4, 48), w)
+    with pytest.raises(ValueError, match="contiguous"):
+        scalemm.gemm(_data(32, 4).T, w)
+    wt = scalemm.quantize_nvfp4(_data(16, 32), rowwise=False, columnwise=True)
+    with pytest.raises(ValueError, match="rowwise"):
+        scalemm.gemm(_data(4, 32), wt)
+
+
+def test_grouped_bad_offsets_and_weights():
+    w = scalemm.quantize_nvfp4_stacked(_data(2, 16, 32))
+    x = _data(5, 32)
+    with pytest.raises(ValueError, match="offsets"):
+        scalemm.grouped_gemm(x, w, torch.tensor([2, 5, 5], dtype=torch.int32))
+    with pytest.raises(ValueError, match="offsets"):
+        scalemm.grouped_gemm(x, w, torch.tensor([2, 5]))
+    dense = scalemm.quantize_nvfp4_grouped(_data(5, 32), torch.tensor([2, 5], dtype=torch.int32))
+    with pytest.raises(ValueError, match="quantize_nvfp4_stacked"):
+        scalemm.grouped_gemm(x, dense, torch.tensor([2, 5], dtype=torch.int32))
