@@ -1,12 +1,19 @@
-"""Exploration bench for the NVFP4 kernels: every candidate config against bf16 cuBLAS, one process.
+"""NVFP4-weight GEMMs against bf16 cuBLAS (torch.matmul / torch._grouped_mm), one process, one GPU.
 
-  python perf/nvfp4_explore.py [--quick]
-Prints a table of microseconds per call (CUDA-graph medians, weights rotated past L2).
+Dense W4A16 and W4A4 (scalemm's heuristic) and every candidate config, on decode and prefill
+token counts of Llama-like shapes, and grouped (MoE) W4A16 points. Microseconds per call are
+medians of CUDA-graph replays with the weights rotated past L2 (perf/gemm_sweep.py's bench).
+
+  python perf/nvfp4_explore.py --out results/            # table + nvfp4_explore.json + .png
+  python perf/nvfp4_explore.py --quick                   # two token counts, no candidates
+  python perf/nvfp4_explore.py --from-text LOG --out D   # JSON + plot from a saved table
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -77,25 +84,84 @@ def grouped_point(G, per, N, K):
     return bench(fns, 1)
 
 
+def _row(name, r, base_key):
+    base = r[base_key]
+    return name + ": " + "  ".join(f"{k}={v:.1f}({base / v:.2f}x)" for k, v in sorted(r.items(), key=lambda kv: kv[1]))
+
+
+def parse_text(path):
+    """The points of a saved table (the lines this script prints)."""
+    points = []
+    for line in open(path):
+        head, _, rest = line.partition(": ")
+        times = {k: float(v) for k, v in re.findall(r"(\S+?)=([\d.]+)\(", rest)}
+        if line.startswith("M="):
+            m = re.match(r"M=\s*(\d+) N=\s*(\d+) K=\s*(\d+)", head)
+            points.append({"kind": "dense", "M": int(m[1]), "N": int(m[2]), "K": int(m[3]), "us": times})
+        elif line.startswith("grouped"):
+            m = re.match(r"grouped G=(\d+) per=(\d+) N=(\d+) K=(\d+)", head)
+            points.append({"kind": "grouped", "G": int(m[1]), "per": int(m[2]), "N": int(m[3]), "K": int(m[4]),
+                           "us": times})
+    return points
+
+
+def save(points, device, out):
+    from pathlib import Path
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nvfp4_explore.json").write_text(json.dumps({"device": device, "points": points}, indent=1))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    dense = [p for p in points if p["kind"] == "dense"]
+    grouped = [p for p in points if p["kind"] == "grouped"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
+    labels = [f"{p['N']}x{p['K']}\nM={p['M']}" for p in dense]
+    for key, mark in (("w4a16", "o"), ("w4a4", "s")):
+        axes[0].plot(range(len(dense)), [p["us"]["torch_bf16"] / p["us"][key] for p in dense], mark + "-", label=key)
+    axes[0].axhline(1.0, color="gray", lw=0.8)
+    axes[0].set_xticks(range(len(dense)), labels, fontsize=6)
+    axes[0].set_ylabel("speed-up vs bf16 cuBLAS (same run)")
+    axes[0].set_title(f"NVFP4-weight GEMM, {device}")
+    axes[0].legend()
+    axes[1].bar(range(len(grouped)), [p["us"]["torch_grouped_bf16"] / p["us"]["w4a16_grouped"] for p in grouped])
+    axes[1].axhline(1.0, color="gray", lw=0.8)
+    axes[1].set_xticks(range(len(grouped)), [f"G={p['G']}\n{p['per']}/exp" for p in grouped], fontsize=7)
+    axes[1].set_title("grouped W4A16 vs torch._grouped_mm")
+    fig.tight_layout()
+    fig.savefig(out / "nvfp4_explore.png", dpi=110)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
+    p.add_argument("--from-text", default=None, help="a saved table to turn into JSON + plot")
     args = p.parse_args()
+    if args.from_text:
+        first = open(args.from_text).readline().strip()
+        save(parse_text(args.from_text), first.removeprefix("GPU: ").split(",")[0], args.out or ".")
+        return
     shapes = [(4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)]
     ms = [1, 16, 64, 128, 1024, 4096] if not args.quick else [16, 4096]
-    print(f"{torch.cuda.get_device_name()}")
+    device = torch.cuda.get_device_name()
+    print(device)
+    points = []
     for N, K in shapes:
         for M in ms:
             r = point(M, N, K, tune=not args.quick)
-            base = r["torch_bf16"]
-            cfg = default_nvfp4_config(M, N, K).label()
-            row = "  ".join(f"{k}={v:.1f}({base / v:.2f}x)" for k, v in sorted(r.items(), key=lambda kv: kv[1]))
-            print(f"M={M:5d} N={N:5d} K={K:5d} default={cfg}: {row}", flush=True)
+            points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
+            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default_nvfp4_config(M, N, K).label()}", r, "torch_bf16"),
+                  flush=True)
     for G, per, N, K in ((8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096), (128, 1, 1536, 4096)):
         r = grouped_point(G, per, N, K)
-        base = r["torch_grouped_bf16"]
-        row = "  ".join(f"{k}={v:.1f}({base / v:.2f}x)" for k, v in sorted(r.items(), key=lambda kv: kv[1]))
-        print(f"grouped G={G} per={per} N={N} K={K}: {row}", flush=True)
+        points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "us": r})
+        print(_row(f"grouped G={G} per={per} N={N} K={K}", r, "torch_grouped_bf16"), flush=True)
+    if args.out:
+        save(points, device, args.out)
 
 
 if __name__ == "__main__":
