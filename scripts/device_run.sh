@@ -5,7 +5,8 @@
 #
 #   bash scripts/device_run.sh                 # all stages: build test sweep grouped quant
 #   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), nvfp4 (NVFP4 config
-#                                              # exploration), pack (tar the JIT cache)
+#                                              # exploration), sanitize (compute-sanitizer over every kernel),
+#                                              # pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
@@ -42,6 +43,13 @@ if has grouped; then
 fi
 if has quant; then
   python3 perf/quant_bench.py --out "$OUT" || status=1
+fi
+if has sanitize; then  # small shapes through every kernel under each compute-sanitizer tool
+  for tool in memcheck racecheck initcheck; do
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --print-limit 10 --error-exitcode 3 \
+      python3 scripts/sanitize_run.py 2>&1 | tail -n 30 | sed "s/^/[$tool] /"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
 fi
 if has nvfp4; then
   timeout 300 python3 perf/nvfp4_explore.py ${NVFP4_ARGS:-} || status=1

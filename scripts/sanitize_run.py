@@ -1,0 +1,86 @@
+"""One small-shape pass over every scalemm kernel, for compute-sanitizer (scripts/device_run.sh sanitize).
+
+  compute-sanitizer --tool memcheck python3 scripts/sanitize_run.py [--only quant,gemm,grouped,nvfp4]
+
+Shapes are small but keep every code path: ragged and empty groups, bad (decreasing, out-of-range)
+device offsets, K not a multiple of 64, tokens past the last group, RHT and stochastic rounding.
+Exits non-zero if a result is not finite where it must be.
+"""
+import argparse
+
+import torch
+
+import scalemm
+
+
+def quantizers(dev):
+    x = torch.randn(256, 192, device=dev, dtype=torch.bfloat16)
+    for scaling in ("tensor", "token"):
+        scalemm.quantize_nvfp4(x, scaling=scaling, columnwise=True, rht=True, stochastic_rounding=True, seed=1)
+        scalemm.quantize_fp8(x, scaling=scaling, columnwise=True)
+    scalemm.quantize_mxfp8(x, columnwise=True)
+    for offs in ([5, 5, 130, 131, 200, 256], [40, 10, 300, 250, 256, 256]):  # ragged/empty; bad offsets
+        o = torch.tensor(offs, device=dev, dtype=torch.int32)
+        for scaling in ("tensor", "token"):
+            scalemm.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+            scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=True,
+                                           stochastic_rounding=True, seed=2)
+        scalemm.quantize_mxfp8_grouped(x, o)
+    w = torch.randn(3, 64, 192, device=dev, dtype=torch.bfloat16)
+    scalemm.quantize_fp8_stacked(w, scaling="token")
+    scalemm.quantize_nvfp4_stacked(w, scaling="token")
+    scalemm.quantize_nvfp4_residual(x, [0, 5, 17])
+
+
+def fp8_gemms(dev):
+    a = scalemm.quantize_fp8(torch.randn(7, 256, device=dev), scaling="token")
+    b = scalemm.quantize_fp8(torch.randn(128, 256, device=dev), scaling="token")
+    for M in (1, 7):
+        scalemm.gemm(scalemm.quantize_fp8(torch.randn(M, 256, device=dev), scaling="token"), b)
+    scalemm.gemm(a, b, out_dtype=torch.float32, fast_accum=True)
+    sizes = [0, 5, 130, 0, 1, 17]
+    T, G, N, K = sum(sizes), len(sizes), 64, 64
+    offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
+    x8 = torch.randn(T, K, device=dev).to(torch.float8_e4m3fn)
+    w8 = torch.randn(G, N, K, device=dev).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(T, device=dev), torch.rand(G, N, device=dev)
+    scalemm.grouped_gemm(x8, w8, offs, sa, sb)
+    bad = torch.tensor([40, 10, 500, 153, 153, 90], device=dev, dtype=torch.int32)
+    scalemm.grouped_gemm(x8, w8, bad, sa, sb)
+    xq = scalemm.quantize_fp8_grouped(torch.randn(T, K, device=dev), offs, scaling="token", columnwise=True)
+    dq = scalemm.quantize_fp8_grouped(torch.randn(T, N, device=dev), offs, scaling="token", columnwise=True)
+    scalemm.grouped_gemm_wgrad(dq, xq)
+
+
+def nvfp4_gemms(dev):
+    w = scalemm.quantize_nvfp4(torch.randn(256, 2064, device=dev, dtype=torch.bfloat16), scaling="token")
+    for M in (1, 7, 130):
+        x = torch.randn(M, 2064, device=dev, dtype=torch.bfloat16)
+        scalemm.gemm(x, w, out_dtype=torch.float32)
+        scalemm.gemm(scalemm.quantize_nvfp4(x, scaling="token"), w)
+    sizes = [5, 0, 130, 1, 0, 17]
+    T, G = sum(sizes), len(sizes)
+    offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
+    we = scalemm.quantize_nvfp4_stacked(torch.randn(G, 128, 512, device=dev, dtype=torch.bfloat16), scaling="token")
+    x = torch.randn(T + 3, 512, device=dev, dtype=torch.bfloat16)
+    scalemm.grouped_gemm(x, we, offs, out_dtype=torch.float32)
+    scalemm.grouped_gemm(scalemm.quantize_nvfp4_grouped(x[:T], offs, scaling="token"), we, None)
+    bad = torch.tensor([40, 10, 500, 153, 153, 90], device=dev, dtype=torch.int32)
+    scalemm.grouped_gemm(x[:T], we, bad)
+
+
+STAGES = {"quant": quantizers, "gemm": fp8_gemms, "nvfp4": nvfp4_gemms}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default=",".join(STAGES))
+    args = p.parse_args()
+    for name in args.only.split(","):
+        STAGES[name]("cuda")
+        torch.cuda.synchronize()
+        print(f"sanitize pass: {name} ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
