@@ -16,6 +16,7 @@ from . import epilogues as epi
 from . import reference
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
+from .formats.base import check_host_offsets, check_offsets
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _epilogue_input, _resolve_epilogue, _unwrap
 from .jit import KernelSpec, build, i64, ptr
 
@@ -283,11 +284,42 @@ wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int
 
 
 def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
-    """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width], group g's
-    rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
-    Groups follow formats/layout.py's rule (offsets clamped into [0, T], then a running max); rows
-    past the last group end belong to no group. `width` must be >= T + 15 * G (the layout's worst
-    case, layout.wgrad_width), so it is known without reading the offsets. Device ops, no sync."""
+    """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width] of x's dtype,
+    group g's rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
+
+    x: a 2-D tensor of any dtype of 1, 2, 4 or 8 bytes (the values are moved as raw bits), T >= 0.
+    offsets: int32 [G] on x's device, cumulative row ends; offsets[-1] < T is fine (rows past the
+      last group end belong to no group and appear in no column).
+    width: an int >= T + 15 * G (the layout's worst case, known without reading the offsets);
+      grouped_gemm_wgrad also needs a multiple of 16 (layout.wgrad_width(T, G) is both).
+    CPU offsets are checked (non-decreasing, in [0, T]). CUDA offsets are never read on the host
+    (device ops, no sync, CUDA-graph capturable), so they cannot be checked: there the groups follow
+    formats/layout.py's rule (each offset clamped into [0, T], then a running max), which keeps every
+    access in bounds whatever the offsets hold; bad offsets give an unspecified layout, never a
+    fault or a device-side assert.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"'x' must be 2-D [T, C] (rows sorted by group), got shape {tuple(x.shape)}")
+    if x.element_size() not in _SAME_WIDTH_INT:
+        raise TypeError(f"'x' must have an element size of 1, 2, 4 or 8 bytes, got {x.dtype}")
+    G = check_offsets(offsets, x)
+    T = x.shape[0]
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise TypeError(f"'width' must be an int, got {type(width).__name__}")
+    if width < T + (layout.WGRAD_ALIGN - 1) * G:
+        raise ValueError(f"'width' must be >= T + 15 G = {T} + 15 * {G} = {T + 15 * G}, got {width} "
+                         f"(layout.wgrad_width(T, G) = {layout.wgrad_width(T, G)} also suits grouped_gemm_wgrad)")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'x')")
+    return _pad_groups_transposed_device(x, offsets, width)
+
+
+def _pad_groups_transposed_device(x, offsets, width):
+    """pad_groups_transposed without the host checks: device ops only. In bounds for any offsets when
+    width >= T + 15 G: with the clamped, non-decreasing group bounds every column index is below
+    p_G + (T - end_{G-1}) <= sum_g (m_g + 15) + T - sum_g m_g <= T + 15 G (rows past the last group
+    take the columns from p_G on); the columns are distinct, so the scatter writes each at most once."""
     T, C = x.shape
     col = layout.wgrad_token_columns(offsets, T)
     in_group = layout.row_groups(offsets, T) < offsets.numel()

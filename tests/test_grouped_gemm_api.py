@@ -230,3 +230,80 @@ def test_grouped_gemm_epilogue_tree_errors():
         scalemm.grouped_gemm(a, b, offs, torch.ones(G), sb, epilogue=plain, scale_a_per="group")
     with pytest.raises(TypeError, match="epilogue must be"):
         scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=3)
+
+
+# ---------------------------------------------------------------------------
+# pad_groups_transposed: every argument checked; CPU offsets read on the host, CUDA ones never
+# ---------------------------------------------------------------------------
+
+def _padded_by_rule(x, ends, width):
+    """The wgrad layout of x built by hand from the layout's rule (offsets clamped into [0, T],
+    then a running max; rows past the last group end belong to no group)."""
+    T = x.shape[0]
+    bounds, p = [], [0]
+    for e in ends:
+        bounds.append(max([min(max(e, 0), T)] + bounds[-1:]))
+    starts = [0] + bounds[:-1]
+    want = torch.zeros(x.shape[1], width, dtype=x.dtype)
+    for s, e in zip(starts, bounds):
+        want[:, p[-1]:p[-1] + e - s] = x[s:e].t()
+        p.append(p[-1] + -(-(e - s) // 16) * 16)
+    return want
+
+
+def test_pad_groups_transposed_validates_arguments():
+    x, o = torch.randn(48, 32).to(torch.bfloat16), torch.tensor([10, 10, 30, 48], dtype=torch.int32)
+    with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
+        pad_groups_transposed(x.tolist(), o, 112)
+    with pytest.raises(ValueError, match=r"'x' must be 2-D \[T, C\]"):
+        pad_groups_transposed(x[0], o, 112)
+    with pytest.raises(TypeError, match="'x' must have an element size of 1, 2, 4 or 8 bytes"):
+        pad_groups_transposed(torch.zeros(48, 32, dtype=torch.complex128), o, 112)
+    with pytest.raises(TypeError, match="'offsets' must be int32"):
+        pad_groups_transposed(x, o.long(), 112)
+    with pytest.raises(ValueError, match="'offsets' is on meta"):
+        pad_groups_transposed(x, o.to("meta"), 112)
+    for bad in (112.0, True, None):
+        with pytest.raises(TypeError, match="'width' must be an int"):
+            pad_groups_transposed(x, o, bad)
+    with pytest.raises(ValueError, match=r"'width' must be >= T \+ 15 G = 48 \+ 15 \* 4 = 108, got 107"):
+        pad_groups_transposed(x, o, 107)
+    assert pad_groups_transposed(x, o, 108).shape == (32, 108)  # the bound itself is enough
+
+
+@pytest.mark.parametrize("ends,match", [
+    ((10, 5, 30, 48), r"'offsets' must be non-decreasing: offsets\[1\] = 5 < offsets\[0\] = 10"),
+    ((-1, 10, 30, 48), r"'offsets' must be >= 0: offsets\[0\] = -1"),
+    ((10, 10, 30, 49), r"'offsets' must be <= T = 48 \(the rows of 'x'\): offsets\[3\] = 49"),
+])
+def test_pad_groups_transposed_cpu_offsets_checked(ends, match):
+    x = _int_fp8(48, 32)
+    with pytest.raises(ValueError, match=match):
+        pad_groups_transposed(x, torch.tensor(ends, dtype=torch.int32), 112)
+
+
+def test_pad_groups_transposed_rows_past_the_last_group():
+    """offsets[-1] < T is allowed (as for the quantizers and the grouped GEMMs): rows past the last group
+    end belong to no group and appear in no column. The brief's example: T = 48, offsets ending at 40."""
+    x, ends = _int_fp8(48, 32), (10, 10, 30, 40)
+    got = pad_groups_transposed(x, torch.tensor(ends, dtype=torch.int32), 112)
+    assert torch.equal(got.view(torch.uint8), _padded_by_rule(x.view(torch.uint8), ends, 112))
+    empty = pad_groups_transposed(_int_fp8(0, 32), torch.zeros(3, dtype=torch.int32), 48)  # T = 0
+    assert empty.shape == (32, 48) and not empty.view(torch.uint8).any()
+
+
+def test_pad_groups_transposed_device_path_stays_in_bounds():
+    """The path a CUDA tensor takes (offsets never read on the host): any offsets, however bad, give
+    the clamped rule's layout and only in-bounds accesses (an out-of-bounds index raises on CPU, and
+    would be a device-side assert on CUDA), with the smallest width allowed."""
+    from scalemm.grouped import _pad_groups_transposed_device
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        T, G = int(torch.randint(0, 70, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+        ends = torch.randint(-20, T + 40, (G,), generator=g)
+        if trial % 3 == 0:
+            ends = torch.sort(ends).values.clamp(0, T)  # valid offsets too
+        x = torch.randint(-100, 100, (T, 5), generator=g, dtype=torch.int16)
+        width = T + 15 * G
+        got = _pad_groups_transposed_device(x, ends.to(torch.int32), width)
+        assert torch.equal(got, _padded_by_rule(x, ends.tolist(), width)), (T, ends.tolist())

@@ -12,7 +12,7 @@ import torch
 import scalemm
 import scalemm.quantize_grouped as sqg
 from scalemm import reference as ref
-from scalemm.grouped import pad_groups_transposed
+from scalemm.grouped import _pad_groups_transposed_device, pad_groups_transposed
 
 GROUPED = [scalemm.quantize_fp8_grouped, scalemm.quantize_nvfp4_grouped, scalemm.quantize_mxfp8_grouped]
 
@@ -179,9 +179,10 @@ def test_offsets_helpers():
 
 @pytest.mark.parametrize("ends,T", [((10, 5, 20), 20), ((10, 5, 22), 22), ((10, 5, 15), 20), ((-3, 12, 99), 30)])
 def test_wgrad_columns_one_rule(ends, T):
-    """grouped.wgrad_column_starts and pad_groups_transposed follow the layout's rule (offsets clamped
-    into [0, T], then a running max), as the reference and the quantization kernels do: a group that
-    ends before the previous one is empty, and the next one starts where the previous one ended."""
+    """grouped.wgrad_column_starts and pad_groups_transposed's device path follow the layout's rule
+    (offsets clamped into [0, T], then a running max), as the reference and the quantization kernels
+    do: a group that ends before the previous one is empty, and the next one starts where the
+    previous one ended. (CPU offsets like these are refused by the public functions.)"""
     o = offs(*ends)
     G = len(ends)
     clamped = [min(max(e, 0), T) for e in ends]
@@ -196,10 +197,13 @@ def test_wgrad_columns_one_rule(ends, T):
     want = torch.zeros(32, W, dtype=x.dtype)
     for g, (s, e) in enumerate(zip(starts, bounds)):
         want[:, p[g]:p[g] + e - s] = x[s:e].t()  # rows past the last group end belong to no group
-    assert torch.equal(pad_groups_transposed(x, o, W), want)
+    assert torch.equal(_pad_groups_transposed_device(x, o, W), want)
+    with pytest.raises(ValueError, match="'offsets' must be"):
+        pad_groups_transposed(x, o, W)
     # the layout the FP8 quantizer writes: with per-group scales the wgrad copy is the rowwise bytes, transposed
-    q = scalemm.quantize_fp8_grouped(x, o, columnwise=True)
-    assert torch.equal(pad_groups_transposed(q.data.view(torch.uint8), o, W), q.columnwise.data.view(torch.uint8))
+    q = ref.quantize_fp8_grouped(x, o, columnwise=True)
+    assert torch.equal(_pad_groups_transposed_device(q.data.view(torch.uint8), o, W),
+                       q.columnwise.data.view(torch.uint8))
 
 
 # ---------------------------------------------------------------------------

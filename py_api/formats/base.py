@@ -1,9 +1,10 @@
 """What the format containers share: the _Container base and the validators of their metadata and
 of the arguments every quantizer and the reference take (one owner for each rule).
 
-Validators read metadata only (dtype, shape, device, Python values), never tensor data: no host
-sync. Errors name the offending field or argument: container fields as "Cls: 'field' ...",
-arguments as "'name' ...".
+Validators read metadata only (dtype, shape, device, Python values), never device data: no host
+sync. The one exception reads values of a CPU tensor, which costs no sync (check_host_offsets).
+Errors name the offending field or argument: container fields as "Cls: 'field' ...", arguments as
+"'name' ...".
 """
 from __future__ import annotations
 
@@ -92,6 +93,29 @@ def check_offsets(offsets, x: torch.Tensor) -> int:
     if not offsets.is_contiguous():
         raise ValueError("'offsets' must be contiguous")
     return offsets.numel()
+
+
+def check_host_offsets(offsets: torch.Tensor, limit: Optional[int] = None, limit_desc: str = "") -> None:
+    """CPU offsets (their values are readable without a device sync): cumulative ends from 0,
+    non-decreasing, each at most `limit` when given (`limit_desc` names it, e.g. "T = 48 (the rows
+    of 'x')"). CUDA offsets are not read: the device code clamps them into range and makes them
+    non-decreasing (formats/layout.py), so bad ones give unspecified but in-bounds results."""
+    if offsets.device.type != "cpu" or offsets.numel() == 0:
+        return
+    o = offsets.to(torch.int64)
+    prev = torch.cat([o.new_zeros(1), o[:-1]])
+    bad = (o < prev).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        if i == 0:
+            raise ValueError(f"'offsets' must be >= 0: offsets[0] = {int(o[0])} (cumulative row ends)")
+        raise ValueError(f"'offsets' must be non-decreasing: offsets[{i}] = {int(o[i])} < offsets[{i - 1}] = "
+                         f"{int(o[i - 1])} (cumulative row ends)")
+    if limit is not None:
+        over = (o > limit).nonzero()
+        if over.numel():
+            i = int(over[0])
+            raise ValueError(f"'offsets' must be <= {limit_desc or limit}: offsets[{i}] = {int(o[i])}")
 
 
 # ---------------------------------------------------------------------------
