@@ -19,6 +19,7 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
+from .formats.base import check_host_offsets
 from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned
 from .jit import KernelSpec, build
 
@@ -443,6 +444,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] (one per expert of b) on "
                          f"{device}")
     T = a.shape[0]
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device
                              or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous [G, N] or [N] tensor of {out_dtype} on {device}")

@@ -180,11 +180,12 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
       CPU tensors run scalemm.reference.grouped_gemm_reference (the tree evaluated per group on the
       fp32 product); the checks are the same on both devices.
 
-    The offsets are never read on the host: the call is CUDA-graph capturable and replays see
+    CUDA offsets are never read on the host: the call is CUDA-graph capturable and replays see
     new offsets. They cannot be validated without a host sync either: on the device each offset
     is clamped into [0, T] and a group whose end precedes its start is empty, so bad offsets
     never cause out-of-bounds accesses (overlapping groups leave the overlapped rows
-    unspecified); offsets must be non-decreasing with offsets[-1] == T.
+    unspecified); offsets must be non-decreasing with offsets[-1] <= T (rows past it are not
+    written). CPU offsets are read (no sync) and bad ones raise a ValueError.
     """
     if isinstance(b, GroupedNVFP4Tensor):  # NVFP4 expert weights: exact emulation on bf16 tensor cores
         from . import gemm_nvfp4
@@ -210,6 +211,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] on {device}, got "
                          f"{getattr(offsets, 'dtype', type(offsets))} {tuple(getattr(offsets, 'shape', ()))}")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
     if scale_a is None or scale_b is None:
@@ -348,8 +350,10 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
       scale_x:  fp32 [G] or [G, K].
     Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
     and x_t (their wgrad-layout copies, scales and offsets are used).
-    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. A group whose columns
-    would run past W (inconsistent offsets) is treated as empty rather than read out of bounds.
+    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. CUDA offsets are not read
+    on the host: a group whose columns would run past W (inconsistent offsets) is treated as
+    empty rather than read out of bounds. CPU offsets are checked (non-decreasing from 0, their
+    padded columns within W).
     CPU tensors run scalemm.reference.grouped_gemm_reference(..., wgrad=True); the checks are the
     same on both devices.
     """
@@ -384,6 +388,12 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     G = offsets.numel()
     if W % 16:
         raise ValueError(f"the padded token width W = {W} must be a multiple of 16 (16-byte TMA rows)")
+    check_host_offsets(offsets)
+    if device.type == "cpu" and G:
+        used = int(layout.wgrad_column_starts(offsets)[-1])
+        if used > W:
+            raise ValueError(f"'offsets' put the groups in {used} wgrad columns (16-aligned starts), more than "
+                             f"W = {W}: they do not match dy_t / x_t")
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
     if K % _PER_16_BYTES[out_dtype]:

@@ -5,13 +5,15 @@ CUDA tensors run cutlass_kernels/include/scalemm/quant_grouped.cuh, CPU tensors 
 reference (scalemm.reference.quantize_*_grouped); both give the same bytes.
 
 Offsets: int32 [G] on x's device, cumulative row ends (torch._grouped_mm's `offs`): group g owns
-rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). They are never read on the host:
-the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
+rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). CUDA offsets are never read on the
+host: the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
 states the rule), so bad offsets give short or empty groups, never out-of-bounds accesses, and
-every call is CUDA-graph capturable (replays may see new offsets). Empty groups and groups of any
-size are fine. Rows past offsets[-1] belong to no group: their rowwise data is zero and they take
-no scale rows. An empty x (T = 0) gives containers of empty groups, on either device, with no
-kernel and no look at the offsets.
+every call is CUDA-graph capturable (replays may see new offsets). CPU offsets cost nothing to
+read and are checked instead: non-decreasing, in [0, T], else a ValueError (scalemm.reference keeps
+the clamping rule, the oracle of the CUDA path). Empty groups and groups of any size are fine.
+Rows past offsets[-1] belong to no group: their rowwise data is zero and they take no scale rows.
+An empty x (T = 0) gives containers of empty groups, on either device, with no kernel (and, on
+CUDA, no look at the offsets).
 
 Each call is a fixed sequence of launches whatever the offsets: a 1-CTA setup kernel (clamped
 ends and the padded position tables), memsets of the amax scratch, one amax pass over x (not for
@@ -27,7 +29,7 @@ import torch
 from . import quantize as _q
 from . import reference
 from .formats import MXFP8, NVFP4, layout
-from .formats.base import Shapes, check_input, check_last_dim, check_offsets, check_scaling
+from .formats.base import Shapes, check_host_offsets, check_input, check_last_dim, check_offsets, check_scaling
 from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
 from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
@@ -62,11 +64,12 @@ def _check_x(x, name: str = "x") -> None:
     check_last_dim(x, name)
 
 
-def _check_offsets(offsets, x: torch.Tensor) -> int:
+def _check_offsets(offsets, x: torch.Tensor, name: str = "x") -> int:
     G = check_offsets(offsets, x)
     T = x.shape[0]
     if T + 128 * G + 64 > _INT32_LIMIT:  # the device tables are int32
         raise ValueError(f"T + 128 G must stay below 2^31, got T={T}, G={G}")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of '{name}')")
     return G
 
 

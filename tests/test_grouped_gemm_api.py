@@ -73,6 +73,35 @@ def test_grouped_bad_input_on_cpu():
         scalemm.grouped_gemm(a, _int_fp8(2, 12, 128), offs, sa, torch.ones(2, 12))
 
 
+@pytest.mark.parametrize("ends,match", [
+    ((3, 2), r"'offsets' must be non-decreasing: offsets\[1\] = 2 < offsets\[0\] = 3"),
+    ((-1, 8), r"'offsets' must be >= 0: offsets\[0\] = -1"),
+    ((3, 9), r"'offsets' must be <= T = 8 \(the rows of 'a'\): offsets\[1\] = 9"),
+])
+def test_grouped_gemm_cpu_offsets_are_checked(ends, match):
+    """CPU offsets cost nothing to read: bad ones are refused (on CUDA the kernels clamp them)."""
+    a, b, _ = _problem([3, 5])
+    o = torch.tensor(ends, dtype=torch.int32)
+    with pytest.raises(ValueError, match=match):
+        scalemm.grouped_gemm(a, b, o, torch.ones(8), torch.ones(2, 16))
+    w4 = scalemm.quantize_nvfp4_stacked(torch.randn(2, 16, 32))
+    with pytest.raises(ValueError, match=match):
+        scalemm.grouped_gemm(torch.randn(8, 32).to(torch.bfloat16), w4, o)
+
+
+def test_grouped_gemm_wgrad_cpu_offsets_are_checked():
+    dy_t, x_t, s = _int_fp8(16, 32), _int_fp8(32, 32), torch.ones(2)
+    with pytest.raises(ValueError, match=r"'offsets' must be non-decreasing: offsets\[1\] = 3 < offsets\[0\] = 5"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([5, 3], dtype=torch.int32), s, s)
+    with pytest.raises(ValueError, match=r"'offsets' must be >= 0"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([-5, 3], dtype=torch.int32), s, s)
+    # groups of 17 and 1 tokens take 32 + 16 = 48 padded columns: more than W = 32
+    with pytest.raises(ValueError, match=r"'offsets' put the groups in 48 wgrad columns \(16-aligned starts\), "
+                                         r"more than W = 32"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([17, 18], dtype=torch.int32), s, s)
+    assert scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([16, 32], dtype=torch.int32), s, s).shape == (2, 16, 32)
+
+
 def test_grouped_heuristic_and_scale_modes():
     from scalemm.cutlass_kernels.configs import default_grouped_config
     from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
@@ -123,11 +152,16 @@ def test_grouped_gemm_cpu_scale_modes_and_out():
         assert torch.equal(out[s:e], (sa_g[g] * sb_g[g]) * acc)
         assert torch.equal(shared[s:e], (0.5 * sb_n) * acc)
     # rows past the last group end are not written (as on the GPU)
-    short = torch.tensor([4, 2, 8, 8], dtype=torch.int32)  # decreasing: group 1 is empty, group 2 rows 4..7
+    short = torch.tensor([4, 4, 8, 8], dtype=torch.int32)  # group 1 is empty, group 2 rows 4..7
     buf = torch.full((T, N), float("nan"))
     scalemm.grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf)
     assert torch.isnan(buf[8:]).all() and not torch.isnan(buf[:8]).any()
     assert torch.equal(buf[4:8], (sa_g[2] * sb_g[2]) * (a[4:8].float() @ b[2].float().T))
+    # decreasing offsets are refused on CPU; the reference (what CUDA offsets get) clamps them: group 1 empty
+    decreasing = torch.tensor([4, 2, 8, 8], dtype=torch.int32)
+    got = ref.grouped_gemm_reference(a, b, decreasing, inputs={"scale_a": sa_g, "scale_b": sb_g, "bias": None},
+                                     per_group={"scale_a", "scale_b"}, accum_dtype=torch.float32)
+    assert torch.equal(got[:8], buf[:8]) and (got[8:] == 0).all()
 
 
 def test_grouped_gemm_cpu_containers():

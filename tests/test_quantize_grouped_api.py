@@ -77,6 +77,23 @@ def test_offsets_validation(fn, no_dispatch):
         fn(x, offs(10, 0, 40, 0)[::2])
 
 
+BAD_CPU_OFFSETS = [
+    ((10, 5, 40), r"'offsets' must be non-decreasing: offsets\[1\] = 5 < offsets\[0\] = 10"),
+    ((-3, 40), r"'offsets' must be >= 0: offsets\[0\] = -3"),
+    ((10, 41), r"'offsets' must be <= T = 40 \(the rows of 'x'\): offsets\[1\] = 41"),
+]
+
+
+@pytest.mark.parametrize("fn", GROUPED)
+@pytest.mark.parametrize("ends,match", BAD_CPU_OFFSETS)
+def test_cpu_offsets_are_checked(fn, ends, match, no_dispatch):
+    """CPU offsets cost nothing to read: bad ones are refused (CUDA offsets keep the clamping rule)."""
+    with pytest.raises(ValueError, match=match):
+        fn(x_(40, 64), offs(*ends))
+    with pytest.raises(ValueError, match=r"'offsets' must be <= T = 0"):  # T = 0 too
+        fn(x_(0, 64), offs(0, 3))
+
+
 def test_k_multiple_and_flags(no_dispatch):
     o = offs(10, 40)
     with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 16, got 40"):
@@ -256,15 +273,17 @@ def test_fp8_cpu_matches_single_tensor(sizes, scaling):
 
 def test_fp8_rows_past_last_group_and_bad_offsets():
     x = x_(50, 32, seed=3)
-    q = scalemm.quantize_fp8_grouped(x, offs(10, 5, 30), scaling="token", columnwise=True)
+    q = scalemm.quantize_fp8_grouped(x, offs(10, 10, 30), scaling="token", columnwise=True)
     assert torch.count_nonzero(q.data[30:].view(torch.uint8)) == 0
     assert torch.equal(q.scale_inv[30:], torch.ones(20))
     assert torch.count_nonzero(q.data[:30].view(torch.uint8)) > 0
-    # group 1 (offset 5 < 10) is empty after the clamp
-    assert torch.equal(q.columnwise.scale_inv[1], torch.ones(32))
-    q2 = scalemm.quantize_fp8_grouped(x, offs(10, 10, 30), scaling="token", columnwise=True)
-    assert torch.equal(q.columnwise.data.view(torch.uint8), q2.columnwise.data.view(torch.uint8))
-    big = scalemm.quantize_fp8_grouped(x, offs(-3, 10_000))  # clamped: [0, 0), [0, 50)
+    assert torch.equal(q.columnwise.scale_inv[1], torch.ones(32))  # the empty group
+    # bad offsets (refused on CPU; the reference, like the kernels, clamps them): group 1 (offset 5 < 10)
+    # is empty after the clamp
+    bad = ref.quantize_fp8_grouped(x, offs(10, 5, 30), scaling="token", columnwise=True)
+    assert torch.equal(bad.columnwise.data.view(torch.uint8), q.columnwise.data.view(torch.uint8))
+    assert torch.equal(bad.data.view(torch.uint8), q.data.view(torch.uint8))
+    big = ref.quantize_fp8_grouped(x, offs(-3, 10_000))  # clamped: [0, 0), [0, 50)
     assert torch.equal(big.scale_inv[0], torch.tensor(1.0))
     assert torch.equal(big.scale_inv[1], scalemm.quantize_fp8(x).scale_inv)
 
@@ -468,12 +487,15 @@ def _assert_filled(t, shape, dtype, fill):
                        torch.full(shape, float(fill)))
 
 
-EMPTY_OFFSETS = [offs(0, 0, 0), offs(5, -2, 9)]  # whatever the offsets say, T = 0 clamps them to 0
+# (the public functions' offsets, the reference's): CPU offsets must be valid (all 0 for T = 0); the
+# reference, like the CUDA path, clamps any offsets to 0 when T = 0
+EMPTY_OFFSETS = [(offs(0, 0, 0), offs(0, 0, 0)), (offs(0, 0, 0), offs(5, -2, 9))]
 
 
 @pytest.mark.parametrize("o", EMPTY_OFFSETS)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_empty_x_fp8_grouped(o, scaling):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.bfloat16)
     q = scalemm.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
     W = 48  # wgrad_width(0, 3): 15 G padding columns rounded up to 16
@@ -482,7 +504,7 @@ def test_empty_x_fp8_grouped(o, scaling):
     _assert_filled(q.scale_inv, (3,) if scaling == "tensor" else (0,), torch.float32, 1)  # empty group: amax 0
     _assert_filled(q.columnwise.data, (64, W), torch.float8_e4m3fn, 0)
     _assert_filled(q.columnwise.scale_inv, (3,) if scaling == "tensor" else (3, 64), torch.float32, 1)
-    want = ref.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+    want = ref.quantize_fp8_grouped(x, o_ref, scaling=scaling, columnwise=True)
     for got, exp in ((q, want), (q.columnwise, want.columnwise)):
         assert torch.equal(got.data.view(torch.uint8), exp.data.view(torch.uint8))
         assert torch.equal(got.scale_inv, exp.scale_inv)
@@ -495,6 +517,7 @@ def test_empty_x_fp8_grouped(o, scaling):
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 @pytest.mark.parametrize("rht", [False, True])
 def test_empty_x_nvfp4_grouped(o, scaling, rht):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.float32)
     q = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
                                        seed=3)
@@ -513,7 +536,7 @@ def test_empty_x_nvfp4_grouped(o, scaling, rht):
     _assert_filled(c.sf_offsets, (3,), torch.int32, 0)
     _assert_filled(c.alpha, gc, torch.float32, 1)
     _assert_filled(c.amax, gc, torch.float32, 0)
-    want = ref.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
+    want = ref.quantize_nvfp4_grouped(x, o_ref, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
                                       seed=3)
     for got, exp in ((q, want), (c, want.columnwise)):
         for f in ("qdata", "scales", "sf_offsets", "alpha", "amax"):
@@ -524,13 +547,14 @@ def test_empty_x_nvfp4_grouped(o, scaling, rht):
 
 @pytest.mark.parametrize("o", EMPTY_OFFSETS)
 def test_empty_x_mxfp8_grouped(o):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.bfloat16)
     q = scalemm.quantize_mxfp8_grouped(x, o)
     assert isinstance(q, scalemm.GroupedMXFP8) and q.shape == (0, 64)
     _assert_filled(q.data, (0, 64), torch.float8_e4m3fn, 0)
     _assert_filled(q.scales, (384 * 4,), torch.uint8, 0)
     _assert_filled(q.sf_offsets, (3,), torch.int32, 0)
-    want = ref.quantize_mxfp8_grouped(x, o)
+    want = ref.quantize_mxfp8_grouped(x, o_ref)
     assert torch.equal(q.scales, want.scales) and torch.equal(q.sf_offsets, want.sf_offsets)
     assert q.dequantize().shape == (0, 64)
 
