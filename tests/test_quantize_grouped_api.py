@@ -477,6 +477,31 @@ def test_containers_to_and_repr():
         f.dequantize()
 
 
+def _every_container():
+    x, o = x_(32, 64), offs(10, 32)
+    return [scalemm.quantize_fp8(x), scalemm.quantize_nvfp4(x), scalemm.quantize_mxfp8(x),
+            scalemm.quantize_fp8_grouped(x, o), scalemm.quantize_nvfp4_grouped(x, o), scalemm.quantize_mxfp8_grouped(x, o)]
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_container_dequantize_and_to_check_their_argument(i):
+    c = _every_container()[i]
+    name = type(c).__name__
+    with pytest.raises(TypeError, match=r"'dtype' must be a torch.dtype \(.*\), got str 'bf16'"):
+        c.dequantize("bf16")
+    for bad in (torch.int32, torch.uint8, torch.bool, torch.float8_e4m3fn):
+        with pytest.raises(TypeError, match=f"'dtype' must be a floating-point dtype .*, got {bad}"):
+            c.dequantize(bad)
+    assert c.dequantize(torch.float64).dtype == torch.float64
+    with pytest.raises(TypeError, match=f"{name}.to takes a device, got the dtype torch.bfloat16: a container "
+                                        "keeps its format's dtypes"):
+        c.to(torch.bfloat16)
+    with pytest.raises(ValueError, match=f"{name}.to: 'device' must be a torch.device, a device string or an "
+                                         "index, got 'bf16'"):
+        c.to("bf16")
+    assert c.to("cpu").device == torch.device("cpu") and c.to(torch.device("cpu")).shape == c.shape
+
+
 # ---------------------------------------------------------------------------
 # an empty x (T = 0, an expert-parallel rank with no tokens): every group is empty
 # ---------------------------------------------------------------------------

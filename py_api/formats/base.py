@@ -118,6 +118,35 @@ def check_host_offsets(offsets: torch.Tensor, limit: Optional[int] = None, limit
             raise ValueError(f"'offsets' must be <= {limit_desc or limit}: offsets[{i}] = {int(o[i])}")
 
 
+DEQUANTIZE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def check_dequantize_dtype(dtype) -> torch.dtype:
+    """The dtype a container dequantizes to: fp32, bf16, fp16 or fp64 (decoded in fp32, then cast)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"'dtype' must be a torch.dtype (torch.float32, torch.bfloat16, torch.float16 or "
+                        f"torch.float64), got {type(dtype).__name__} {dtype!r}")
+    if dtype not in DEQUANTIZE_DTYPES:
+        raise TypeError(f"'dtype' must be a floating-point dtype (torch.float32, torch.bfloat16, torch.float16 or "
+                        f"torch.float64), got {dtype}")
+    return dtype
+
+
+def check_device(cls: str, device) -> torch.device:
+    """The argument of a container's .to(device): a device, never a dtype (the formats fix the dtypes)."""
+    if isinstance(device, torch.dtype):
+        raise TypeError(f"{cls}.to takes a device, got the dtype {device}: a container keeps its format's dtypes "
+                        "(dequantize(dtype) gives a tensor of another dtype)")
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+        raise TypeError(f"{cls}.to: 'device' must be a torch.device, a device string or an index, got "
+                        f"{type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{cls}.to: 'device' must be a torch.device, a device string or an index, got "
+                         f"{device!r}") from None
+
+
 # ---------------------------------------------------------------------------
 # container fields
 # ---------------------------------------------------------------------------
@@ -248,7 +277,9 @@ def move(t: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
 
 class _Container:
     """What every quantized container shares: its logical shape's M and K, whether it holds the
-    rowwise copy, and its device. `_ROW` names the rowwise payload attribute."""
+    rowwise copy, and its device. `_ROW` names the rowwise payload attribute. Every container also
+    has dequantize(dtype) (dtype fp32, bf16, fp16 or fp64) and to(device) (a device only: the
+    format fixes the dtypes)."""
     __slots__ = ()
     _ROW = "data"
 

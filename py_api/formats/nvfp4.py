@@ -11,8 +11,9 @@ import torch
 
 from . import NVFP4, layout
 from .layout import SF_TILE_ROWS, grouped_scale_rows
-from .base import (Shapes, _Container, check_all_or_none, check_bool, check_columnwise, check_fields,
-                   check_grouped_columnwise, check_grouped_meta, check_orig_dtype, check_scaling, check_shape, move)
+from .base import (Shapes, _Container, check_all_or_none, check_bool, check_columnwise, check_dequantize_dtype,
+                   check_device, check_fields, check_grouped_columnwise, check_grouped_meta, check_orig_dtype,
+                   check_scaling, check_shape, move)
 
 __all__ = ["NVFP4Tensor", "GroupedNVFP4Tensor", "nvfp4_shapes", "grouped_nvfp4_shapes", "e2m1_decode", "pack_fp4",
            "unpack_fp4", "dequantize_nvfp4", "dequantize_nvfp4_grouped", "residual_width", "residual_channels",
@@ -162,6 +163,7 @@ class NVFP4Tensor(_Container):
 
     def to(self, device) -> "NVFP4Tensor":
         """A copy with every tensor (and the columnwise copy) moved to `device`."""
+        device = check_device("NVFP4Tensor", device)
         return NVFP4Tensor(
             move(self.qdata, device), move(self.scales, device), move(self.alpha, device),
             move(self.amax, device), self.shape, self.scaling, self.orig_dtype, self.rht,
@@ -240,6 +242,7 @@ class GroupedNVFP4Tensor(_Container):
 
     def to(self, device) -> "GroupedNVFP4Tensor":
         """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
+        device = check_device("GroupedNVFP4Tensor", device)
         return GroupedNVFP4Tensor(
             move(self.qdata, device), move(self.scales, device), move(self.sf_offsets, device),
             move(self.alpha, device), move(self.amax, device), self.offsets.to(device), self.shape, self.scaling,
@@ -265,6 +268,7 @@ def dequantize_nvfp4(t: NVFP4Tensor, dtype: torch.dtype = torch.float32, *,
     """
     if not isinstance(t, NVFP4Tensor):
         raise TypeError(f"'t' must be an NVFP4Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.qdata is None:
         raise ValueError("'t' has no rowwise copy (rowwise=False); dequantize t.columnwise "
                          "to get x.T")
@@ -286,6 +290,7 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
         raise ValueError("'padded' applies to a 'wgrad'-layout container")
     if not isinstance(t, GroupedNVFP4Tensor):
         raise TypeError(f"'t' must be a GroupedNVFP4Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.qdata is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
     T, K = t.shape
