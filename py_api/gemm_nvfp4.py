@@ -326,10 +326,12 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
 _ACTIVATIONS = (None, "relu", "gelu", "silu")
 
 
-def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None):
-    if scale_a is not None or scale_b is not None or scale_a_per is not None:
+def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None,
+                   scale_b_per=None):
+    if scale_a is not None or scale_b is not None or scale_a_per is not None or scale_b_per is not None:
         raise ValueError("b is an NVFP4 weight: the global scales come from the containers (an NVFP4 a carries its "
-                         "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None")
+                         "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None, "
+                         "scale_b_per=None")
     if epilogue_inputs:
         raise ValueError("NVFP4 GEMMs take epilogue=None or an activation name; epilogue_inputs is not supported")
     if not (epilogue is None or isinstance(epilogue, str)):
@@ -412,14 +414,15 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
     return gemm_nvfp4(a, b, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)
 
 
-def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None, bias=None, out_dtype=torch.bfloat16,
-                 epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
+def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None, scale_b_per=None, bias=None,
+                 out_dtype=torch.bfloat16, epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
     """scalemm.grouped_gemm for stacked NVFP4 expert weights b (quantize_nvfp4_stacked): validated here, then
     the CUDA kernel or, for CPU tensors, reference.grouped_gemm_reference on the exact dequantized operands."""
     from .formats import GroupedNVFP4Tensor, layout
     from .formats.nvfp4 import dequantize_nvfp4_grouped
     from .reference import grouped_gemm_reference
-    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per)
+    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per,
+                   scale_b_per)
     if b.qdata is None or b.group_rows is None or b.layout != "rows":
         raise ValueError("b must be stacked NVFP4 expert weights from scalemm.quantize_nvfp4_stacked")
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]

@@ -75,17 +75,38 @@ def _scale_a_mode(s, T, G, per):
                      f"got shape {tuple(s.shape)}")
 
 
-def _scale_b_mode(s, G, N):
+def _scale_b_mode(s, G, N, per=None):
+    """The leaf mode of scale_b: [G, N] per expert channel, [G] or [G, 1] per expert, [N] or [1, N]
+    shared by the experts (per channel), or one value. When G == N a 1-D scale_b is ambiguous: `per`
+    ("channel" | "group") says which, as scale_a_per does for scale_a."""
+    if per not in (None, "channel", "group"):
+        raise ValueError(f"scale_b_per must be None, 'channel' or 'group', got {per!r}")
     if s.numel() == 1:
         return ONE
-    if s.dim() == 2 and tuple(s.shape) == (G, N):
+    shape = tuple(s.shape)
+    if shape == (G, N):
         return PER_GROUP_VEC
-    if s.numel() == G and s.dim() <= 1 and G != 1:
-        return PER_GROUP
-    if s.numel() == N and s.dim() <= 1:
-        return SHARED
-    raise ValueError(f"scale_b must be [G, N] = [{G}, {N}] (per expert channel), [G] (per expert), [N] "
-                     f"(shared) or one value; got shape {tuple(s.shape)}")
+    for two_d, mode, what, other in (((G, 1), PER_GROUP, "[G, 1] (per expert)", "channel"),
+                                     ((1, N), SHARED, "[1, N] (per channel)", "group")):
+        if shape == two_d:
+            if per == other:
+                raise ValueError(f"scale_b is {what} but scale_b_per={per!r}")
+            return mode
+    if s.dim() == 1:
+        n = s.numel()
+        if per is None and n == G == N:
+            raise ValueError(f"scale_b has {n} values and G == N == {n}: say scale_b_per='channel' or 'group' "
+                             "(or pass the shape [1, N] or [G, 1])")
+        if per == "group" or (per is None and n == G):
+            if n != G:
+                raise ValueError(f"scale_b per group must hold G = {G} values, got {n}")
+            return PER_GROUP
+        if per == "channel" or (per is None and n == N):
+            if n != N:
+                raise ValueError(f"scale_b per channel must hold N = {N} values, got {n}")
+            return SHARED
+    raise ValueError(f"scale_b must be [G, N] = [{G}, {N}] (per expert channel), [G] or [G, 1] (per expert), [N] or "
+                     f"[1, N] (shared) or one value; got shape {tuple(s.shape)}")
 
 
 def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
@@ -157,7 +178,7 @@ def _epilogue_leaves(tree, given, extra, rows, G, N, device):
 
 def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16,
                  epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, scale_a_per: str | None = None,
-                 config: GemmConfig | None = None):
+                 scale_b_per: str | None = None, config: GemmConfig | None = None):
     """out[rows of g] = epilogue(scale_a * scale_b[g] * (a[rows of g] @ b[g].T) + bias[g]) for every group g.
 
     Args:
@@ -169,7 +190,9 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         group g owns rows offsets[g-1] .. offsets[g]-1 (offsets[-1] = 0). Empty groups are fine.
       scale_a: fp32 [T] (per token), [G] (per group) or one value. When T == G say which with
         scale_a_per="token" | "group".
-      scale_b: fp32 [G, N] (per expert output channel), [G] (per expert), [N] (shared) or one value.
+      scale_b: fp32 [G, N] (per expert output channel), [G] or [G, 1] (per expert), [N] or [1, N] (per
+        channel, shared by the experts) or one value. When G == N say which a 1-D one is with
+        scale_b_per="channel" | "group" (or use the 2-D shapes).
       bias: optional [G, N] or [N] tensor of out_dtype.
       epilogue: None, an activation applied last ("relu", "gelu", "silu"), or an epilogue tree from
         scalemm.epilogues (resolved as scalemm.gemm does) of RowVector / ColVector leaves. Leaves named
@@ -190,7 +213,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     if isinstance(b, GroupedNVFP4Tensor):  # NVFP4 expert weights: exact emulation on bf16 tensor cores
         from . import gemm_nvfp4
         return gemm_nvfp4.grouped_gemm(a, b, offsets, scale_a=scale_a, scale_b=scale_b, scale_a_per=scale_a_per,
-                                       bias=bias, out_dtype=out_dtype, epilogue=epilogue,
+                                       scale_b_per=scale_b_per, bias=bias, out_dtype=out_dtype, epilogue=epilogue,
                                        epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, config=config)
     a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per)
     a, scale_a = _unwrap(a, scale_a, "a")
@@ -221,7 +244,9 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
             raise TypeError(f"{n} must be a contiguous float32 tensor on {device}")
     if scale_a_per not in (None, "token", "group"):
         raise ValueError(f"scale_a_per must be None, 'token' or 'group', got {scale_a_per!r}")
-    modes = {"scale_a": _scale_a_mode(scale_a, T, G, scale_a_per), "scale_b": _scale_b_mode(scale_b, G, N)}
+    modes = {"scale_a": _scale_a_mode(scale_a, T, G, scale_a_per), "scale_b": _scale_b_mode(scale_b, G, N, scale_b_per)}
+    if modes["scale_b"] in (PER_GROUP, SHARED):  # [G, 1] / [1, N]: the same memory as [G] / [N]
+        scale_b = scale_b.reshape(-1)
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device \
                 or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous():

@@ -121,6 +121,39 @@ def test_grouped_heuristic_and_scale_modes():
         _scale_b_mode(torch.ones(3, 16), 4, 16)
 
 
+def test_grouped_gemm_scale_b_when_G_equals_N():
+    """G == N: a [G] = [N] scale_b is per expert or per channel; the caller says which (scale_b_per),
+    or gives the unambiguous shapes [G, 1] (per expert) / [1, N] (per channel)."""
+    sizes = [3, 0, 5, 1, 0, 2, 4, 1]
+    a, b, offs = _problem(sizes, N=8, K=32)
+    T, G, N = a.shape[0], 8, 8
+    sa, s = _pow2(T, seed=1), _pow2(8, seed=2)
+    with pytest.raises(ValueError, match="scale_b has 8 values and G == N == 8: say scale_b_per='channel' or 'group'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s)
+    f32 = dict(out_dtype=torch.float32)
+    per_channel = scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="channel", **f32)
+    per_group = scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="group", **f32)
+    for g, (st, e) in enumerate(_bounds(offs)):
+        acc = a[st:e].float() @ b[g].float().T
+        assert torch.equal(per_channel[st:e], (sa[st:e, None] * s[None, :]) * acc), g
+        assert torch.equal(per_group[st:e], (sa[st:e, None] * s[g]) * acc), g
+    assert torch.equal(scalemm.grouped_gemm(a, b, offs, sa, s.view(1, N), **f32), per_channel)
+    assert torch.equal(scalemm.grouped_gemm(a, b, offs, sa, s.view(G, 1), **f32), per_group)
+    with pytest.raises(ValueError, match="scale_b_per must be None, 'channel' or 'group', got 'expert'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="expert")
+    with pytest.raises(ValueError, match=r"scale_b is \[1, N\] \(per channel\) but scale_b_per='group'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s.view(1, N), scale_b_per="group")
+    # G != N: the 1-D shape says it, and scale_b_per must agree with it
+    a2, b2, offs2 = _problem([3, 5], N=16)
+    with pytest.raises(ValueError, match=r"scale_b per group must hold G = 2 values, got 16"):
+        scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(16), scale_b_per="group")
+    with pytest.raises(ValueError, match=r"scale_b per channel must hold N = 16 values, got 2"):
+        scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(2), scale_b_per="channel")
+    w4 = scalemm.quantize_nvfp4_stacked(torch.randn(2, 16, 32))
+    with pytest.raises(ValueError, match="scale_b_per=None"):
+        scalemm.grouped_gemm(torch.randn(8, 32).to(torch.bfloat16), w4, offs2, scale_b_per="channel")
+
+
 # ---------------------------------------------------------------------------
 # the CPU path: the reference, each group as scalemm.gemm's CPU path computes it
 # ---------------------------------------------------------------------------
