@@ -20,7 +20,8 @@ from . import abi
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
 from .formats.base import check_host_offsets
-from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned
+from .gemm import _check_aligned, _check_n
+from .gemm import _check_options as check_gemm_options
 from .jit import KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
@@ -338,12 +339,7 @@ def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_
         raise TypeError(f"NVFP4 GEMMs take epilogue=None or one of 'relu', 'gelu', 'silu', got {type(epilogue).__name__}")
     if epilogue not in _ACTIVATIONS:
         raise ValueError(f"epilogue activation must be one of 'relu', 'gelu', 'silu', got {epilogue!r}")
-    if not isinstance(fast_accum, bool):
-        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
-    if config is not None and not isinstance(config, GemmConfig):
-        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+    check_gemm_options(out_dtype, fast_accum, config)
 
 
 def _check_activation_rows(a, name, K):
@@ -363,12 +359,13 @@ def _check_out(out, shape, out_dtype, device):
         raise ValueError(f"out must be a contiguous {list(shape)} tensor of {out_dtype} on {device}")
 
 
-def _check_cuda_layout(N, out_dtype, tensors):
-    if N % _PER_16_BYTES[out_dtype]:
-        raise ValueError(f"N = {N} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output "
-                         "(16-byte rows)")
+def _check_layout(N, K, out_dtype, tensors):
+    """The kernels' layout rules, checked on every device (CPU and CUDA callers get the same errors)."""
+    if K == 0:
+        raise ValueError("K = 0: NVFP4 GEMMs need K >= 16 (one block of 16 along K)")
+    _check_n(N, out_dtype)
     for t, n in tensors:
-        if t is not None:
+        if isinstance(t, torch.Tensor):
             _check_aligned(t, n)
 
 
@@ -398,6 +395,7 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
                              or bias.device != device or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous [N] = [{N}] tensor of {out_dtype} on {device}")
     _check_out(out, (M, N), out_dtype, device)
+    _check_layout(N, K, out_dtype, [(a, "a"), (out, "out")])
     if device.type == "cpu":
         if isinstance(a, NVFP4Tensor):
             x, alpha_a = dequantize_nvfp4(a, torch.float32, apply_alpha=False), a.alpha
@@ -410,7 +408,6 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
         return res if out is None else out.copy_(res)
     if device.type != "cuda":
         raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
-    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
     return gemm_nvfp4(a, b, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)
 
 
@@ -452,6 +449,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
                              or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous [G, N] or [N] tensor of {out_dtype} on {device}")
     _check_out(out, (T, N), out_dtype, device)
+    _check_layout(N, K, out_dtype, [(a, "a"), (out, "out")])
     if device.type == "cpu":
         if isinstance(a, GroupedNVFP4Tensor):
             x = dequantize_nvfp4_grouped(a, torch.float32, apply_alpha=False)
@@ -470,5 +468,4 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
         return out
     if device.type != "cuda":
         raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
-    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
     return grouped_gemm_nvfp4(a, b, offsets, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)

@@ -17,7 +17,8 @@ from . import reference
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
-from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _epilogue_input, _resolve_epilogue, _unwrap
+from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
+                   _resolve_epilogue, _unwrap)
 from .jit import KernelSpec, build, i64, ptr
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
@@ -200,8 +201,11 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         a RowVector one value per token ([T]), a ColVector [N] (shared) or [G, N] (per expert).
       epilogue_inputs: {leaf name: tensor of the leaf's dtype} for the tree's other leaves.
       out: optional [T, N] output. Rows outside every group (past offsets[-1]) are not written.
+      fast_accum: a bool; config: None or a GemmConfig.
+      Layout rules (as scalemm.gemm's): K a positive multiple of 16, N % 8 (bf16/fp16 out) or N % 4
+      (fp32), contiguous 16-byte aligned operands; T, N or G = 0 give an empty (unwritten) output.
       CPU tensors run scalemm.reference.grouped_gemm_reference (the tree evaluated per group on the
-      fp32 product); the checks are the same on both devices.
+      fp32 product); the checks are the same on both devices (CPU offsets are also read and checked).
 
     CUDA offsets are never read on the host: the call is CUDA-graph capturable and replays see
     new offsets. They cannot be validated without a host sync either: on the device each offset
@@ -235,8 +239,10 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] on {device}, got "
                          f"{getattr(offsets, 'dtype', type(offsets))} {tuple(getattr(offsets, 'shape', ()))}")
     check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    _check_options(out_dtype, fast_accum, config)
+    # the kernels' layout rules, on every device: CPU and CUDA callers get the same errors
+    _check_k(K)
+    _check_n(N, out_dtype)
     if scale_a is None or scale_b is None:
         raise ValueError("scale_a and scale_b are required (float32)")
     for s, n in ((scale_a, "scale_a"), (scale_b, "scale_b")):
@@ -257,12 +263,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     tree = _resolve_epilogue(epilogue, out_dtype)
     given = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
              "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
-    inputs = _epilogue_leaves(tree, given, epilogue_inputs or {}, T, G, N, device)
-    if K % 16:
-        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
-    per16 = _PER_16_BYTES[out_dtype]
-    if N % per16:
-        raise ValueError(f"N = {N} must be a multiple of {per16} for {out_dtype} output")
+    inputs = _epilogue_leaves(tree, given, _epilogue_extra(epilogue_inputs, tree), T, G, N, device)
     if out is None:
         out = torch.empty((T, N), dtype=out_dtype, device=device)
     elif not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (T, N) \
@@ -367,12 +368,13 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
     K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
       dy_t: [N, W] float8_e4m3fn, dY^T; group g's m_g tokens in columns [p_g, p_g + m_g) with
-            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G.
+            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G,
+            a positive multiple of 16.
             `pad_groups_transposed` builds this layout from dY; `wgrad_column_starts` gives p_g.
       x_t:  [K, W] float8_e4m3fn, X^T in the same layout.
       offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.
       scale_dy: fp32 [G] (per group) or [G, N] (per output row of dW: the columnwise scales of dY).
-      scale_x:  fp32 [G] or [G, K].
+      scale_x:  fp32 [G] or [G, K]. K % 8 (bf16/fp16 out) or K % 4 (fp32): the rows of dW_g.
     Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
     and x_t (their wgrad-layout copies, scales and offsets are used).
     Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. CUDA offsets are not read
@@ -411,18 +413,16 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous 1-D int32 tensor on {device}")
     G = offsets.numel()
-    if W % 16:
-        raise ValueError(f"the padded token width W = {W} must be a multiple of 16 (16-byte TMA rows)")
+    if W % 16 or (W == 0 and G):
+        raise ValueError(f"the padded token width W = {W} must be a positive multiple of 16 (16-byte TMA rows)")
     check_host_offsets(offsets)
     if device.type == "cpu" and G:
         used = int(layout.wgrad_column_starts(offsets)[-1])
         if used > W:
             raise ValueError(f"'offsets' put the groups in {used} wgrad columns (16-aligned starts), more than "
                              f"W = {W}: they do not match dy_t / x_t")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
-    if K % _PER_16_BYTES[out_dtype]:
-        raise ValueError(f"K = {K} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output")
+    _check_options(out_dtype, fast_accum, config)
+    _check_n(K, out_dtype, "K")  # the rows of dW_g
     given = {"bias": (None, NULL, 0)}
     for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():

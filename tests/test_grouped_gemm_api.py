@@ -102,6 +102,38 @@ def test_grouped_gemm_wgrad_cpu_offsets_are_checked():
     assert scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([16, 32], dtype=torch.int32), s, s).shape == (2, 16, 32)
 
 
+def test_grouped_gemm_options_checked():
+    a, b, offs = _problem([3, 5])
+    sa, sb = torch.ones(8), torch.ones(2, 16)
+    with pytest.raises(TypeError, match="fast_accum must be a bool, got str"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, fast_accum="yes")
+    with pytest.raises(TypeError, match="config must be a GemmConfig or None, got str"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, config="fast")
+    with pytest.raises(TypeError, match=r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs=[torch.ones(8)])
+    with pytest.raises(ValueError, match=r"epilogue_inputs\['shift'\] is not a leaf of the epilogue tree"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs={"shift": torch.ones(8)})
+    with pytest.raises(ValueError, match="epilogue_inputs must not hold 'scale_b': pass it as the scale_b argument"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs={"scale_b": sb})
+    with pytest.raises(ValueError, match="K = 0 must be a positive multiple of 16"):
+        scalemm.grouped_gemm(_int_fp8(8, 0), _int_fp8(2, 16, 0), offs, sa, sb)
+    raw = _int_fp8(8 * 32 + 1)
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        scalemm.grouped_gemm(raw[1:].view(8, 32), b, offs, sa, sb)
+
+
+def test_grouped_gemm_wgrad_options_checked():
+    dy_t, x_t, offs, s = _int_fp8(16, 32), _int_fp8(32, 32), torch.tensor([16, 32], dtype=torch.int32), torch.ones(2)
+    with pytest.raises(TypeError, match="fast_accum must be a bool, got str"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, fast_accum="yes")
+    with pytest.raises(TypeError, match="config must be a GemmConfig or None, got str"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, config="fast")
+    with pytest.raises(ValueError, match="the padded token width W = 0 must be a positive multiple of 16"):
+        scalemm.grouped_gemm_wgrad(_int_fp8(16, 0), _int_fp8(32, 0), torch.zeros(2, dtype=torch.int32), s, s)
+    with pytest.raises(ValueError, match="K = 12 must be a multiple of 8 for torch.bfloat16 output"):
+        scalemm.grouped_gemm_wgrad(dy_t, _int_fp8(12, 32), offs, s, s)
+
+
 def test_grouped_heuristic_and_scale_modes():
     from scalemm.cutlass_kernels.configs import default_grouped_config
     from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
