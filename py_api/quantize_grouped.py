@@ -336,11 +336,12 @@ def _check_stacked(w, block: int, scaling):
     if w.numel() == 0:
         raise ValueError(f"'w' must not be empty, got shape {tuple(w.shape)}")
     check_scaling(scaling)
-    _q._check_multiple(w.shape[2], block, "K (last dim)")
+    _q._check_multiple(w.shape[2], block, "K (last dim)", "w")
     E, N, K = w.shape
     w2 = w.reshape(E * N, K)
+    _q._on_cuda(w2, "w")  # the device and, on CUDA, the alignment
     offsets = layout.stacked_offsets(E, N, w.device)
-    _check_offsets(offsets, w2)
+    _check_offsets(offsets, w2, "w")
     return w2, offsets
 
 
@@ -353,7 +354,7 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Grouped
     """
     w2, offsets = _check_stacked(w, 16, scaling)
     E, N, _ = w.shape
-    if _q._on_cuda(w2):
+    if w2.device.type == "cuda":
         with _q._on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, False, group_rows=N)
     return reference.quantize_fp8_stacked(w, scaling=scaling)
@@ -369,7 +370,7 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
     """
     w2, offsets = _check_stacked(w, NVFP4.block_size, scaling)
     E, N, _ = w.shape
-    if _q._on_cuda(w2):
+    if w2.device.type == "cuda":
         with _q._on_device(w.device):
             return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, layout.stacked_scale_rows(E, N),
                                        group_rows=N)

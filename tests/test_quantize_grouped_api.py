@@ -134,10 +134,12 @@ def test_stacked_validation(no_dispatch):
             fn(x_(64, 64).view(4, 16, 64).transpose(1, 2))
         with pytest.raises(TypeError, match="'w' must be bfloat16"):
             fn(torch.zeros(2, 16, 64, dtype=torch.int8))
-        with pytest.raises(ValueError, match="multiple of 16"):
+        with pytest.raises(ValueError, match=r"'w' K \(last dim\) must be a multiple of 16, got 40"):
             fn(torch.zeros(2, 16, 40, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="'scaling' must be one of"):
             fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), scaling="expert")
+        with pytest.raises(ValueError, match="'w' must be a CPU or CUDA tensor, got device meta"):
+            fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16, device="meta"))
 
 
 def test_residual_validation():
