@@ -379,7 +379,8 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
 
 def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
     """w [N, K] -> [w | w[:, channels] | 0] of shape [N, K + ceil(K_e/16)*16] (w's dtype): the
-    weight that matches quantize_nvfp4_residual(x, channels). Quantize it as usual."""
+    weight that matches quantize_nvfp4_residual(x, channels) (the same channels rule). Quantize it
+    as usual."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("'w' must be a 2-D tensor [N, K]")
     return residual_weight(w, residual_channels(channels, w.shape[1], w.device))
@@ -389,9 +390,12 @@ def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor
     """Residual NVFP4 (docs/numerics.md section 10, ARCQuant-style) in scalemm's layout.
 
     x: contiguous [M, K], K % 16 == 0. channels: the K_e residual channels (e.g. the top-|x|
-    channels), a sequence or int tensor. Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' =
-    ceil(K_e/16)*16: columns [0, K) are Q(x), columns K + i hold Q(r)[:, channels[i]] with
-    r = x - dequant(Q(x)) in fp32, the rest zero. The residual uses x's own amax (same alpha), so
+    channels, calibrated offline), in the order the residual columns take: a non-empty sequence of
+    ints or a 1-D int32/int64 CPU tensor, each in [0, K), none repeated (a repeated channel would
+    count its residual twice). They are checked on the host; a CUDA tensor is refused rather
+    than read back with a hidden sync (pass channels.cpu() or a list).
+    Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' = ceil(K_e/16)*16: columns [0, K) are
+    Q(x), columns K + i hold Q(r)[:, channels[i]] with r = x - dequant(Q(x)) in fp32, the rest zero. The residual uses x's own amax (same alpha), so
       gemm(Q'(x), Q(prepare_residual_weight(w, channels)))  ~=  Q(x) W^T + Q(r_e) W_e^T
     in one GEMM. On CUDA it is quantize_nvfp4 twice plus torch ops (bit-identical to
     scalemm.reference.quantize_nvfp4_residual).

@@ -155,6 +155,40 @@ def test_residual_validation():
         scalemm.prepare_residual_weight(torch.zeros(2, 3, 4), [1])
 
 
+@pytest.mark.parametrize("fn", [lambda ch: scalemm.quantize_nvfp4_residual(x_(), ch),
+                                lambda ch: scalemm.prepare_residual_weight(x_(48, 64), ch)])
+def test_residual_channels_are_ints_on_the_host(fn):
+    """channels: ints (a sequence, or a CPU int32/int64 tensor), each in [0, K), none repeated. Nothing
+    is coerced (1.5 -> 1, "12" -> [1, 2] and booleans were), and a tensor on another device is refused
+    (its range could not be checked without a sync)."""
+    with pytest.raises(TypeError, match="'channels' must hold ints, got float 1.5"):
+        fn([1.5, 2.7])
+    with pytest.raises(TypeError, match="'channels' must be a sequence of ints or a CPU int32/int64 tensor, got str"):
+        fn("12")
+    with pytest.raises(TypeError, match="'channels' must hold ints, got bool True"):
+        fn([True, False])
+    with pytest.raises(ValueError, match="'channels' must not repeat a channel: 3 appears more than once"):
+        fn([3, 5, 3])
+    with pytest.raises(ValueError, match="'channels' must not repeat a channel: 3 appears more than once"):
+        fn(torch.tensor([3, 5, 3]))
+    with pytest.raises(ValueError, match=r"'channels' must lie in \[0, 64\), got -1"):
+        fn(torch.tensor([-1, 5]))
+    with pytest.raises(ValueError, match=r"'channels' must lie in \[0, 64\), got 64"):
+        fn([5, 64])
+    with pytest.raises(TypeError, match="'channels' must be a 1-D int32/int64 tensor, got torch.float32"):
+        fn(torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"'channels' must be a non-empty 1-D int32/int64 tensor, got shape \(1, 2\)"):
+        fn(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="'channels' must be on the CPU .* got meta"):
+        fn(torch.tensor([1, 2], device="meta"))
+    import numpy as np
+    want = fn([5, 0, 63])
+    for same in ((5, 0, 63), np.array([5, 0, 63]), torch.tensor([5, 0, 63], dtype=torch.int32),
+                 [np.int64(5), 0, torch.tensor(63)]):
+        got = fn(same)
+        assert torch.equal(got.qdata if hasattr(got, "qdata") else got, want.qdata if hasattr(want, "qdata") else want)
+
+
 def test_container_validation():
     o = offs(10, 40)
     d = torch.zeros(40, 64, dtype=torch.float8_e4m3fn)
