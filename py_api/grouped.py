@@ -110,7 +110,7 @@ def _scale_b_mode(s, G, N, per=None):
                      f"[1, N] (shared) or one value; got shape {tuple(s.shape)}")
 
 
-def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
+def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per, scale_b_per):
     """Accept the grouped containers: activations from quantize_fp8_grouped ("rows" layout) and
     stacked expert weights from quantize_fp8_stacked (group_rows = N)."""
     if isinstance(a, GroupedFP8Tensor):
@@ -128,10 +128,10 @@ def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
     if isinstance(b, GroupedFP8Tensor):
         if b.group_rows is None or b.data is None:
             raise ValueError("b: a GroupedFP8Tensor weight must come from quantize_fp8_stacked (equal-size groups)")
-        if scale_b is not None:
-            raise ValueError("b is a GroupedFP8Tensor: it carries its own scale; pass scale_b=None")
+        if scale_b is not None or scale_b_per is not None:
+            raise ValueError("b is a GroupedFP8Tensor: it carries its own scale; pass scale_b=None, scale_b_per=None")
         E, N = b.offsets.numel(), b.group_rows
-        scale_b = b.scale_inv.view(E, N) if b.scaling == "token" else b.scale_inv
+        scale_b = b.scale_inv.view(E, N) if b.scaling == "token" else b.scale_inv.view(E, 1)  # unambiguous if E == N
         b = b.data.view(E, N, b.shape[1])
     return a, b, offsets, scale_a, scale_b, scale_a_per
 
@@ -219,7 +219,8 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         return gemm_nvfp4.grouped_gemm(a, b, offsets, scale_a=scale_a, scale_b=scale_b, scale_a_per=scale_a_per,
                                        scale_b_per=scale_b_per, bias=bias, out_dtype=out_dtype, epilogue=epilogue,
                                        epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, config=config)
-    a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per)
+    a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per,
+                                                                   scale_b_per)
     a, scale_a = _unwrap(a, scale_a, "a")
     for t, n, nd in ((a, "a", 2), (b, "b", 3)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:

@@ -181,6 +181,15 @@ def test_grouped_gemm_scale_b_when_G_equals_N():
         scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(16), scale_b_per="group")
     with pytest.raises(ValueError, match=r"scale_b per channel must hold N = 16 values, got 2"):
         scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(2), scale_b_per="channel")
+    # a stacked-weight container knows its scales: per expert ("tensor") or per channel ("token")
+    w = torch.randn(8, 8, 32)
+    for scaling in ("tensor", "token"):
+        wq = scalemm.quantize_fp8_stacked(w, scaling=scaling)
+        got = scalemm.grouped_gemm(a, wq, offs, sa, **f32)
+        sb = wq.scale_inv.view(8, 1) if scaling == "tensor" else wq.scale_inv.view(8, 8)
+        assert torch.equal(got, scalemm.grouped_gemm(a, wq.data.view(8, 8, 32), offs, sa, sb, **f32)), scaling
+        with pytest.raises(ValueError, match="b is a GroupedFP8Tensor: it carries its own scale"):
+            scalemm.grouped_gemm(a, wq, offs, sa, scale_b_per="channel")
     w4 = scalemm.quantize_nvfp4_stacked(torch.randn(2, 16, 32))
     with pytest.raises(ValueError, match="scale_b_per=None"):
         scalemm.grouped_gemm(torch.randn(8, 32).to(torch.bfloat16), w4, offs2, scale_b_per="channel")
