@@ -74,8 +74,9 @@ class FP8Linear(torch.nn.Module):
 
     def _apply(self, fn, recurse=True):
         """nn.Module applies `fn` to every buffer for .to(), .half(), .cuda(), ... The quantized
-        buffers take only its device: where fn would change their dtype (a model cast), they are
-        moved unchanged instead. The bias goes through fn like any float buffer."""
+        buffers take only its device: where fn would change their dtype (a model cast, seen on an
+        empty probe of the same dtype and device, so no converted copy is made), they are moved
+        unchanged instead. The bias goes through fn like any float buffer."""
         kept = {name: self._buffers[name] for name in self._QUANTIZED}
         for name in kept:
             self._buffers[name] = None  # skipped by the generic pass
@@ -85,8 +86,8 @@ class FP8Linear(torch.nn.Module):
             self._buffers.update(kept)
         for name, t in kept.items():
             if t is not None:
-                moved = fn(t)
-                self._buffers[name] = moved if moved.dtype == t.dtype else t.to(device=moved.device)
+                probe = fn(t.new_empty(0))
+                self._buffers[name] = fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
         return self
 
     def _where(self) -> str:
