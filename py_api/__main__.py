@@ -211,19 +211,38 @@ def cmd_sweep(args):
     return 0
 
 
+def _size(multiple=1):
+    """An argparse type: a positive int, a multiple of `multiple` (the GEMM's layout rules)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value <= 0 or value % multiple:
+            what = "a positive integer" if multiple == 1 else f"a positive multiple of {multiple}"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text if value is not None else repr(text)}")
+        return value
+    return parse
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m scalemm", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", metavar="{demo,build,info,sweep}")
     d = sub.add_parser("demo", help="quantize, run the FP8 GEMM, print errors and timings against torch")
-    d.add_argument("-m", type=int, default=4096); d.add_argument("-n", type=int, default=4096)
-    d.add_argument("-k", type=int, default=4096)
+    d.add_argument("-m", type=_size(), default=4096, help="tokens (rows of x), >= 1")
+    d.add_argument("-n", type=_size(8), default=4096, help="output features, a multiple of 8")
+    d.add_argument("-k", type=_size(16), default=4096, help="input features, a multiple of 16")
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
     b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, nvfp4, all")
-    b.add_argument("--jobs", type=int, default=None)
+    b.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc processes (default: one per core)")
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
+    if args.cmd is None:
+        p.print_help(sys.stderr)
+        print(f"\n{p.prog}: error: choose a command (demo, build, info, sweep)", file=sys.stderr)
+        return 2
     if args.cmd == "build" and not args.set:
         args.set = ["default"]
     return {"demo": cmd_demo, "build": cmd_build, "info": cmd_info, "sweep": cmd_sweep}[args.cmd](args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+from collections.abc import Mapping
 
 import torch
 
@@ -65,7 +66,8 @@ def _epilogue_input(leaf, t, device):
     contiguous tensor of the leaf's dtype on the operands' device."""
     if t is None:
         if not getattr(leaf, "nullable", False):
-            raise ValueError(f"epilogue input {leaf.name!r} is missing: pass it in epilogue_inputs")
+            how = f"as the {leaf.name} argument" if leaf.name in _GIVEN_LEAVES else "in epilogue_inputs"
+            raise ValueError(f"epilogue input {leaf.name!r} is missing: pass it {how}")
         return None
     if not isinstance(t, torch.Tensor) or t.device != device or not t.is_contiguous():
         raise ValueError(f"epilogue input {leaf.name!r} must be a contiguous tensor on {device}")
@@ -75,10 +77,74 @@ def _epilogue_input(leaf, t, device):
     return t
 
 
+_GIVEN_LEAVES = ("scale_a", "scale_b", "bias")  # leaves fed by gemm's own arguments
+
+
+def _epilogue_extra(epilogue_inputs, tree, given=_GIVEN_LEAVES) -> dict:
+    """epilogue_inputs checked as an argument: None or a dict naming leaves of `tree` other than
+    the ones the call's own arguments feed (`given`)."""
+    if epilogue_inputs is None:
+        return {}
+    if not isinstance(epilogue_inputs, Mapping):
+        raise TypeError(f"epilogue_inputs must be a dict {{leaf name: tensor}}, got {type(epilogue_inputs).__name__}")
+    names = [leaf.name for leaf in tree.leaves()]
+    for key in epilogue_inputs:
+        if key in given:
+            raise ValueError(f"epilogue_inputs must not hold {key!r}: pass it as the {key} argument")
+        if key not in names:
+            raise ValueError(f"epilogue_inputs[{key!r}] is not a leaf of the epilogue tree (its leaves: "
+                             f"{', '.join(names)})")
+    return dict(epilogue_inputs)
+
+
+def _dense_epilogue_inputs(tree, given, extra, M, N, device) -> dict:
+    """{leaf name: tensor or None} for every leaf of `tree`, checked the way the kernel reads it:
+    a Source [M, N]; a RowVector M values, a ColVector N, a Scalar one (a broadcast leaf may also
+    be one value). Both devices run these checks, before the dispatch."""
+    inputs = {}
+    for leaf in tree.leaves():
+        t = _epilogue_input(leaf, given[leaf.name] if leaf.name in given else extra.get(leaf.name), device)
+        if t is not None:
+            if isinstance(leaf, epi.Source):
+                if tuple(t.shape) != (M, N):
+                    raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}], got {tuple(t.shape)}")
+            else:
+                length = M if isinstance(leaf, epi.RowVector) else N if isinstance(leaf, epi.ColVector) else 1
+                if not (t.numel() == length or (t.numel() == 1 and (getattr(leaf, "broadcast", False) or length == 1))):
+                    raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {t.numel()}")
+        inputs[leaf.name] = t
+    return inputs
+
+
+def _check_options(out_dtype, fast_accum, config) -> None:
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    if not isinstance(fast_accum, bool):
+        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
+    if config is not None and not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+
+
+def _check_k(K, what="K") -> None:
+    """The reduction length: whole 16-byte TMA rows of e4m3, and not empty."""
+    if K <= 0 or K % 16:
+        raise ValueError(f"{what} = {K} must be a positive multiple of 16 (16-byte TMA rows of e4m3)")
+
+
+def _check_n(N, out_dtype, what="N") -> None:
+    """The output row length: whole 16-byte rows of out_dtype (TMA stores)."""
+    per16 = _PER_16_BYTES[out_dtype]
+    if N % per16:
+        raise ValueError(f"{what} = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
+
+
 def _unwrap(x, scale, name):
     if isinstance(x, FP8Tensor):
         if scale is not None:
             raise ValueError(f"{name} is an FP8Tensor: it carries its own scale; pass scale_{name}=None")
+        if x.data is None:
+            raise ValueError(f"{name} is an FP8Tensor without a rowwise copy (quantized with rowwise=False): quantize "
+                             f"with rowwise=True, or pass {name}.columnwise (the transpose) if that is the operand")
         return x.data, x.scale_inv
     return x, scale
 
@@ -116,13 +182,17 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
       out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
       epilogue: None, an activation applied last ("relu", "gelu", "silu"), or an epilogue tree
         from scalemm.epilogues whose leaves are named scale_a, scale_b, bias or in epilogue_inputs.
+      epilogue_inputs: a dict {leaf name: tensor of the leaf's dtype} for the tree's other leaves
+        (a RowVector [M], a ColVector [N], a Scalar one value, a Source [M, N]); names that are
+        not leaves of the tree, or that scale_a / scale_b / bias feed, are refused.
       out: optional preallocated [M, N] output of `out_dtype`.
-      fast_accum: FP8 fast accumulation (no periodic promotion of the wgmma accumulators).
-      config: a cutlass_kernels.configs.GemmConfig to override the tile heuristic.
+      fast_accum: a bool: FP8 fast accumulation (no periodic promotion of the wgmma accumulators).
+      config: None or a cutlass_kernels.configs.GemmConfig to override the tile heuristic.
 
-    Requirements (checked before any launch): both on the same CUDA device (CPU tensors run
-    the torch reference), contiguous, 16-byte aligned; K % 16 == 0; N a multiple of
-    16 bytes of output (N % 8 for bf16/fp16, N % 4 for fp32). Scales stay on the device:
+    Requirements, checked before any launch and the same for CUDA and CPU tensors (CPU tensors run
+    the torch reference): a and b on one device, contiguous, 16-byte aligned; K a positive
+    multiple of 16; N a multiple of 16 bytes of output (N % 8 for bf16/fp16, N % 4 for fp32);
+    M >= 0 and N >= 0 (an empty product gives an empty output). Scales stay on the device:
     no host synchronisation; CUDA-graph capturable. All scaling happens in fp32 on the
     accumulator; only the result is rounded to out_dtype.
     """
@@ -142,16 +212,18 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             raise ValueError(f"{n} must be 2-D, got shape {tuple(t.shape)}")
         if not t.is_contiguous():
             raise ValueError(f"{n} must be contiguous row-major ([M, K] / [N, K] with stride (K, 1))")
-    if a.device != b.device:
-        raise ValueError(f"a is on {a.device}, b on {b.device}")
+    device = a.device
+    if b.device != device or device.type not in ("cuda", "cpu"):
+        raise ValueError(f"a and b must be on the same device, CUDA or CPU (a on {a.device}, b on {b.device})")
     (M, K), (N, Kb) = a.shape, b.shape
     if K != Kb:
         raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [N, K] = {list(b.shape)}: K differs")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    _check_options(out_dtype, fast_accum, config)
+    # the kernels' layout rules, on every device: CPU and CUDA callers get the same errors
+    _check_k(K)
+    _check_n(N, out_dtype)
     if scale_a is None or scale_b is None:
         raise ValueError("scale_a and scale_b are required (float32, one value or a vector)")
-    device = a.device
     scale_a = _check_scale(scale_a, M, "scale_a", "[M], per token", device)
     scale_b = _check_scale(scale_b, N, "scale_b", "[N], per output channel", device)
     if bias is not None:
@@ -160,31 +232,25 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
                              f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
         bias = bias.contiguous()
     tree = _resolve_epilogue(epilogue, out_dtype)
-    inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **(epilogue_inputs or {})}
+    inputs = _dense_epilogue_inputs(tree, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias},
+                                    _epilogue_extra(epilogue_inputs, tree), M, N, device)
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (M, N) \
                 or out.device != device or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous [{M}, {N}] tensor of {out_dtype} on {device}")
+    for t, n in ((a, "a"), (b, "b"), (out, "out")):
+        if t is not None:
+            _check_aligned(t, n)
 
-    if device.type != "cuda":
+    if device.type == "cpu":
         acc = a.float() @ b.float().T
         res = epi.evaluate(tree, acc, inputs, out_dtype)
         return res if out is None else out.copy_(res)
 
-    if K % 16:
-        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
-    if N % _PER_16_BYTES[out_dtype]:
-        raise ValueError(f"N = {N} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output (16-byte rows)")
-    for t, n in ((a, "a"), (b, "b")):
-        _check_aligned(t, n)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=device)
-    else:
-        _check_aligned(out, "out")
     if M == 0 or N == 0:
         return out
-    if K == 0:
-        raise ValueError("K must be positive")
 
     cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
     ptrs, vec = (ctypes.c_void_p * 8)(), (ctypes.c_int64 * 8)()

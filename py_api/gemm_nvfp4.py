@@ -19,7 +19,9 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
-from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned
+from .formats.base import check_host_offsets
+from .gemm import _check_aligned, _check_n
+from .gemm import _check_options as check_gemm_options
 from .jit import KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
@@ -325,22 +327,19 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
 _ACTIVATIONS = (None, "relu", "gelu", "silu")
 
 
-def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None):
-    if scale_a is not None or scale_b is not None or scale_a_per is not None:
+def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None,
+                   scale_b_per=None):
+    if scale_a is not None or scale_b is not None or scale_a_per is not None or scale_b_per is not None:
         raise ValueError("b is an NVFP4 weight: the global scales come from the containers (an NVFP4 a carries its "
-                         "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None")
+                         "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None, "
+                         "scale_b_per=None")
     if epilogue_inputs:
         raise ValueError("NVFP4 GEMMs take epilogue=None or an activation name; epilogue_inputs is not supported")
     if not (epilogue is None or isinstance(epilogue, str)):
         raise TypeError(f"NVFP4 GEMMs take epilogue=None or one of 'relu', 'gelu', 'silu', got {type(epilogue).__name__}")
     if epilogue not in _ACTIVATIONS:
         raise ValueError(f"epilogue activation must be one of 'relu', 'gelu', 'silu', got {epilogue!r}")
-    if not isinstance(fast_accum, bool):
-        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
-    if config is not None and not isinstance(config, GemmConfig):
-        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+    check_gemm_options(out_dtype, fast_accum, config)
 
 
 def _check_activation_rows(a, name, K):
@@ -360,12 +359,13 @@ def _check_out(out, shape, out_dtype, device):
         raise ValueError(f"out must be a contiguous {list(shape)} tensor of {out_dtype} on {device}")
 
 
-def _check_cuda_layout(N, out_dtype, tensors):
-    if N % _PER_16_BYTES[out_dtype]:
-        raise ValueError(f"N = {N} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output "
-                         "(16-byte rows)")
+def _check_layout(N, K, out_dtype, tensors):
+    """The kernels' layout rules, checked on every device (CPU and CUDA callers get the same errors)."""
+    if K == 0:
+        raise ValueError("K = 0: NVFP4 GEMMs need K >= 16 (one block of 16 along K)")
+    _check_n(N, out_dtype)
     for t, n in tensors:
-        if t is not None:
+        if isinstance(t, torch.Tensor):
             _check_aligned(t, n)
 
 
@@ -395,6 +395,7 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
                              or bias.device != device or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous [N] = [{N}] tensor of {out_dtype} on {device}")
     _check_out(out, (M, N), out_dtype, device)
+    _check_layout(N, K, out_dtype, [(a, "a"), (out, "out")])
     if device.type == "cpu":
         if isinstance(a, NVFP4Tensor):
             x, alpha_a = dequantize_nvfp4(a, torch.float32, apply_alpha=False), a.alpha
@@ -407,18 +408,18 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
         return res if out is None else out.copy_(res)
     if device.type != "cuda":
         raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
-    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
     return gemm_nvfp4(a, b, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)
 
 
-def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None, bias=None, out_dtype=torch.bfloat16,
-                 epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
+def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None, scale_b_per=None, bias=None,
+                 out_dtype=torch.bfloat16, epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
     """scalemm.grouped_gemm for stacked NVFP4 expert weights b (quantize_nvfp4_stacked): validated here, then
     the CUDA kernel or, for CPU tensors, reference.grouped_gemm_reference on the exact dequantized operands."""
     from .formats import GroupedNVFP4Tensor, layout
     from .formats.nvfp4 import dequantize_nvfp4_grouped
     from .reference import grouped_gemm_reference
-    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per)
+    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per,
+                   scale_b_per)
     if b.qdata is None or b.group_rows is None or b.layout != "rows":
         raise ValueError("b must be stacked NVFP4 expert weights from scalemm.quantize_nvfp4_stacked")
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
@@ -443,10 +444,12 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] (one per expert of b) on "
                          f"{device}")
     T = a.shape[0]
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device
                              or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous [G, N] or [N] tensor of {out_dtype} on {device}")
     _check_out(out, (T, N), out_dtype, device)
+    _check_layout(N, K, out_dtype, [(a, "a"), (out, "out")])
     if device.type == "cpu":
         if isinstance(a, GroupedNVFP4Tensor):
             x = dequantize_nvfp4_grouped(a, torch.float32, apply_alpha=False)
@@ -465,5 +468,4 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
         return out
     if device.type != "cuda":
         raise ValueError(f"NVFP4 GEMMs run on CUDA or CPU tensors, got {device}")
-    _check_cuda_layout(N, out_dtype, [(a if isinstance(a, torch.Tensor) else None, "a"), (out, "out")])
     return grouped_gemm_nvfp4(a, b, offsets, bias=bias, out_dtype=out_dtype, epilogue=epilogue, out=out, config=config)

@@ -16,7 +16,9 @@ from . import epilogues as epi
 from . import reference
 from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
-from .gemm import _OUT_DTYPES, _PER_16_BYTES, _check_aligned, _epilogue_input, _resolve_epilogue, _unwrap
+from .formats.base import check_host_offsets, check_offsets
+from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
+                   _resolve_epilogue, _unwrap)
 from .jit import KernelSpec, build, i64, ptr
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
@@ -74,20 +76,41 @@ def _scale_a_mode(s, T, G, per):
                      f"got shape {tuple(s.shape)}")
 
 
-def _scale_b_mode(s, G, N):
+def _scale_b_mode(s, G, N, per=None):
+    """The leaf mode of scale_b: [G, N] per expert channel, [G] or [G, 1] per expert, [N] or [1, N]
+    shared by the experts (per channel), or one value. When G == N a 1-D scale_b is ambiguous: `per`
+    ("channel" | "group") says which, as scale_a_per does for scale_a."""
+    if per not in (None, "channel", "group"):
+        raise ValueError(f"scale_b_per must be None, 'channel' or 'group', got {per!r}")
     if s.numel() == 1:
         return ONE
-    if s.dim() == 2 and tuple(s.shape) == (G, N):
+    shape = tuple(s.shape)
+    if shape == (G, N):
         return PER_GROUP_VEC
-    if s.numel() == G and s.dim() <= 1 and G != 1:
-        return PER_GROUP
-    if s.numel() == N and s.dim() <= 1:
-        return SHARED
-    raise ValueError(f"scale_b must be [G, N] = [{G}, {N}] (per expert channel), [G] (per expert), [N] "
-                     f"(shared) or one value; got shape {tuple(s.shape)}")
+    for two_d, mode, what, other in (((G, 1), PER_GROUP, "[G, 1] (per expert)", "channel"),
+                                     ((1, N), SHARED, "[1, N] (per channel)", "group")):
+        if shape == two_d:
+            if per == other:
+                raise ValueError(f"scale_b is {what} but scale_b_per={per!r}")
+            return mode
+    if s.dim() == 1:
+        n = s.numel()
+        if per is None and n == G == N:
+            raise ValueError(f"scale_b has {n} values and G == N == {n}: say scale_b_per='channel' or 'group' "
+                             "(or pass the shape [1, N] or [G, 1])")
+        if per == "group" or (per is None and n == G):
+            if n != G:
+                raise ValueError(f"scale_b per group must hold G = {G} values, got {n}")
+            return PER_GROUP
+        if per == "channel" or (per is None and n == N):
+            if n != N:
+                raise ValueError(f"scale_b per channel must hold N = {N} values, got {n}")
+            return SHARED
+    raise ValueError(f"scale_b must be [G, N] = [{G}, {N}] (per expert channel), [G] or [G, 1] (per expert), [N] or "
+                     f"[1, N] (shared) or one value; got shape {tuple(s.shape)}")
 
 
-def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
+def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per, scale_b_per):
     """Accept the grouped containers: activations from quantize_fp8_grouped ("rows" layout) and
     stacked expert weights from quantize_fp8_stacked (group_rows = N)."""
     if isinstance(a, GroupedFP8Tensor):
@@ -105,10 +128,10 @@ def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per):
     if isinstance(b, GroupedFP8Tensor):
         if b.group_rows is None or b.data is None:
             raise ValueError("b: a GroupedFP8Tensor weight must come from quantize_fp8_stacked (equal-size groups)")
-        if scale_b is not None:
-            raise ValueError("b is a GroupedFP8Tensor: it carries its own scale; pass scale_b=None")
+        if scale_b is not None or scale_b_per is not None:
+            raise ValueError("b is a GroupedFP8Tensor: it carries its own scale; pass scale_b=None, scale_b_per=None")
         E, N = b.offsets.numel(), b.group_rows
-        scale_b = b.scale_inv.view(E, N) if b.scaling == "token" else b.scale_inv
+        scale_b = b.scale_inv.view(E, N) if b.scaling == "token" else b.scale_inv.view(E, 1)  # unambiguous if E == N
         b = b.data.view(E, N, b.shape[1])
     return a, b, offsets, scale_a, scale_b, scale_a_per
 
@@ -156,7 +179,7 @@ def _epilogue_leaves(tree, given, extra, rows, G, N, device):
 
 def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16,
                  epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, scale_a_per: str | None = None,
-                 config: GemmConfig | None = None):
+                 scale_b_per: str | None = None, config: GemmConfig | None = None):
     """out[rows of g] = epilogue(scale_a * scale_b[g] * (a[rows of g] @ b[g].T) + bias[g]) for every group g.
 
     Args:
@@ -168,7 +191,9 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         group g owns rows offsets[g-1] .. offsets[g]-1 (offsets[-1] = 0). Empty groups are fine.
       scale_a: fp32 [T] (per token), [G] (per group) or one value. When T == G say which with
         scale_a_per="token" | "group".
-      scale_b: fp32 [G, N] (per expert output channel), [G] (per expert), [N] (shared) or one value.
+      scale_b: fp32 [G, N] (per expert output channel), [G] or [G, 1] (per expert), [N] or [1, N] (per
+        channel, shared by the experts) or one value. When G == N say which a 1-D one is with
+        scale_b_per="channel" | "group" (or use the 2-D shapes).
       bias: optional [G, N] or [N] tensor of out_dtype.
       epilogue: None, an activation applied last ("relu", "gelu", "silu"), or an epilogue tree from
         scalemm.epilogues (resolved as scalemm.gemm does) of RowVector / ColVector leaves. Leaves named
@@ -176,21 +201,26 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         a RowVector one value per token ([T]), a ColVector [N] (shared) or [G, N] (per expert).
       epilogue_inputs: {leaf name: tensor of the leaf's dtype} for the tree's other leaves.
       out: optional [T, N] output. Rows outside every group (past offsets[-1]) are not written.
+      fast_accum: a bool; config: None or a GemmConfig.
+      Layout rules (as scalemm.gemm's): K a positive multiple of 16, N % 8 (bf16/fp16 out) or N % 4
+      (fp32), contiguous 16-byte aligned operands; T, N or G = 0 give an empty (unwritten) output.
       CPU tensors run scalemm.reference.grouped_gemm_reference (the tree evaluated per group on the
-      fp32 product); the checks are the same on both devices.
+      fp32 product); the checks are the same on both devices (CPU offsets are also read and checked).
 
-    The offsets are never read on the host: the call is CUDA-graph capturable and replays see
+    CUDA offsets are never read on the host: the call is CUDA-graph capturable and replays see
     new offsets. They cannot be validated without a host sync either: on the device each offset
     is clamped into [0, T] and a group whose end precedes its start is empty, so bad offsets
     never cause out-of-bounds accesses (overlapping groups leave the overlapped rows
-    unspecified); offsets must be non-decreasing with offsets[-1] == T.
+    unspecified); offsets must be non-decreasing with offsets[-1] <= T (rows past it are not
+    written). CPU offsets are read (no sync) and bad ones raise a ValueError.
     """
     if isinstance(b, GroupedNVFP4Tensor):  # NVFP4 expert weights: exact emulation on bf16 tensor cores
         from . import gemm_nvfp4
         return gemm_nvfp4.grouped_gemm(a, b, offsets, scale_a=scale_a, scale_b=scale_b, scale_a_per=scale_a_per,
-                                       bias=bias, out_dtype=out_dtype, epilogue=epilogue,
+                                       scale_b_per=scale_b_per, bias=bias, out_dtype=out_dtype, epilogue=epilogue,
                                        epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, config=config)
-    a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per)
+    a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per,
+                                                                   scale_b_per)
     a, scale_a = _unwrap(a, scale_a, "a")
     for t, n, nd in ((a, "a", 2), (b, "b", 3)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn:
@@ -209,8 +239,11 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] on {device}, got "
                          f"{getattr(offsets, 'dtype', type(offsets))} {tuple(getattr(offsets, 'shape', ()))}")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
+    _check_options(out_dtype, fast_accum, config)
+    # the kernels' layout rules, on every device: CPU and CUDA callers get the same errors
+    _check_k(K)
+    _check_n(N, out_dtype)
     if scale_a is None or scale_b is None:
         raise ValueError("scale_a and scale_b are required (float32)")
     for s, n in ((scale_a, "scale_a"), (scale_b, "scale_b")):
@@ -218,7 +251,9 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
             raise TypeError(f"{n} must be a contiguous float32 tensor on {device}")
     if scale_a_per not in (None, "token", "group"):
         raise ValueError(f"scale_a_per must be None, 'token' or 'group', got {scale_a_per!r}")
-    modes = {"scale_a": _scale_a_mode(scale_a, T, G, scale_a_per), "scale_b": _scale_b_mode(scale_b, G, N)}
+    modes = {"scale_a": _scale_a_mode(scale_a, T, G, scale_a_per), "scale_b": _scale_b_mode(scale_b, G, N, scale_b_per)}
+    if modes["scale_b"] in (PER_GROUP, SHARED):  # [G, 1] / [1, N]: the same memory as [G] / [N]
+        scale_b = scale_b.reshape(-1)
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device \
                 or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous():
@@ -229,12 +264,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     tree = _resolve_epilogue(epilogue, out_dtype)
     given = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
              "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
-    inputs = _epilogue_leaves(tree, given, epilogue_inputs or {}, T, G, N, device)
-    if K % 16:
-        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte TMA rows of e4m3)")
-    per16 = _PER_16_BYTES[out_dtype]
-    if N % per16:
-        raise ValueError(f"N = {N} must be a multiple of {per16} for {out_dtype} output")
+    inputs = _epilogue_leaves(tree, given, _epilogue_extra(epilogue_inputs, tree), T, G, N, device)
     if out is None:
         out = torch.empty((T, N), dtype=out_dtype, device=device)
     elif not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (T, N) \
@@ -283,11 +313,42 @@ wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int
 
 
 def pad_groups_transposed(x: torch.Tensor, offsets: torch.Tensor, width: int) -> torch.Tensor:
-    """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width], group g's
-    rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
-    Groups follow formats/layout.py's rule (offsets clamped into [0, T], then a running max); rows
-    past the last group end belong to no group. `width` must be >= T + 15 * G (the layout's worst
-    case, layout.wgrad_width), so it is known without reading the offsets. Device ops, no sync."""
+    """x [T, C] (rows sorted by group) -> x^T laid out for grouped_gemm_wgrad: [C, width] of x's dtype,
+    group g's rows as columns starting at the 16-aligned p_g (wgrad_column_starts), zeros everywhere else.
+
+    x: a 2-D tensor of any dtype of 1, 2, 4 or 8 bytes (the values are moved as raw bits), T >= 0.
+    offsets: int32 [G] on x's device, cumulative row ends; offsets[-1] < T is fine (rows past the
+      last group end belong to no group and appear in no column).
+    width: an int >= T + 15 * G (the layout's worst case, known without reading the offsets);
+      grouped_gemm_wgrad also needs a multiple of 16 (layout.wgrad_width(T, G) is both).
+    CPU offsets are checked (non-decreasing, in [0, T]). CUDA offsets are never read on the host
+    (device ops, no sync, CUDA-graph capturable), so they cannot be checked: there the groups follow
+    formats/layout.py's rule (each offset clamped into [0, T], then a running max), which keeps every
+    access in bounds whatever the offsets hold; bad offsets give an unspecified layout, never a
+    fault or a device-side assert.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"'x' must be 2-D [T, C] (rows sorted by group), got shape {tuple(x.shape)}")
+    if x.element_size() not in _SAME_WIDTH_INT:
+        raise TypeError(f"'x' must have an element size of 1, 2, 4 or 8 bytes, got {x.dtype}")
+    G = check_offsets(offsets, x)
+    T = x.shape[0]
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise TypeError(f"'width' must be an int, got {type(width).__name__}")
+    if width < T + (layout.WGRAD_ALIGN - 1) * G:
+        raise ValueError(f"'width' must be >= T + 15 G = {T} + 15 * {G} = {T + 15 * G}, got {width} "
+                         f"(layout.wgrad_width(T, G) = {layout.wgrad_width(T, G)} also suits grouped_gemm_wgrad)")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of 'x')")
+    return _pad_groups_transposed_device(x, offsets, width)
+
+
+def _pad_groups_transposed_device(x, offsets, width):
+    """pad_groups_transposed without the host checks: device ops only. In bounds for any offsets when
+    width >= T + 15 G: with the clamped, non-decreasing group bounds every column index is below
+    p_G + (T - end_{G-1}) <= sum_g (m_g + 15) + T - sum_g m_g <= T + 15 G (rows past the last group
+    take the columns from p_G on); the columns are distinct, so the scatter writes each at most once."""
     T, C = x.shape
     col = layout.wgrad_token_columns(offsets, T)
     in_group = layout.row_groups(offsets, T) < offsets.numel()
@@ -308,16 +369,19 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
     K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
       dy_t: [N, W] float8_e4m3fn, dY^T; group g's m_g tokens in columns [p_g, p_g + m_g) with
-            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G.
+            p_g = sum_{j<g} ceil(m_j / 16) * 16 (16-byte aligned starts, formats/layout.py); W >= p_G,
+            a positive multiple of 16.
             `pad_groups_transposed` builds this layout from dY; `wgrad_column_starts` gives p_g.
       x_t:  [K, W] float8_e4m3fn, X^T in the same layout.
       offsets: int32 [G] cumulative token counts (as for grouped_gemm), on the device.
       scale_dy: fp32 [G] (per group) or [G, N] (per output row of dW: the columnwise scales of dY).
-      scale_x:  fp32 [G] or [G, K].
+      scale_x:  fp32 [G] or [G, K]. K % 8 (bf16/fp16 out) or K % 4 (fp32): the rows of dW_g.
     Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
     and x_t (their wgrad-layout copies, scales and offsets are used).
-    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. A group whose columns
-    would run past W (inconsistent offsets) is treated as empty rather than read out of bounds.
+    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. CUDA offsets are not read
+    on the host: a group whose columns would run past W (inconsistent offsets) is treated as
+    empty rather than read out of bounds. CPU offsets are checked (non-decreasing from 0, their
+    padded columns within W).
     CPU tensors run scalemm.reference.grouped_gemm_reference(..., wgrad=True); the checks are the
     same on both devices.
     """
@@ -350,12 +414,16 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous 1-D int32 tensor on {device}")
     G = offsets.numel()
-    if W % 16:
-        raise ValueError(f"the padded token width W = {W} must be a multiple of 16 (16-byte TMA rows)")
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
-    if K % _PER_16_BYTES[out_dtype]:
-        raise ValueError(f"K = {K} must be a multiple of {_PER_16_BYTES[out_dtype]} for {out_dtype} output")
+    if W % 16 or (W == 0 and G):
+        raise ValueError(f"the padded token width W = {W} must be a positive multiple of 16 (16-byte TMA rows)")
+    check_host_offsets(offsets)
+    if device.type == "cpu" and G:
+        used = int(layout.wgrad_column_starts(offsets)[-1])
+        if used > W:
+            raise ValueError(f"'offsets' put the groups in {used} wgrad columns (16-aligned starts), more than "
+                             f"W = {W}: they do not match dy_t / x_t")
+    _check_options(out_dtype, fast_accum, config)
+    _check_n(K, out_dtype, "K")  # the rows of dW_g
     given = {"bias": (None, NULL, 0)}
     for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():

@@ -60,14 +60,14 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, fast_accum):
 @torch.library.custom_op("scalemm::grouped_gemm", mutates_args=())
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor, scale_a: torch.Tensor,
                  scale_b: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype,
-                 fast_accum: bool, scale_a_per: Optional[str]) -> torch.Tensor:
+                 fast_accum: bool, scale_a_per: Optional[str], scale_b_per: Optional[str] = None) -> torch.Tensor:
     """scalemm.grouped_gemm as a custom op (rows past offsets[-1] are unspecified, as there)."""
     return _grouped_gemm(a, b, offsets, scale_a, scale_b, bias=bias, out_dtype=out_dtype,
-                         fast_accum=fast_accum, scale_a_per=scale_a_per)
+                         fast_accum=fast_accum, scale_a_per=scale_a_per, scale_b_per=scale_b_per)
 
 
 @grouped_gemm.register_fake
-def _(a, b, offsets, scale_a, scale_b, bias, out_dtype, fast_accum, scale_a_per):
+def _(a, b, offsets, scale_a, scale_b, bias, out_dtype, fast_accum, scale_a_per, scale_b_per=None):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
 
 

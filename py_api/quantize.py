@@ -71,9 +71,9 @@ def _check_copies(rowwise, columnwise) -> None:
         raise ValueError("at least one of 'rowwise' and 'columnwise' must be True")
 
 
-def _check_multiple(value: int, of: int, what: str) -> None:
+def _check_multiple(value: int, of: int, what: str, name: str = "x") -> None:
     if value % of != 0:
-        raise ValueError(f"'x' {what} must be a multiple of {of}, got {value}")
+        raise ValueError(f"'{name}' {what} must be a multiple of {of}, got {value}")
 
 
 def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tensor:
@@ -278,16 +278,16 @@ def _runs_kernels(x2: torch.Tensor) -> bool:
     return x2.numel() > 0 and _on_cuda(x2)
 
 
-def _on_cuda(x2: torch.Tensor) -> bool:
+def _on_cuda(x2: torch.Tensor, name: str = "x") -> bool:
     if x2.device.type == "cuda":
         _check_device(x2.device)
         if x2.data_ptr() % 16 != 0:  # the kernels read x with 16-byte vector loads
-            raise ValueError(f"'x' must start at a 16-byte aligned address (its storage offset "
+            raise ValueError(f"'{name}' must start at a 16-byte aligned address (its storage offset "
                              f"makes data_ptr() % 16 == {x2.data_ptr() % 16}); pass a fresh tensor "
                              "or .clone() it")
         return True
     if x2.device.type != "cpu":
-        raise ValueError(f"'x' must be a CPU or CUDA tensor, got device {x2.device}")
+        raise ValueError(f"'{name}' must be a CPU or CUDA tensor, got device {x2.device}")
     return False
 
 

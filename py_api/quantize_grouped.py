@@ -5,13 +5,15 @@ CUDA tensors run cutlass_kernels/include/scalemm/quant_grouped.cuh, CPU tensors 
 reference (scalemm.reference.quantize_*_grouped); both give the same bytes.
 
 Offsets: int32 [G] on x's device, cumulative row ends (torch._grouped_mm's `offs`): group g owns
-rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). They are never read on the host:
-the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
+rows [offsets[g-1], offsets[g]) of x [T, K] (offsets[-1] = 0). CUDA offsets are never read on the
+host: the kernels clamp them into [0, T] and make them non-decreasing (a running max; formats/layout.py
 states the rule), so bad offsets give short or empty groups, never out-of-bounds accesses, and
-every call is CUDA-graph capturable (replays may see new offsets). Empty groups and groups of any
-size are fine. Rows past offsets[-1] belong to no group: their rowwise data is zero and they take
-no scale rows. An empty x (T = 0) gives containers of empty groups, on either device, with no
-kernel and no look at the offsets.
+every call is CUDA-graph capturable (replays may see new offsets). CPU offsets cost nothing to
+read and are checked instead: non-decreasing, in [0, T], else a ValueError (scalemm.reference keeps
+the clamping rule, the oracle of the CUDA path). Empty groups and groups of any size are fine.
+Rows past offsets[-1] belong to no group: their rowwise data is zero and they take no scale rows.
+An empty x (T = 0) gives containers of empty groups, on either device, with no kernel (and, on
+CUDA, no look at the offsets).
 
 Each call is a fixed sequence of launches whatever the offsets: a 1-CTA setup kernel (clamped
 ends and the padded position tables), memsets of the amax scratch, one amax pass over x (not for
@@ -27,7 +29,7 @@ import torch
 from . import quantize as _q
 from . import reference
 from .formats import MXFP8, NVFP4, layout
-from .formats.base import Shapes, check_input, check_last_dim, check_offsets, check_scaling
+from .formats.base import Shapes, check_host_offsets, check_input, check_last_dim, check_offsets, check_scaling
 from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
 from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
@@ -62,11 +64,12 @@ def _check_x(x, name: str = "x") -> None:
     check_last_dim(x, name)
 
 
-def _check_offsets(offsets, x: torch.Tensor) -> int:
+def _check_offsets(offsets, x: torch.Tensor, name: str = "x") -> int:
     G = check_offsets(offsets, x)
     T = x.shape[0]
     if T + 128 * G + 64 > _INT32_LIMIT:  # the device tables are int32
         raise ValueError(f"T + 128 G must stay below 2^31, got T={T}, G={G}")
+    check_host_offsets(offsets, T, f"T = {T} (the rows of '{name}')")
     return G
 
 
@@ -333,11 +336,12 @@ def _check_stacked(w, block: int, scaling):
     if w.numel() == 0:
         raise ValueError(f"'w' must not be empty, got shape {tuple(w.shape)}")
     check_scaling(scaling)
-    _q._check_multiple(w.shape[2], block, "K (last dim)")
+    _q._check_multiple(w.shape[2], block, "K (last dim)", "w")
     E, N, K = w.shape
     w2 = w.reshape(E * N, K)
+    _q._on_cuda(w2, "w")  # the device and, on CUDA, the alignment
     offsets = layout.stacked_offsets(E, N, w.device)
-    _check_offsets(offsets, w2)
+    _check_offsets(offsets, w2, "w")
     return w2, offsets
 
 
@@ -350,7 +354,7 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Grouped
     """
     w2, offsets = _check_stacked(w, 16, scaling)
     E, N, _ = w.shape
-    if _q._on_cuda(w2):
+    if w2.device.type == "cuda":
         with _q._on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, False, group_rows=N)
     return reference.quantize_fp8_stacked(w, scaling=scaling)
@@ -366,7 +370,7 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
     """
     w2, offsets = _check_stacked(w, NVFP4.block_size, scaling)
     E, N, _ = w.shape
-    if _q._on_cuda(w2):
+    if w2.device.type == "cuda":
         with _q._on_device(w.device):
             return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, layout.stacked_scale_rows(E, N),
                                        group_rows=N)
@@ -375,7 +379,8 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> Group
 
 def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:
     """w [N, K] -> [w | w[:, channels] | 0] of shape [N, K + ceil(K_e/16)*16] (w's dtype): the
-    weight that matches quantize_nvfp4_residual(x, channels). Quantize it as usual."""
+    weight that matches quantize_nvfp4_residual(x, channels) (the same channels rule). Quantize it
+    as usual."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("'w' must be a 2-D tensor [N, K]")
     return residual_weight(w, residual_channels(channels, w.shape[1], w.device))
@@ -385,9 +390,12 @@ def quantize_nvfp4_residual(x: torch.Tensor, channels, *, scaling: str = "tensor
     """Residual NVFP4 (docs/numerics.md section 10, ARCQuant-style) in scalemm's layout.
 
     x: contiguous [M, K], K % 16 == 0. channels: the K_e residual channels (e.g. the top-|x|
-    channels), a sequence or int tensor. Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' =
-    ceil(K_e/16)*16: columns [0, K) are Q(x), columns K + i hold Q(r)[:, channels[i]] with
-    r = x - dequant(Q(x)) in fp32, the rest zero. The residual uses x's own amax (same alpha), so
+    channels, calibrated offline), in the order the residual columns take: a non-empty sequence of
+    ints or a 1-D int32/int64 CPU tensor, each in [0, K), none repeated (a repeated channel would
+    count its residual twice). They are checked on the host; a CUDA tensor is refused rather
+    than read back with a hidden sync (pass channels.cpu() or a list).
+    Returns an NVFP4Tensor of shape (M, K + K_e'), K_e' = ceil(K_e/16)*16: columns [0, K) are
+    Q(x), columns K + i hold Q(r)[:, channels[i]] with r = x - dequant(Q(x)) in fp32, the rest zero. The residual uses x's own amax (same alpha), so
       gemm(Q'(x), Q(prepare_residual_weight(w, channels)))  ~=  Q(x) W^T + Q(r_e) W_e^T
     in one GEMM. On CUDA it is quantize_nvfp4 twice plus torch ops (bit-identical to
     scalemm.reference.quantize_nvfp4_residual).

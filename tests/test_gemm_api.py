@@ -49,6 +49,67 @@ def test_bad_input_raises_clear_errors(case, exc, match):
         scalemm.gemm(a, b, sa, sb, **args)
 
 
+def _misaligned(M, K):
+    raw = _fp8(M * K + 1)
+    return raw[1:].view(M, K)  # contiguous, one byte past a 16-byte boundary
+
+
+@pytest.mark.parametrize("case,exc,match", [
+    # the layout rules of the CUDA kernels hold on CPU too: one validation path for both devices
+    (dict(a=_fp8(8, 8), b=_fp8(16, 8)), ValueError, r"K = 8 must be a positive multiple of 16"),
+    (dict(a=_fp8(4, 0), b=_fp8(16, 0)), ValueError, r"K = 0 must be a positive multiple of 16"),
+    (dict(b=_fp8(3, 32), scale_b=torch.ones(3)), ValueError, r"N = 3 must be a multiple of 8 for torch.bfloat16"),
+    (dict(b=_fp8(6, 32), scale_b=torch.ones(6), out_dtype=torch.float32), ValueError, r"N = 6 must be a multiple of 4"),
+    (dict(a=_misaligned(4, 32)), ValueError, "a must start on a 16-byte boundary"),
+    (dict(a=_fp8(4, 32).to("meta")), ValueError, "a and b must be on the same device, CUDA or CPU"),
+    (dict(config="fast"), TypeError, "config must be a GemmConfig or None, got str"),
+    (dict(fast_accum="yes"), TypeError, "fast_accum must be a bool, got str"),
+    (dict(fast_accum=1), TypeError, "fast_accum must be a bool, got int"),
+    (dict(epilogue_inputs=[torch.ones(4)]), TypeError, r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"),
+    (dict(epilogue_inputs={"shfit": torch.ones(4)}), ValueError,
+     r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b, bias\)"),
+    (dict(epilogue_inputs={"scale_a": torch.ones(4)}), ValueError,
+     r"epilogue_inputs must not hold 'scale_a': pass it as the scale_a argument"),
+])
+def test_same_checks_on_both_devices(case, exc, match):
+    test_bad_input_raises_clear_errors(case, exc, match)
+
+
+def test_epilogue_inputs_checked_before_dispatch():
+    """A wrong length or dtype of an epilogue input is a clear error on CPU too (it was a raw reshape error
+    or went through silently), checked as the CUDA path checks it."""
+    a, b = _fp8(4, 32), _fp8(16, 32, seed=2)
+    tree = epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift") + epi.ColVector("col", broadcast=True)
+    ok = {"shift": torch.zeros(4), "col": torch.zeros(16)}
+    run = lambda **inputs: scalemm.gemm(a, b, torch.ones(4), torch.ones(16), out_dtype=torch.float32, epilogue=tree,
+                                        epilogue_inputs={**ok, **inputs})
+    assert run().shape == (4, 16) and run(col=torch.zeros(())).shape == (4, 16)  # a broadcast leaf: one value
+    with pytest.raises(ValueError, match=r"epilogue input 'shift' must hold 4 values, got 5"):
+        run(shift=torch.zeros(5))
+    with pytest.raises(ValueError, match=r"epilogue input 'shift' must hold 4 values, got 1"):
+        run(shift=torch.zeros(1))  # not a broadcast leaf
+    with pytest.raises(TypeError, match=r"epilogue input 'shift' must be torch.float32, got torch.float64"):
+        run(shift=torch.zeros(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"epilogue input 'col' must be a contiguous tensor on cpu"):
+        run(col=torch.zeros(32)[::2])
+    src = epi.Acc() + epi.Source("f32")
+    with pytest.raises(ValueError, match=r"epilogue input 'c' must be \[4, 16\], got \(16, 4\)"):
+        scalemm.gemm(a, b, torch.ones(4), torch.ones(16), out_dtype=torch.float32, epilogue=src,
+                     epilogue_inputs={"c": torch.zeros(16, 4)})
+    c = torch.randn(4, 16)
+    assert torch.equal(scalemm.gemm(a, b, torch.ones(4), torch.ones(16), out_dtype=torch.float32, epilogue=src,
+                                    epilogue_inputs={"c": c}), a.float() @ b.float().T + c)
+
+
+def test_columnwise_only_fp8tensor():
+    q = scalemm.quantize_fp8(torch.randn(32, 32), rowwise=False, columnwise=True)
+    w = scalemm.quantize_fp8(torch.randn(16, 32))
+    with pytest.raises(ValueError, match=r"a is an FP8Tensor without a rowwise copy \(quantized with rowwise=False\)"):
+        scalemm.gemm(q, w)
+    with pytest.raises(ValueError, match=r"b is an FP8Tensor without a rowwise copy"):
+        scalemm.gemm(w, q)
+
+
 def test_custom_epilogue_tree_with_extra_inputs():
     a, b = _fp8(8, 16), _fp8(8, 16, seed=2)
     tree = epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")

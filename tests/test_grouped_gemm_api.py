@@ -73,6 +73,67 @@ def test_grouped_bad_input_on_cpu():
         scalemm.grouped_gemm(a, _int_fp8(2, 12, 128), offs, sa, torch.ones(2, 12))
 
 
+@pytest.mark.parametrize("ends,match", [
+    ((3, 2), r"'offsets' must be non-decreasing: offsets\[1\] = 2 < offsets\[0\] = 3"),
+    ((-1, 8), r"'offsets' must be >= 0: offsets\[0\] = -1"),
+    ((3, 9), r"'offsets' must be <= T = 8 \(the rows of 'a'\): offsets\[1\] = 9"),
+])
+def test_grouped_gemm_cpu_offsets_are_checked(ends, match):
+    """CPU offsets cost nothing to read: bad ones are refused (on CUDA the kernels clamp them)."""
+    a, b, _ = _problem([3, 5])
+    o = torch.tensor(ends, dtype=torch.int32)
+    with pytest.raises(ValueError, match=match):
+        scalemm.grouped_gemm(a, b, o, torch.ones(8), torch.ones(2, 16))
+    w4 = scalemm.quantize_nvfp4_stacked(torch.randn(2, 16, 32))
+    with pytest.raises(ValueError, match=match):
+        scalemm.grouped_gemm(torch.randn(8, 32).to(torch.bfloat16), w4, o)
+
+
+def test_grouped_gemm_wgrad_cpu_offsets_are_checked():
+    dy_t, x_t, s = _int_fp8(16, 32), _int_fp8(32, 32), torch.ones(2)
+    with pytest.raises(ValueError, match=r"'offsets' must be non-decreasing: offsets\[1\] = 3 < offsets\[0\] = 5"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([5, 3], dtype=torch.int32), s, s)
+    with pytest.raises(ValueError, match=r"'offsets' must be >= 0"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([-5, 3], dtype=torch.int32), s, s)
+    # groups of 17 and 1 tokens take 32 + 16 = 48 padded columns: more than W = 32
+    with pytest.raises(ValueError, match=r"'offsets' put the groups in 48 wgrad columns \(16-aligned starts\), "
+                                         r"more than W = 32"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([17, 18], dtype=torch.int32), s, s)
+    assert scalemm.grouped_gemm_wgrad(dy_t, x_t, torch.tensor([16, 32], dtype=torch.int32), s, s).shape == (2, 16, 32)
+
+
+def test_grouped_gemm_options_checked():
+    a, b, offs = _problem([3, 5])
+    sa, sb = torch.ones(8), torch.ones(2, 16)
+    with pytest.raises(TypeError, match="fast_accum must be a bool, got str"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, fast_accum="yes")
+    with pytest.raises(TypeError, match="config must be a GemmConfig or None, got str"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, config="fast")
+    with pytest.raises(TypeError, match=r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs=[torch.ones(8)])
+    with pytest.raises(ValueError, match=r"epilogue_inputs\['shift'\] is not a leaf of the epilogue tree"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs={"shift": torch.ones(8)})
+    with pytest.raises(ValueError, match="epilogue_inputs must not hold 'scale_b': pass it as the scale_b argument"):
+        scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue_inputs={"scale_b": sb})
+    with pytest.raises(ValueError, match="K = 0 must be a positive multiple of 16"):
+        scalemm.grouped_gemm(_int_fp8(8, 0), _int_fp8(2, 16, 0), offs, sa, sb)
+    raw = _int_fp8(8 * 32 + 1)
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        scalemm.grouped_gemm(raw[1:].view(8, 32), b, offs, sa, sb)
+
+
+def test_grouped_gemm_wgrad_options_checked():
+    dy_t, x_t, offs, s = _int_fp8(16, 32), _int_fp8(32, 32), torch.tensor([16, 32], dtype=torch.int32), torch.ones(2)
+    with pytest.raises(TypeError, match="fast_accum must be a bool, got str"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, fast_accum="yes")
+    with pytest.raises(TypeError, match="config must be a GemmConfig or None, got str"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, config="fast")
+    with pytest.raises(ValueError, match="the padded token width W = 0 must be a positive multiple of 16"):
+        scalemm.grouped_gemm_wgrad(_int_fp8(16, 0), _int_fp8(32, 0), torch.zeros(2, dtype=torch.int32), s, s)
+    with pytest.raises(ValueError, match="K = 12 must be a multiple of 8 for torch.bfloat16 output"):
+        scalemm.grouped_gemm_wgrad(dy_t, _int_fp8(12, 32), offs, s, s)
+
+
 def test_grouped_heuristic_and_scale_modes():
     from scalemm.cutlass_kernels.configs import default_grouped_config
     from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
@@ -90,6 +151,48 @@ def test_grouped_heuristic_and_scale_modes():
     assert _scale_b_mode(torch.ones(16), 4, 16) == SHARED
     with pytest.raises(ValueError, match="scale_b must be"):
         _scale_b_mode(torch.ones(3, 16), 4, 16)
+
+
+def test_grouped_gemm_scale_b_when_G_equals_N():
+    """G == N: a [G] = [N] scale_b is per expert or per channel; the caller says which (scale_b_per),
+    or gives the unambiguous shapes [G, 1] (per expert) / [1, N] (per channel)."""
+    sizes = [3, 0, 5, 1, 0, 2, 4, 1]
+    a, b, offs = _problem(sizes, N=8, K=32)
+    T, G, N = a.shape[0], 8, 8
+    sa, s = _pow2(T, seed=1), _pow2(8, seed=2)
+    with pytest.raises(ValueError, match="scale_b has 8 values and G == N == 8: say scale_b_per='channel' or 'group'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s)
+    f32 = dict(out_dtype=torch.float32)
+    per_channel = scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="channel", **f32)
+    per_group = scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="group", **f32)
+    for g, (st, e) in enumerate(_bounds(offs)):
+        acc = a[st:e].float() @ b[g].float().T
+        assert torch.equal(per_channel[st:e], (sa[st:e, None] * s[None, :]) * acc), g
+        assert torch.equal(per_group[st:e], (sa[st:e, None] * s[g]) * acc), g
+    assert torch.equal(scalemm.grouped_gemm(a, b, offs, sa, s.view(1, N), **f32), per_channel)
+    assert torch.equal(scalemm.grouped_gemm(a, b, offs, sa, s.view(G, 1), **f32), per_group)
+    with pytest.raises(ValueError, match="scale_b_per must be None, 'channel' or 'group', got 'expert'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s, scale_b_per="expert")
+    with pytest.raises(ValueError, match=r"scale_b is \[1, N\] \(per channel\) but scale_b_per='group'"):
+        scalemm.grouped_gemm(a, b, offs, sa, s.view(1, N), scale_b_per="group")
+    # G != N: the 1-D shape says it, and scale_b_per must agree with it
+    a2, b2, offs2 = _problem([3, 5], N=16)
+    with pytest.raises(ValueError, match=r"scale_b per group must hold G = 2 values, got 16"):
+        scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(16), scale_b_per="group")
+    with pytest.raises(ValueError, match=r"scale_b per channel must hold N = 16 values, got 2"):
+        scalemm.grouped_gemm(a2, b2, offs2, torch.ones(8), torch.ones(2), scale_b_per="channel")
+    # a stacked-weight container knows its scales: per expert ("tensor") or per channel ("token")
+    w = torch.randn(8, 8, 32)
+    for scaling in ("tensor", "token"):
+        wq = scalemm.quantize_fp8_stacked(w, scaling=scaling)
+        got = scalemm.grouped_gemm(a, wq, offs, sa, **f32)
+        sb = wq.scale_inv.view(8, 1) if scaling == "tensor" else wq.scale_inv.view(8, 8)
+        assert torch.equal(got, scalemm.grouped_gemm(a, wq.data.view(8, 8, 32), offs, sa, sb, **f32)), scaling
+        with pytest.raises(ValueError, match="b is a GroupedFP8Tensor: it carries its own scale"):
+            scalemm.grouped_gemm(a, wq, offs, sa, scale_b_per="channel")
+    w4 = scalemm.quantize_nvfp4_stacked(torch.randn(2, 16, 32))
+    with pytest.raises(ValueError, match="scale_b_per=None"):
+        scalemm.grouped_gemm(torch.randn(8, 32).to(torch.bfloat16), w4, offs2, scale_b_per="channel")
 
 
 # ---------------------------------------------------------------------------
@@ -123,11 +226,16 @@ def test_grouped_gemm_cpu_scale_modes_and_out():
         assert torch.equal(out[s:e], (sa_g[g] * sb_g[g]) * acc)
         assert torch.equal(shared[s:e], (0.5 * sb_n) * acc)
     # rows past the last group end are not written (as on the GPU)
-    short = torch.tensor([4, 2, 8, 8], dtype=torch.int32)  # decreasing: group 1 is empty, group 2 rows 4..7
+    short = torch.tensor([4, 4, 8, 8], dtype=torch.int32)  # group 1 is empty, group 2 rows 4..7
     buf = torch.full((T, N), float("nan"))
     scalemm.grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf)
     assert torch.isnan(buf[8:]).all() and not torch.isnan(buf[:8]).any()
     assert torch.equal(buf[4:8], (sa_g[2] * sb_g[2]) * (a[4:8].float() @ b[2].float().T))
+    # decreasing offsets are refused on CPU; the reference (what CUDA offsets get) clamps them: group 1 empty
+    decreasing = torch.tensor([4, 2, 8, 8], dtype=torch.int32)
+    got = ref.grouped_gemm_reference(a, b, decreasing, inputs={"scale_a": sa_g, "scale_b": sb_g, "bias": None},
+                                     per_group={"scale_a", "scale_b"}, accum_dtype=torch.float32)
+    assert torch.equal(got[:8], buf[:8]) and (got[8:] == 0).all()
 
 
 def test_grouped_gemm_cpu_containers():
@@ -230,3 +338,80 @@ def test_grouped_gemm_epilogue_tree_errors():
         scalemm.grouped_gemm(a, b, offs, torch.ones(G), sb, epilogue=plain, scale_a_per="group")
     with pytest.raises(TypeError, match="epilogue must be"):
         scalemm.grouped_gemm(a, b, offs, sa, sb, epilogue=3)
+
+
+# ---------------------------------------------------------------------------
+# pad_groups_transposed: every argument checked; CPU offsets read on the host, CUDA ones never
+# ---------------------------------------------------------------------------
+
+def _padded_by_rule(x, ends, width):
+    """The wgrad layout of x built by hand from the layout's rule (offsets clamped into [0, T],
+    then a running max; rows past the last group end belong to no group)."""
+    T = x.shape[0]
+    bounds, p = [], [0]
+    for e in ends:
+        bounds.append(max([min(max(e, 0), T)] + bounds[-1:]))
+    starts = [0] + bounds[:-1]
+    want = torch.zeros(x.shape[1], width, dtype=x.dtype)
+    for s, e in zip(starts, bounds):
+        want[:, p[-1]:p[-1] + e - s] = x[s:e].t()
+        p.append(p[-1] + -(-(e - s) // 16) * 16)
+    return want
+
+
+def test_pad_groups_transposed_validates_arguments():
+    x, o = torch.randn(48, 32).to(torch.bfloat16), torch.tensor([10, 10, 30, 48], dtype=torch.int32)
+    with pytest.raises(TypeError, match="'x' must be a torch.Tensor"):
+        pad_groups_transposed(x.tolist(), o, 112)
+    with pytest.raises(ValueError, match=r"'x' must be 2-D \[T, C\]"):
+        pad_groups_transposed(x[0], o, 112)
+    with pytest.raises(TypeError, match="'x' must have an element size of 1, 2, 4 or 8 bytes"):
+        pad_groups_transposed(torch.zeros(48, 32, dtype=torch.complex128), o, 112)
+    with pytest.raises(TypeError, match="'offsets' must be int32"):
+        pad_groups_transposed(x, o.long(), 112)
+    with pytest.raises(ValueError, match="'offsets' is on meta"):
+        pad_groups_transposed(x, o.to("meta"), 112)
+    for bad in (112.0, True, None):
+        with pytest.raises(TypeError, match="'width' must be an int"):
+            pad_groups_transposed(x, o, bad)
+    with pytest.raises(ValueError, match=r"'width' must be >= T \+ 15 G = 48 \+ 15 \* 4 = 108, got 107"):
+        pad_groups_transposed(x, o, 107)
+    assert pad_groups_transposed(x, o, 108).shape == (32, 108)  # the bound itself is enough
+
+
+@pytest.mark.parametrize("ends,match", [
+    ((10, 5, 30, 48), r"'offsets' must be non-decreasing: offsets\[1\] = 5 < offsets\[0\] = 10"),
+    ((-1, 10, 30, 48), r"'offsets' must be >= 0: offsets\[0\] = -1"),
+    ((10, 10, 30, 49), r"'offsets' must be <= T = 48 \(the rows of 'x'\): offsets\[3\] = 49"),
+])
+def test_pad_groups_transposed_cpu_offsets_checked(ends, match):
+    x = _int_fp8(48, 32)
+    with pytest.raises(ValueError, match=match):
+        pad_groups_transposed(x, torch.tensor(ends, dtype=torch.int32), 112)
+
+
+def test_pad_groups_transposed_rows_past_the_last_group():
+    """offsets[-1] < T is allowed (as for the quantizers and the grouped GEMMs): rows past the last group
+    end belong to no group and appear in no column. The brief's example: T = 48, offsets ending at 40."""
+    x, ends = _int_fp8(48, 32), (10, 10, 30, 40)
+    got = pad_groups_transposed(x, torch.tensor(ends, dtype=torch.int32), 112)
+    assert torch.equal(got.view(torch.uint8), _padded_by_rule(x.view(torch.uint8), ends, 112))
+    empty = pad_groups_transposed(_int_fp8(0, 32), torch.zeros(3, dtype=torch.int32), 48)  # T = 0
+    assert empty.shape == (32, 48) and not empty.view(torch.uint8).any()
+
+
+def test_pad_groups_transposed_device_path_stays_in_bounds():
+    """The path a CUDA tensor takes (offsets never read on the host): any offsets, however bad, give
+    the clamped rule's layout and only in-bounds accesses (an out-of-bounds index raises on CPU, and
+    would be a device-side assert on CUDA), with the smallest width allowed."""
+    from scalemm.grouped import _pad_groups_transposed_device
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        T, G = int(torch.randint(0, 70, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+        ends = torch.randint(-20, T + 40, (G,), generator=g)
+        if trial % 3 == 0:
+            ends = torch.sort(ends).values.clamp(0, T)  # valid offsets too
+        x = torch.randint(-100, 100, (T, 5), generator=g, dtype=torch.int16)
+        width = T + 15 * G
+        got = _pad_groups_transposed_device(x, ends.to(torch.int32), width)
+        assert torch.equal(got, _padded_by_rule(x, ends.tolist(), width)), (T, ends.tolist())

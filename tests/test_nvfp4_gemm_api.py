@@ -104,6 +104,29 @@ def test_bad_activations_raise_clear_errors():
         scalemm.gemm(_data(4, 32), wt)
 
 
+def test_layout_rules_hold_on_cpu_too():
+    """N aligned to 16 output bytes, 16-byte aligned activations and K >= 16: the CUDA kernels' rules,
+    checked on CPU tensors too (one validation path for both devices)."""
+    w12 = scalemm.quantize_nvfp4(_data(12, 32))
+    with pytest.raises(ValueError, match=r"N = 12 must be a multiple of 8 for torch.bfloat16 output"):
+        scalemm.gemm(_data(4, 32), w12)
+    assert scalemm.gemm(_data(4, 32), w12, out_dtype=torch.float32).shape == (4, 12)  # 12 % 4 == 0
+    w = scalemm.quantize_nvfp4(_data(16, 32))
+    raw = _data(4 * 32 + 1)
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        scalemm.gemm(raw[1:].view(4, 32), w)
+    empty_k = scalemm.NVFP4Tensor(torch.zeros(16, 0, dtype=torch.uint8), torch.zeros(0, dtype=torch.float8_e4m3fn),
+                                  torch.ones(()), torch.zeros(()), (16, 0), "tensor", torch.bfloat16)
+    with pytest.raises(ValueError, match=r"K = 0: NVFP4 GEMMs need K >= 16"):
+        scalemm.gemm(_data(4, 0), empty_k)
+    ws = scalemm.quantize_nvfp4_stacked(_data(2, 12, 32))
+    offs = torch.tensor([2, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"N = 12 must be a multiple of 8 for torch.bfloat16 output"):
+        scalemm.grouped_gemm(_data(5, 32), ws, offs)
+    with pytest.raises(ValueError, match="a must start on a 16-byte boundary"):
+        scalemm.grouped_gemm(_data(5 * 32 + 1)[1:].view(5, 32), ws, offs, out_dtype=torch.float32)
+
+
 def test_grouped_bad_offsets_and_weights():
     w = scalemm.quantize_nvfp4_stacked(_data(2, 16, 32))
     x = _data(5, 32)

@@ -41,6 +41,17 @@ def test_fake_impls_give_shapes_without_running():
         assert g.shape == (7, 48) and g.dtype == torch.bfloat16
 
 
+def test_grouped_gemm_op_takes_scale_b_per():
+    """G == N: the op passes scale_b_per through (a [G] = [N] scale_b is ambiguous without it)."""
+    a = (torch.randn(6, 32) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(8, 8, 32) * 4).to(torch.float8_e4m3fn)
+    offs, sa, sb = torch.tensor([2, 2, 3, 3, 4, 4, 6, 6], dtype=torch.int32), torch.ones(6), torch.rand(8) + 0.5
+    with pytest.raises(ValueError, match="scale_b_per"):
+        torch.ops.scalemm.grouped_gemm(a, b, offs, sa, sb, None, torch.float32, False, None)
+    got = torch.ops.scalemm.grouped_gemm(a, b, offs, sa, sb, None, torch.float32, False, None, "channel")
+    assert torch.equal(got, scalemm.grouped_gemm(a, b, offs, sa, sb.view(1, 8), out_dtype=torch.float32))
+
+
 @pytest.mark.gpu
 def test_ops_on_gpu_under_compile():
     x = torch.randn(16, 256, dtype=torch.bfloat16, device="cuda")

@@ -12,7 +12,7 @@ import torch
 import scalemm
 import scalemm.quantize_grouped as sqg
 from scalemm import reference as ref
-from scalemm.grouped import pad_groups_transposed
+from scalemm.grouped import _pad_groups_transposed_device, pad_groups_transposed
 
 GROUPED = [scalemm.quantize_fp8_grouped, scalemm.quantize_nvfp4_grouped, scalemm.quantize_mxfp8_grouped]
 
@@ -77,6 +77,23 @@ def test_offsets_validation(fn, no_dispatch):
         fn(x, offs(10, 0, 40, 0)[::2])
 
 
+BAD_CPU_OFFSETS = [
+    ((10, 5, 40), r"'offsets' must be non-decreasing: offsets\[1\] = 5 < offsets\[0\] = 10"),
+    ((-3, 40), r"'offsets' must be >= 0: offsets\[0\] = -3"),
+    ((10, 41), r"'offsets' must be <= T = 40 \(the rows of 'x'\): offsets\[1\] = 41"),
+]
+
+
+@pytest.mark.parametrize("fn", GROUPED)
+@pytest.mark.parametrize("ends,match", BAD_CPU_OFFSETS)
+def test_cpu_offsets_are_checked(fn, ends, match, no_dispatch):
+    """CPU offsets cost nothing to read: bad ones are refused (CUDA offsets keep the clamping rule)."""
+    with pytest.raises(ValueError, match=match):
+        fn(x_(40, 64), offs(*ends))
+    with pytest.raises(ValueError, match=r"'offsets' must be <= T = 0"):  # T = 0 too
+        fn(x_(0, 64), offs(0, 3))
+
+
 def test_k_multiple_and_flags(no_dispatch):
     o = offs(10, 40)
     with pytest.raises(ValueError, match=r"K \(last dim\) must be a multiple of 16, got 40"):
@@ -117,10 +134,12 @@ def test_stacked_validation(no_dispatch):
             fn(x_(64, 64).view(4, 16, 64).transpose(1, 2))
         with pytest.raises(TypeError, match="'w' must be bfloat16"):
             fn(torch.zeros(2, 16, 64, dtype=torch.int8))
-        with pytest.raises(ValueError, match="multiple of 16"):
+        with pytest.raises(ValueError, match=r"'w' K \(last dim\) must be a multiple of 16, got 40"):
             fn(torch.zeros(2, 16, 40, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="'scaling' must be one of"):
             fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), scaling="expert")
+        with pytest.raises(ValueError, match="'w' must be a CPU or CUDA tensor, got device meta"):
+            fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16, device="meta"))
 
 
 def test_residual_validation():
@@ -134,6 +153,40 @@ def test_residual_validation():
         scalemm.quantize_nvfp4_residual(x_(32, 40), [1])
     with pytest.raises(ValueError, match="'w' must be a 2-D tensor"):
         scalemm.prepare_residual_weight(torch.zeros(2, 3, 4), [1])
+
+
+@pytest.mark.parametrize("fn", [lambda ch: scalemm.quantize_nvfp4_residual(x_(), ch),
+                                lambda ch: scalemm.prepare_residual_weight(x_(48, 64), ch)])
+def test_residual_channels_are_ints_on_the_host(fn):
+    """channels: ints (a sequence, or a CPU int32/int64 tensor), each in [0, K), none repeated. Nothing
+    is coerced (1.5 -> 1, "12" -> [1, 2] and booleans were), and a tensor on another device is refused
+    (its range could not be checked without a sync)."""
+    with pytest.raises(TypeError, match="'channels' must hold ints, got float 1.5"):
+        fn([1.5, 2.7])
+    with pytest.raises(TypeError, match="'channels' must be a sequence of ints or a CPU int32/int64 tensor, got str"):
+        fn("12")
+    with pytest.raises(TypeError, match="'channels' must hold ints, got bool True"):
+        fn([True, False])
+    with pytest.raises(ValueError, match="'channels' must not repeat a channel: 3 appears more than once"):
+        fn([3, 5, 3])
+    with pytest.raises(ValueError, match="'channels' must not repeat a channel: 3 appears more than once"):
+        fn(torch.tensor([3, 5, 3]))
+    with pytest.raises(ValueError, match=r"'channels' must lie in \[0, 64\), got -1"):
+        fn(torch.tensor([-1, 5]))
+    with pytest.raises(ValueError, match=r"'channels' must lie in \[0, 64\), got 64"):
+        fn([5, 64])
+    with pytest.raises(TypeError, match="'channels' must be a 1-D int32/int64 tensor, got torch.float32"):
+        fn(torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"'channels' must be a non-empty 1-D int32/int64 tensor, got shape \(1, 2\)"):
+        fn(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="'channels' must be on the CPU .* got meta"):
+        fn(torch.tensor([1, 2], device="meta"))
+    import numpy as np
+    want = fn([5, 0, 63])
+    for same in ((5, 0, 63), np.array([5, 0, 63]), torch.tensor([5, 0, 63], dtype=torch.int32),
+                 [np.int64(5), 0, torch.tensor(63)]):
+        got = fn(same)
+        assert torch.equal(got.qdata if hasattr(got, "qdata") else got, want.qdata if hasattr(want, "qdata") else want)
 
 
 def test_container_validation():
@@ -179,9 +232,10 @@ def test_offsets_helpers():
 
 @pytest.mark.parametrize("ends,T", [((10, 5, 20), 20), ((10, 5, 22), 22), ((10, 5, 15), 20), ((-3, 12, 99), 30)])
 def test_wgrad_columns_one_rule(ends, T):
-    """grouped.wgrad_column_starts and pad_groups_transposed follow the layout's rule (offsets clamped
-    into [0, T], then a running max), as the reference and the quantization kernels do: a group that
-    ends before the previous one is empty, and the next one starts where the previous one ended."""
+    """grouped.wgrad_column_starts and pad_groups_transposed's device path follow the layout's rule
+    (offsets clamped into [0, T], then a running max), as the reference and the quantization kernels
+    do: a group that ends before the previous one is empty, and the next one starts where the
+    previous one ended. (CPU offsets like these are refused by the public functions.)"""
     o = offs(*ends)
     G = len(ends)
     clamped = [min(max(e, 0), T) for e in ends]
@@ -196,10 +250,13 @@ def test_wgrad_columns_one_rule(ends, T):
     want = torch.zeros(32, W, dtype=x.dtype)
     for g, (s, e) in enumerate(zip(starts, bounds)):
         want[:, p[g]:p[g] + e - s] = x[s:e].t()  # rows past the last group end belong to no group
-    assert torch.equal(pad_groups_transposed(x, o, W), want)
+    assert torch.equal(_pad_groups_transposed_device(x, o, W), want)
+    with pytest.raises(ValueError, match="'offsets' must be"):
+        pad_groups_transposed(x, o, W)
     # the layout the FP8 quantizer writes: with per-group scales the wgrad copy is the rowwise bytes, transposed
-    q = scalemm.quantize_fp8_grouped(x, o, columnwise=True)
-    assert torch.equal(pad_groups_transposed(q.data.view(torch.uint8), o, W), q.columnwise.data.view(torch.uint8))
+    q = ref.quantize_fp8_grouped(x, o, columnwise=True)
+    assert torch.equal(_pad_groups_transposed_device(q.data.view(torch.uint8), o, W),
+                       q.columnwise.data.view(torch.uint8))
 
 
 # ---------------------------------------------------------------------------
@@ -252,15 +309,17 @@ def test_fp8_cpu_matches_single_tensor(sizes, scaling):
 
 def test_fp8_rows_past_last_group_and_bad_offsets():
     x = x_(50, 32, seed=3)
-    q = scalemm.quantize_fp8_grouped(x, offs(10, 5, 30), scaling="token", columnwise=True)
+    q = scalemm.quantize_fp8_grouped(x, offs(10, 10, 30), scaling="token", columnwise=True)
     assert torch.count_nonzero(q.data[30:].view(torch.uint8)) == 0
     assert torch.equal(q.scale_inv[30:], torch.ones(20))
     assert torch.count_nonzero(q.data[:30].view(torch.uint8)) > 0
-    # group 1 (offset 5 < 10) is empty after the clamp
-    assert torch.equal(q.columnwise.scale_inv[1], torch.ones(32))
-    q2 = scalemm.quantize_fp8_grouped(x, offs(10, 10, 30), scaling="token", columnwise=True)
-    assert torch.equal(q.columnwise.data.view(torch.uint8), q2.columnwise.data.view(torch.uint8))
-    big = scalemm.quantize_fp8_grouped(x, offs(-3, 10_000))  # clamped: [0, 0), [0, 50)
+    assert torch.equal(q.columnwise.scale_inv[1], torch.ones(32))  # the empty group
+    # bad offsets (refused on CPU; the reference, like the kernels, clamps them): group 1 (offset 5 < 10)
+    # is empty after the clamp
+    bad = ref.quantize_fp8_grouped(x, offs(10, 5, 30), scaling="token", columnwise=True)
+    assert torch.equal(bad.columnwise.data.view(torch.uint8), q.columnwise.data.view(torch.uint8))
+    assert torch.equal(bad.data.view(torch.uint8), q.data.view(torch.uint8))
+    big = ref.quantize_fp8_grouped(x, offs(-3, 10_000))  # clamped: [0, 0), [0, 50)
     assert torch.equal(big.scale_inv[0], torch.tensor(1.0))
     assert torch.equal(big.scale_inv[1], scalemm.quantize_fp8(x).scale_inv)
 
@@ -454,6 +513,31 @@ def test_containers_to_and_repr():
         f.dequantize()
 
 
+def _every_container():
+    x, o = x_(32, 64), offs(10, 32)
+    return [scalemm.quantize_fp8(x), scalemm.quantize_nvfp4(x), scalemm.quantize_mxfp8(x),
+            scalemm.quantize_fp8_grouped(x, o), scalemm.quantize_nvfp4_grouped(x, o), scalemm.quantize_mxfp8_grouped(x, o)]
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_container_dequantize_and_to_check_their_argument(i):
+    c = _every_container()[i]
+    name = type(c).__name__
+    with pytest.raises(TypeError, match=r"'dtype' must be a torch.dtype \(.*\), got str 'bf16'"):
+        c.dequantize("bf16")
+    for bad in (torch.int32, torch.uint8, torch.bool, torch.float8_e4m3fn):
+        with pytest.raises(TypeError, match=f"'dtype' must be a floating-point dtype .*, got {bad}"):
+            c.dequantize(bad)
+    assert c.dequantize(torch.float64).dtype == torch.float64
+    with pytest.raises(TypeError, match=f"{name}.to takes a device, got the dtype torch.bfloat16: a container "
+                                        "keeps its format's dtypes"):
+        c.to(torch.bfloat16)
+    with pytest.raises(ValueError, match=f"{name}.to: 'device' must be a torch.device, a device string or an "
+                                         "index, got 'bf16'"):
+        c.to("bf16")
+    assert c.to("cpu").device == torch.device("cpu") and c.to(torch.device("cpu")).shape == c.shape
+
+
 # ---------------------------------------------------------------------------
 # an empty x (T = 0, an expert-parallel rank with no tokens): every group is empty
 # ---------------------------------------------------------------------------
@@ -464,12 +548,15 @@ def _assert_filled(t, shape, dtype, fill):
                        torch.full(shape, float(fill)))
 
 
-EMPTY_OFFSETS = [offs(0, 0, 0), offs(5, -2, 9)]  # whatever the offsets say, T = 0 clamps them to 0
+# (the public functions' offsets, the reference's): CPU offsets must be valid (all 0 for T = 0); the
+# reference, like the CUDA path, clamps any offsets to 0 when T = 0
+EMPTY_OFFSETS = [(offs(0, 0, 0), offs(0, 0, 0)), (offs(0, 0, 0), offs(5, -2, 9))]
 
 
 @pytest.mark.parametrize("o", EMPTY_OFFSETS)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_empty_x_fp8_grouped(o, scaling):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.bfloat16)
     q = scalemm.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
     W = 48  # wgrad_width(0, 3): 15 G padding columns rounded up to 16
@@ -478,7 +565,7 @@ def test_empty_x_fp8_grouped(o, scaling):
     _assert_filled(q.scale_inv, (3,) if scaling == "tensor" else (0,), torch.float32, 1)  # empty group: amax 0
     _assert_filled(q.columnwise.data, (64, W), torch.float8_e4m3fn, 0)
     _assert_filled(q.columnwise.scale_inv, (3,) if scaling == "tensor" else (3, 64), torch.float32, 1)
-    want = ref.quantize_fp8_grouped(x, o, scaling=scaling, columnwise=True)
+    want = ref.quantize_fp8_grouped(x, o_ref, scaling=scaling, columnwise=True)
     for got, exp in ((q, want), (q.columnwise, want.columnwise)):
         assert torch.equal(got.data.view(torch.uint8), exp.data.view(torch.uint8))
         assert torch.equal(got.scale_inv, exp.scale_inv)
@@ -491,6 +578,7 @@ def test_empty_x_fp8_grouped(o, scaling):
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 @pytest.mark.parametrize("rht", [False, True])
 def test_empty_x_nvfp4_grouped(o, scaling, rht):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.float32)
     q = scalemm.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
                                        seed=3)
@@ -509,7 +597,7 @@ def test_empty_x_nvfp4_grouped(o, scaling, rht):
     _assert_filled(c.sf_offsets, (3,), torch.int32, 0)
     _assert_filled(c.alpha, gc, torch.float32, 1)
     _assert_filled(c.amax, gc, torch.float32, 0)
-    want = ref.quantize_nvfp4_grouped(x, o, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
+    want = ref.quantize_nvfp4_grouped(x, o_ref, scaling=scaling, columnwise=True, rht=rht, stochastic_rounding=rht,
                                       seed=3)
     for got, exp in ((q, want), (c, want.columnwise)):
         for f in ("qdata", "scales", "sf_offsets", "alpha", "amax"):
@@ -520,13 +608,14 @@ def test_empty_x_nvfp4_grouped(o, scaling, rht):
 
 @pytest.mark.parametrize("o", EMPTY_OFFSETS)
 def test_empty_x_mxfp8_grouped(o):
+    o, o_ref = o
     x = torch.zeros(0, 64, dtype=torch.bfloat16)
     q = scalemm.quantize_mxfp8_grouped(x, o)
     assert isinstance(q, scalemm.GroupedMXFP8) and q.shape == (0, 64)
     _assert_filled(q.data, (0, 64), torch.float8_e4m3fn, 0)
     _assert_filled(q.scales, (384 * 4,), torch.uint8, 0)
     _assert_filled(q.sf_offsets, (3,), torch.int32, 0)
-    want = ref.quantize_mxfp8_grouped(x, o)
+    want = ref.quantize_mxfp8_grouped(x, o_ref)
     assert torch.equal(q.scales, want.scales) and torch.equal(q.sf_offsets, want.sf_offsets)
     assert q.dequantize().shape == (0, 64)
 

@@ -313,8 +313,11 @@ def test_stacked(monkeypatch, E, N, K, scaling):
 def test_residual_bitexact(scaling):
     x = make_input(256, 1024, seed=17)
     channels = x.float().abs().amax(0).topk(40).indices
+    with pytest.raises(ValueError, match="'channels' must be on the CPU"):  # checked on the host, never read back
+        scalemm.quantize_nvfp4_residual(x, channels, scaling=scaling)
+    channels = channels.cpu()
     got = scalemm.quantize_nvfp4_residual(x, channels, scaling=scaling)
-    want = ref.quantize_nvfp4_residual(x.cpu(), channels.cpu(), scaling=scaling)
+    want = ref.quantize_nvfp4_residual(x.cpu(), channels, scaling=scaling)
     for f in ("qdata", "scales", "alpha", "amax"):
         assert_same_bytes(getattr(got, f), getattr(want, f), f"residual.{f}")
 

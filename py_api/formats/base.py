@@ -1,9 +1,10 @@
 """What the format containers share: the _Container base and the validators of their metadata and
 of the arguments every quantizer and the reference take (one owner for each rule).
 
-Validators read metadata only (dtype, shape, device, Python values), never tensor data: no host
-sync. Errors name the offending field or argument: container fields as "Cls: 'field' ...",
-arguments as "'name' ...".
+Validators read metadata only (dtype, shape, device, Python values), never device data: no host
+sync. The one exception reads values of a CPU tensor, which costs no sync (check_host_offsets).
+Errors name the offending field or argument: container fields as "Cls: 'field' ...", arguments as
+"'name' ...".
 """
 from __future__ import annotations
 
@@ -92,6 +93,58 @@ def check_offsets(offsets, x: torch.Tensor) -> int:
     if not offsets.is_contiguous():
         raise ValueError("'offsets' must be contiguous")
     return offsets.numel()
+
+
+def check_host_offsets(offsets: torch.Tensor, limit: Optional[int] = None, limit_desc: str = "") -> None:
+    """CPU offsets (their values are readable without a device sync): cumulative ends from 0,
+    non-decreasing, each at most `limit` when given (`limit_desc` names it, e.g. "T = 48 (the rows
+    of 'x')"). CUDA offsets are not read: the device code clamps them into range and makes them
+    non-decreasing (formats/layout.py), so bad ones give unspecified but in-bounds results."""
+    if offsets.device.type != "cpu" or offsets.numel() == 0:
+        return
+    o = offsets.to(torch.int64)
+    prev = torch.cat([o.new_zeros(1), o[:-1]])
+    bad = (o < prev).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        if i == 0:
+            raise ValueError(f"'offsets' must be >= 0: offsets[0] = {int(o[0])} (cumulative row ends)")
+        raise ValueError(f"'offsets' must be non-decreasing: offsets[{i}] = {int(o[i])} < offsets[{i - 1}] = "
+                         f"{int(o[i - 1])} (cumulative row ends)")
+    if limit is not None:
+        over = (o > limit).nonzero()
+        if over.numel():
+            i = int(over[0])
+            raise ValueError(f"'offsets' must be <= {limit_desc or limit}: offsets[{i}] = {int(o[i])}")
+
+
+DEQUANTIZE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def check_dequantize_dtype(dtype) -> torch.dtype:
+    """The dtype a container dequantizes to: fp32, bf16, fp16 or fp64 (decoded in fp32, then cast)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"'dtype' must be a torch.dtype (torch.float32, torch.bfloat16, torch.float16 or "
+                        f"torch.float64), got {type(dtype).__name__} {dtype!r}")
+    if dtype not in DEQUANTIZE_DTYPES:
+        raise TypeError(f"'dtype' must be a floating-point dtype (torch.float32, torch.bfloat16, torch.float16 or "
+                        f"torch.float64), got {dtype}")
+    return dtype
+
+
+def check_device(cls: str, device) -> torch.device:
+    """The argument of a container's .to(device): a device, never a dtype (the formats fix the dtypes)."""
+    if isinstance(device, torch.dtype):
+        raise TypeError(f"{cls}.to takes a device, got the dtype {device}: a container keeps its format's dtypes "
+                        "(dequantize(dtype) gives a tensor of another dtype)")
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+        raise TypeError(f"{cls}.to: 'device' must be a torch.device, a device string or an index, got "
+                        f"{type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{cls}.to: 'device' must be a torch.device, a device string or an index, got "
+                         f"{device!r}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -224,7 +277,9 @@ def move(t: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
 
 class _Container:
     """What every quantized container shares: its logical shape's M and K, whether it holds the
-    rowwise copy, and its device. `_ROW` names the rowwise payload attribute."""
+    rowwise copy, and its device. `_ROW` names the rowwise payload attribute. Every container also
+    has dequantize(dtype) (dtype fp32, bf16, fp16 or fp64) and to(device) (a device only: the
+    format fixes the dtypes)."""
     __slots__ = ()
     _ROW = "data"
 

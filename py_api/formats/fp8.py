@@ -10,8 +10,8 @@ from typing import Tuple
 import torch
 
 from . import FP8, layout
-from .base import (Shapes, _Container, check_all_or_none, check_columnwise, check_fields, check_grouped_columnwise,
-                   check_grouped_meta, check_orig_dtype, check_scaling, move)
+from .base import (Shapes, _Container, check_all_or_none, check_columnwise, check_dequantize_dtype, check_device,
+                   check_fields, check_grouped_columnwise, check_grouped_meta, check_orig_dtype, check_scaling, move)
 
 __all__ = ["FP8Tensor", "GroupedFP8Tensor", "fp8_shapes", "grouped_fp8_shapes", "dequantize_fp8",
            "dequantize_fp8_grouped"]
@@ -84,6 +84,7 @@ class FP8Tensor(_Container):
 
     def to(self, device) -> "FP8Tensor":
         """A copy with every tensor (and the columnwise copy) moved to `device`."""
+        device = check_device("FP8Tensor", device)
         return FP8Tensor(move(self.data, device), move(self.scale_inv, device), self.scaling,
                          self.orig_dtype,
                          None if self.columnwise is None else self.columnwise.to(device))
@@ -154,6 +155,7 @@ class GroupedFP8Tensor(_Container):
 
     def to(self, device) -> "GroupedFP8Tensor":
         """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
+        device = check_device("GroupedFP8Tensor", device)
         return GroupedFP8Tensor(move(self.data, device), move(self.scale_inv, device), self.offsets.to(device),
                                 self.shape, self.scaling, self.orig_dtype, self.layout,
                                 None if self.columnwise is None else self.columnwise.to(device), self.group_rows)
@@ -168,6 +170,7 @@ def dequantize_fp8(t: FP8Tensor, dtype: torch.dtype = torch.float32) -> torch.Te
     """[M, K] of `dtype` from t's rowwise copy: fl(data * scale_inv)."""
     if not isinstance(t, FP8Tensor):
         raise TypeError(f"'t' must be an FP8Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.data is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise to get x.T")
     scale_inv = t.scale_inv if t.scale_inv.dim() == 0 else t.scale_inv[:, None]
@@ -179,6 +182,7 @@ def dequantize_fp8_grouped(t: GroupedFP8Tensor, dtype: torch.dtype = torch.float
     [K, T] (x.T, the padding columns dropped). Rows past the last group decode as 0."""
     if not isinstance(t, GroupedFP8Tensor):
         raise TypeError(f"'t' must be a GroupedFP8Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.data is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
     T, K = t.shape

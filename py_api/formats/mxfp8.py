@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from . import E8M0_NAN, MXFP8, layout
-from .base import (Shapes, _Container, check_all_or_none, check_columnwise, check_fields, check_orig_dtype,
-                   check_shape, move)
+from .base import (Shapes, _Container, check_all_or_none, check_columnwise, check_dequantize_dtype, check_device,
+                   check_fields, check_orig_dtype, check_shape, move)
 
 __all__ = ["MXFP8Tensor", "GroupedMXFP8", "mxfp8_shapes", "grouped_mxfp8_shapes", "e8m0_pow2", "e8m0_decode",
            "dequantize_mxfp8"]
@@ -88,6 +88,7 @@ class MXFP8Tensor(_Container):
 
     def to(self, device) -> "MXFP8Tensor":
         """A copy with every tensor (and the columnwise copy) moved to `device`."""
+        device = check_device("MXFP8Tensor", device)
         return MXFP8Tensor(move(self.data, device), move(self.scales, device), self.shape,
                            self.orig_dtype,
                            None if self.columnwise is None else self.columnwise.to(device))
@@ -102,6 +103,7 @@ def dequantize_mxfp8(t: MXFP8Tensor, dtype: torch.dtype = torch.float32) -> torc
     """[M, K] of `dtype` from t's rowwise copy: data * 2^(b - 127) per 32-block."""
     if not isinstance(t, MXFP8Tensor):
         raise TypeError(f"'t' must be an MXFP8Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.data is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise to get x.T")
     M, K = t.shape
@@ -148,6 +150,7 @@ class GroupedMXFP8(_Container):
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[T, K] of `dtype`: each group's rows decoded with its scale block; rows past the last
         group decode as 0. Syncs the host."""
+        check_dequantize_dtype(dtype)
         T, K = self.shape
         C = MXFP8.scale_cols(K)
         starts, ends = (v.tolist() for v in layout.group_bounds(self.offsets, T))
@@ -161,6 +164,7 @@ class GroupedMXFP8(_Container):
 
     def to(self, device) -> "GroupedMXFP8":
         """A copy with every tensor (offsets included) moved to `device`."""
+        device = check_device("GroupedMXFP8", device)
         return GroupedMXFP8(self.data.to(device), self.scales.to(device), self.sf_offsets.to(device),
                             self.offsets.to(device))
 

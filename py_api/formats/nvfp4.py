@@ -5,14 +5,16 @@ dequantization, and the residual NVFP4 layout.
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable, Optional
 
 import torch
 
 from . import NVFP4, layout
 from .layout import SF_TILE_ROWS, grouped_scale_rows
-from .base import (Shapes, _Container, check_all_or_none, check_bool, check_columnwise, check_fields,
-                   check_grouped_columnwise, check_grouped_meta, check_orig_dtype, check_scaling, check_shape, move)
+from .base import (Shapes, _Container, check_all_or_none, check_bool, check_columnwise, check_dequantize_dtype,
+                   check_device, check_fields, check_grouped_columnwise, check_grouped_meta, check_orig_dtype,
+                   check_scaling, check_shape, move)
 
 __all__ = ["NVFP4Tensor", "GroupedNVFP4Tensor", "nvfp4_shapes", "grouped_nvfp4_shapes", "e2m1_decode", "pack_fp4",
            "unpack_fp4", "dequantize_nvfp4", "dequantize_nvfp4_grouped", "residual_width", "residual_channels",
@@ -162,6 +164,7 @@ class NVFP4Tensor(_Container):
 
     def to(self, device) -> "NVFP4Tensor":
         """A copy with every tensor (and the columnwise copy) moved to `device`."""
+        device = check_device("NVFP4Tensor", device)
         return NVFP4Tensor(
             move(self.qdata, device), move(self.scales, device), move(self.alpha, device),
             move(self.amax, device), self.shape, self.scaling, self.orig_dtype, self.rht,
@@ -240,6 +243,7 @@ class GroupedNVFP4Tensor(_Container):
 
     def to(self, device) -> "GroupedNVFP4Tensor":
         """A copy with every tensor (offsets and the columnwise copy included) moved to `device`."""
+        device = check_device("GroupedNVFP4Tensor", device)
         return GroupedNVFP4Tensor(
             move(self.qdata, device), move(self.scales, device), move(self.sf_offsets, device),
             move(self.alpha, device), move(self.amax, device), self.offsets.to(device), self.shape, self.scaling,
@@ -265,6 +269,7 @@ def dequantize_nvfp4(t: NVFP4Tensor, dtype: torch.dtype = torch.float32, *,
     """
     if not isinstance(t, NVFP4Tensor):
         raise TypeError(f"'t' must be an NVFP4Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.qdata is None:
         raise ValueError("'t' has no rowwise copy (rowwise=False); dequantize t.columnwise "
                          "to get x.T")
@@ -286,6 +291,7 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
         raise ValueError("'padded' applies to a 'wgrad'-layout container")
     if not isinstance(t, GroupedNVFP4Tensor):
         raise TypeError(f"'t' must be a GroupedNVFP4Tensor, got {type(t).__name__}")
+    check_dequantize_dtype(dtype)
     if t.qdata is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
     T, K = t.shape
@@ -337,21 +343,42 @@ def residual_width(num_channels: int) -> int:
 
 
 def residual_channels(channels, K: int, device) -> torch.Tensor:
-    """The residual channel indices as an int64 tensor on `device`: a non-empty 1-D int32/int64
-    tensor or a sequence of ints, every index in [0, K) (checked on the host for sequences and CPU
-    tensors; a CUDA tensor is not read back)."""
+    """The residual channel indices as an int64 tensor on `device`, checked on the host: a non-empty
+    sequence of ints (Python or numpy/torch integer scalars; no floats, strings or booleans) or a
+    1-D int32/int64 CPU tensor, each index in [0, K), none repeated (a repeated channel would add
+    its residual twice in the GEMM). Channels are a small list known on the host; a tensor on
+    another device is refused rather than read back (that would be a device sync)."""
     if isinstance(channels, torch.Tensor):
-        if channels.dtype not in (torch.int32, torch.int64) or channels.dim() != 1 or channels.numel() == 0:
-            raise ValueError("'channels' must be a non-empty 1-D int32/int64 tensor of channel indices")
-        if channels.device.type == "cpu" and (bool((channels < 0).any()) or bool((channels >= K).any())):
-            raise ValueError(f"'channels' must lie in [0, {K})")
-        return channels.to(device=device, dtype=torch.int64)
-    try:
-        idx = [int(c) for c in channels]
-    except (TypeError, ValueError):
-        raise TypeError("'channels' must be a sequence of ints or an integer tensor") from None
-    if not idx or any(c < 0 or c >= K for c in idx):
-        raise ValueError(f"'channels' must be non-empty with every index in [0, {K})")
+        if channels.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"'channels' must be a 1-D int32/int64 tensor, got {channels.dtype}")
+        if channels.dim() != 1 or channels.numel() == 0:
+            raise ValueError(f"'channels' must be a non-empty 1-D int32/int64 tensor, got shape "
+                             f"{tuple(channels.shape)}")
+        if channels.device.type != "cpu":
+            raise ValueError(f"'channels' must be on the CPU (channels.cpu(): they are checked on the host), "
+                             f"got {channels.device}")
+        idx = channels.tolist()
+    else:
+        if isinstance(channels, (str, bytes)) or not hasattr(channels, "__iter__"):
+            raise TypeError(f"'channels' must be a sequence of ints or a CPU int32/int64 tensor, got "
+                            f"{type(channels).__name__}")
+        idx = []
+        for c in channels:
+            if isinstance(c, bool) or (isinstance(c, torch.Tensor) and c.dtype == torch.bool):
+                raise TypeError(f"'channels' must hold ints, got bool {bool(c)}")
+            try:
+                idx.append(operator.index(c))
+            except TypeError:
+                raise TypeError(f"'channels' must hold ints, got {type(c).__name__} {c!r}") from None
+        if not idx:
+            raise ValueError("'channels' must be non-empty")
+    bad = [c for c in idx if not 0 <= c < K]
+    if bad:
+        raise ValueError(f"'channels' must lie in [0, {K}), got {bad[0]}")
+    if len(set(idx)) != len(idx):
+        seen = set()
+        dup = next(c for c in idx if c in seen or seen.add(c))
+        raise ValueError(f"'channels' must not repeat a channel: {dup} appears more than once")
     return torch.tensor(idx, dtype=torch.int64, device=device)
 
 
