@@ -298,7 +298,8 @@ def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
 
 def _launch(cfg, fast_accum, out_dtype, tree, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
     """Fills abi.GroupedGemmArgs (T: the rows of a; for wgrad W, the columns of dy_t / x_t) and launches."""
-    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree, wgrad=wgrad)
+    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
+                                             wgrad=wgrad)
     ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
     zeros = torch.zeros(16 * max(N, K), dtype=torch.uint8, device=device) if wgrad else None
     args = abi.GroupedGemmArgs(

@@ -173,7 +173,8 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     col = None
     if columnwise:
         # the kernel's pos64 table holds the 64-padded token starts: / 16 gives layout.wgrad_sf_offsets
-        col = GroupedNVFP4Tensor(q_col, s_col, _table_slice(table, G, abi.kGroupTablePos64) // layout.WGRAD_SCALE_BLOCK, a_col,
+        sf_col = _table_slice(table, G, abi.kGroupTablePos64) // layout.WGRAD_SCALE_BLOCK
+        col = GroupedNVFP4Tensor(q_col, s_col, sf_col, a_col,
                                  g_amax if col_amax is None else col_amax, offsets, (T, K), scaling, x.dtype,
                                  layout="wgrad", rht=rht)
     if not rowwise:
@@ -194,7 +195,8 @@ def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(),
         q_row=q.data_ptr(), s_row=s.data_ptr(), scale_rows=scale_rows, stream=_q._stream(dev))
     _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(ctypes.byref(args))
-    return GroupedMXFP8._trusted(data=q, scales=s, sf_offsets=_table_slice(table, G, abi.kGroupTablePos128), offsets=offsets)
+    return GroupedMXFP8._trusted(data=q, scales=s, sf_offsets=_table_slice(table, G, abi.kGroupTablePos128),
+                                 offsets=offsets)
 
 
 # ---------------------------------------------------------------------------

@@ -169,7 +169,8 @@ struct Sm90GroupedGemm {
 
   // The launcher's GroupedGemmArgs (leaf_count <= kMaxLeaves, checked by the caller) -> the setup
   // kernel's leaves, the per-group arrays in the workspace, and the grouped GEMM.
-  static int run(GroupedGemmArgs const& p, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*)) {
+  static int run(GroupedGemmArgs const& p,
+                 typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*)) {
     GroupedLeaves leaves{};
     leaves.count = int(p.leaf_count);
     for (int i = 0; i < leaves.count; ++i) {
