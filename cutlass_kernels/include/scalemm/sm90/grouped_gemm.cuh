@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
-#include "scalemm/sm90_gemm.cuh"
+#include "scalemm/sm90/gemm.cuh"
 
 namespace scalemm {
 
@@ -167,9 +167,30 @@ struct Sm90GroupedGemm {
     return r;
   }
 
-  static int run(void const* a, void const* b, void* d, int const* offsets, int G, int64_t T, int N,
-                 int K, void const* zeros, GroupedLeaves const& leaves, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*),
-                 void* workspace, int64_t workspace_bytes, int device, cudaStream_t stream) {
+  // The launcher's GroupedGemmArgs (leaf_count <= kMaxLeaves, checked by the caller) -> the setup
+  // kernel's leaves, the per-group arrays in the workspace, and the grouped GEMM.
+  static int run(GroupedGemmArgs const& p,
+                 typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*)) {
+    GroupedLeaves leaves{};
+    leaves.count = int(p.leaf_count);
+    for (int i = 0; i < leaves.count; ++i) {
+      leaves.base[i] = p.leaf_base[i];
+      leaves.mode[i] = int(p.leaf_mode[i]);
+      leaves.elem_bytes[i] = int(p.leaf_elem_bytes[i]);
+      leaves.group_stride[i] = p.leaf_group_stride[i];
+    }
+    void const* a = p.a;
+    void const* b = p.b;
+    void* d = p.d;
+    int const* offsets = static_cast<int const*>(p.offsets);
+    int const G = int(p.groups);
+    int64_t const T = p.tokens;
+    int const N = int(p.n), K = int(p.k);
+    void const* zeros = p.zeros;
+    void* workspace = p.workspace;
+    int64_t const workspace_bytes = p.workspace_bytes;
+    int const device = int(p.device);
+    cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) return static_cast<int>(err);
     Arrays arr = carve(workspace, G);
