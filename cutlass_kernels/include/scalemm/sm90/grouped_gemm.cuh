@@ -45,20 +45,8 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
                                    StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs,
                                    char* clear, int64_t clear_bytes) {
   int g = blockIdx.x * blockDim.x + threadIdx.x;
-  // Zero CUTLASS's part of the workspace (its per-SM TMA descriptor slots). The ptr-array kernel
-  // writes each slot with tensormap.cp_fenceproxy before any TMA reads it, so the values never
-  // matter, but compute-sanitizer's initcheck reports the tensormap-update instructions' accesses
-  // to slots never written before as uninitialised reads (1728 reports on an H100 for
-  // scripts/sanitize_run.py's grouped calls: 32 lanes x 4 bytes of each 128-byte slot, first use
-  // of an allocation only; perf/NOTES.md). Writing the slots here keeps initcheck quiet, so a
-  // real uninitialised read in this kernel would stand out.
-  for (int64_t i = int64_t(g) * 16; i < clear_bytes; i += int64_t(gridDim.x) * blockDim.x * 16) {
-    if (i + 16 <= clear_bytes) {
-      *reinterpret_cast<uint4*>(clear + i) = make_uint4(0, 0, 0, 0);
-    } else {
-      for (int64_t j = i; j < clear_bytes; ++j) clear[j] = 0;
-    }
-  }
+  // CUTLASS's part of the workspace (sm90::clear_workspace says why).
+  sm90::clear_workspace(clear, clear_bytes, g, int64_t(gridDim.x) * blockDim.x);
   if (g >= G) return;
   auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
   int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
@@ -234,7 +222,7 @@ struct Sm90GroupedGemm {
     int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
     if (cutlass_bytes > workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
     // One thread per group, and enough blocks to zero CUTLASS's workspace 16 bytes a thread in
-    // at most 8 rounds; the arrays it writes are read by the GEMM below (stream order).
+    // at most 8 rounds; the GEMM below reads what the setup kernel writes (stream order).
     int const blocks = int(std::max<int64_t>((G + 127) / 128, (cutlass_bytes + 16 * 1024 - 1) / (16 * 1024)));
     grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<std::max(blocks, 1), 128, 0, stream>>>(
         offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),

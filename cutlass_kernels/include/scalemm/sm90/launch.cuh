@@ -41,6 +41,24 @@ inline void set_scheduler_options(Arguments& args, int64_t raster, int64_t swizz
   if constexpr (kStreamK) args.scheduler.splits = int(splits);
 }
 
+// Ptr-array (grouped) kernels keep one TMA descriptor per SM and operand in CUTLASS's workspace and
+// write each slot with tensormap.cp_fenceproxy before any TMA reads it, so its old contents never
+// matter. But that copy lowers to per-lane ATOMG.EXCH (32 lanes x 4 bytes a 128-byte slot), whose
+// discarded old value compute-sanitizer's initcheck reports as an uninitialised read whenever the
+// allocation was never written. The grouped setup kernels call this to zero the workspace first
+// (a few rounds of 16-byte stores per thread, inside a launch they make anyway), which keeps
+// initcheck quiet so a real uninitialised read would stand out. `thread` / `threads`: this
+// thread's index in the grid and the grid's size.
+__device__ __forceinline__ void clear_workspace(char* p, int64_t bytes, int64_t thread, int64_t threads) {
+  for (int64_t i = thread * 16; i < bytes; i += threads * 16) {
+    if (i + 16 <= bytes) {
+      *reinterpret_cast<uint4*>(p + i) = make_uint4(0, 0, 0, 0);
+    } else {
+      for (int64_t j = i; j < bytes; ++j) p[j] = 0;
+    }
+  }
+}
+
 template <class Gemm>
 inline int launch(typename Gemm::Arguments const& args, void* workspace, int64_t workspace_bytes,
                   cudaStream_t stream) {

@@ -60,7 +60,8 @@ __device__ __forceinline__ int64_t block_max_scan(int64_t v, int64_t* warp_max) 
 template <class Problem, class StrideD>
 __global__ void __launch_bounds__(kGroupSetupThreads)
 nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* problems, int* row_start, void** ptr_d,
-                    StrideD* stride_d, void const** leaf_ptrs) {
+                    StrideD* stride_d, void const** leaf_ptrs, char* clear, int64_t clear_bytes) {
+  clear_workspace(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // CUTLASS's part (see there)
   __shared__ int64_t warp_max[32];
   __shared__ int64_t ends[kGroupSetupThreads];
   int const* offsets = static_cast<int const*>(a.offsets);
@@ -158,11 +159,6 @@ struct Nvfp4GroupedGemm {
     Arrays arr = carve(a.workspace, a.groups);
     if (arr.bytes > a.workspace_bytes) return kWorkspaceTooSmall;
     cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-    nvfp4_grouped_setup<Problem, StrideD><<<1, kGroupSetupThreads, 0, stream>>>(
-        a, int(sizeof(ElementD)), arr.problems, arr.row_start, arr.ptr_d, arr.stride_d, arr.leaf_ptrs);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return static_cast<int>(err);
-
     void const* leaf_arrays[kMaxLeaves];
     int64_t vec[kMaxLeaves];
     for (int i = 0; i < kMaxLeaves; ++i) {
@@ -189,6 +185,13 @@ struct Nvfp4GroupedGemm {
                                   {make_evt_args(leaf_arrays, vec), nullptr, arr.stride_d,
                                    reinterpret_cast<ElementD**>(arr.ptr_d), arr.stride_d},
                                   hardware_info(int(a.device))};
+    int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
+    if (cutlass_bytes > a.workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
+    nvfp4_grouped_setup<Problem, StrideD><<<1, kGroupSetupThreads, 0, stream>>>(
+        a, int(sizeof(ElementD)), arr.problems, arr.row_start, arr.ptr_d, arr.stride_d, arr.leaf_ptrs, arr.rest,
+        cutlass_bytes);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return static_cast<int>(err);
     return launch<Gemm>(args, arr.rest, a.workspace_bytes - arr.bytes, stream);
   }
 };
