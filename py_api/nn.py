@@ -231,6 +231,49 @@ class _WeightCache:
         self.ref = self.stamp = self.extra = self.tensors = None
 
 
+class _RecipeLayer:
+    """What Linear and GroupedLinear share: the recipe property and the weight cache's reset."""
+    _GROUPED = False
+
+    @property
+    def recipe(self) -> Optional[Recipe]:
+        """The recipe (scalemm.recipes), or None for the high-precision layer. Assignable."""
+        return self._recipe
+
+    @recipe.setter
+    def recipe(self, recipe: Optional[Recipe]) -> None:
+        _check_features(type(self).__name__, self.in_features, self.out_features, recipe)
+        # plain attributes for forward: torch.compile reads them as constants
+        self._recipe, self._key = recipe, None if recipe is None else recipe.key()
+        self._n = None if recipe is None else training.field_count(recipe, grouped=self._GROUPED)
+        if hasattr(self, "_wcache"):
+            self._wcache.clear()
+
+    def _apply(self, fn, recurse=True):
+        self._wcache.clear()  # a device move or cast makes new weights
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
+        state["_wcache"] = _WeightCache()  # cached copies are derived data (and hold a weakref)
+        return state
+
+
+def _needs(x, weight):
+    """(dx needed, dW needed) for this forward: what the quantizers must prepare for backward.
+    Decided here, where grad mode is visible (inside Function.forward it is always off)."""
+    grad = torch.is_grad_enabled()
+    return grad and x.requires_grad, grad and weight.requires_grad
+
+
+def _check_prepared(where, needed, prepared):
+    for want, have, what in zip(needed, prepared, ("x", "the weight")):
+        if want and not have:
+            raise RuntimeError(f"scalemm.nn.{where}: backward asks for the gradient of {what}, but the forward ran "
+                               f"without grad mode or with {what} not requiring grad, so its operands were not "
+                               "prepared; run the forward with grad enabled")
+
+
 class _LinearFn(torch.autograd.Function):
     """y = x W^T + b with the recipe's quantized GEMMs. Inputs: x2 [M, K], the master weight and
     bias (for their gradients), the recipe key, whether wq holds W's columnwise copy, and wq (W's
@@ -238,32 +281,28 @@ class _LinearFn(torch.autograd.Function):
     columnwise copy (dgrad); autograd frees them after backward."""
 
     @staticmethod
-    def forward(ctx, x2, weight, bias, key, wcol, *wq):
-        recipe = training_recipe(key)
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if need_dx and not wcol:
-            raise RuntimeError("scalemm.nn.Linear: x needs a gradient but W's columnwise copy was not made")
+    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, *wq):
         M = x2.shape[0]
         # the columnwise copy needs M % 16: pad with zero rows (they change no amax and add 0 to dW)
         Mp = layout.round_up(M, training.TOKEN_ALIGN) if need_dw else M
         xp = torch.nn.functional.pad(x2, (0, 0, 0, Mp - M)) if Mp != M else x2.contiguous()
-        x_row, x_col = training.split(torch.ops.scalemm.train_quantize(xp, key, "input", True, need_dw), recipe,
-                                      True, need_dw)
-        w_row, w_col = training.split(wq, recipe, True, wcol)
+        x_row, x_col = training.split(torch.ops.scalemm.train_quantize(xp, key, "input", True, need_dw), n, True,
+                                      need_dw)
+        w_row, w_col = training.split(wq, n, True, need_dx)
         b = None if bias is None else bias.to(x2.dtype)
         y = torch.ops.scalemm.train_gemm("fprop", x_row, w_row, b, key, x2.dtype)
         ctx.save_for_backward(*(x_col or []), *(w_col if need_dx else []))
-        ctx.key, ctx.M, ctx.Mp, ctx.n_wq = key, M, Mp, len(wq)
+        ctx.key, ctx.n, ctx.M, ctx.Mp, ctx.n_wq, ctx.prepared = key, n, M, Mp, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x2.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y[:M] if Mp != M else y
 
     @staticmethod
     def backward(ctx, dy):
-        recipe = training_recipe(ctx.key)
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+        _check_prepared("Linear", (need_dx, need_dw), ctx.prepared)
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         saved = list(ctx.saved_tensors)
-        n = len(training.FIELDS[recipe.format])
+        n = ctx.n
         x_col = saved[:n] if need_dw else None
         w_col = saved[n * need_dw:] if need_dx else None
         dy = dy.contiguous()
@@ -274,21 +313,16 @@ class _LinearFn(torch.autograd.Function):
             M, Mp = ctx.M, ctx.Mp
             dyp = torch.nn.functional.pad(dy, (0, 0, 0, Mp - M)) if Mp != M else dy
             d_row, d_col = training.split(torch.ops.scalemm.train_quantize(dyp, ctx.key, "grad", need_dx, need_dw),
-                                          recipe, need_dx, need_dw)
+                                          n, need_dx, need_dw)
             if need_dx:
                 dx = torch.ops.scalemm.train_gemm("dgrad", d_row, w_col, None, ctx.key, x_dtype)
                 dx = dx[:M] if Mp != M else dx
             if need_dw:
                 dw = torch.ops.scalemm.train_gemm("wgrad", d_col, x_col, None, ctx.key, w_dtype)
-        return (dx, dw, db, None, None) + (None,) * ctx.n_wq
+        return (dx, dw, db, None, None, None, None) + (None,) * ctx.n_wq
 
 
-def training_recipe(key: str) -> Recipe:
-    from .recipes import from_key
-    return from_key(key)
-
-
-class Linear(torch.nn.Linear):
+class Linear(_RecipeLayer, torch.nn.Linear):
     """nn.Linear trained through scalemm's low-precision GEMMs.
 
     weight [out_features, in_features] and bias [out_features] are ordinary high-precision
@@ -339,25 +373,16 @@ class Linear(torch.nn.Linear):
     def _where(self) -> str:
         return f"Linear(in_features={self.in_features}, out_features={self.out_features})"
 
-    def _apply(self, fn, recurse=True):
-        self._wcache.clear()
-        return super()._apply(fn, recurse)
-
-    def __getstate__(self):
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
-        state = dict(state)
-        state["_wcache"] = _WeightCache()
-        return state
-
     def _weight_copies(self, columnwise: bool) -> list:
-        key = self.recipe.key()
+        key = self._key
         w = self.weight
 
         def make(col):
             return list(torch.ops.scalemm.train_quantize(w.detach(), key, "weight", True, col))
         if not self.cache_weight:
             return make(columnwise)
-        return self._wcache.get(w, key, columnwise, make)
+        tensors = self._wcache.get(w, key, columnwise, make)
+        return tensors if columnwise else tensors[:self._n]  # the cache may also hold the columnwise copy
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recipe is None:
@@ -366,9 +391,9 @@ class Linear(torch.nn.Linear):
         x = _autocast(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        need_dgrad = torch.is_grad_enabled() and x.requires_grad
-        wq = self._weight_copies(columnwise=need_dgrad)
-        y = _LinearFn.apply(x2, self.weight, self.bias, self.recipe.key(), need_dgrad, *wq)
+        need_dx, need_dw = _needs(x, self.weight)
+        wq = self._weight_copies(columnwise=need_dx)
+        y = _LinearFn.apply(x2, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -380,30 +405,26 @@ class _GroupedLinearFn(torch.autograd.Function):
     wq holds W's stacked copy and, when wt, the stacked copy of W^T (dgrad)."""
 
     @staticmethod
-    def forward(ctx, x, offsets, weight, bias, key, wt, *wq):
-        recipe = training_recipe(key)
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-        if need_dx and not wt:
-            raise RuntimeError("scalemm.nn.GroupedLinear: x needs a gradient but W^T's stacked copy was not made")
+    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, *wq):
         T = x.shape[0]
         x = x.contiguous()
         xq = torch.ops.scalemm.train_quantize_grouped(x, offsets, key, "input", True, need_dw)
-        x_row, x_col = training.split(xq, recipe, True, need_dw, grouped=True)
-        w_s, w_t = training.split(wq, recipe, True, wt, grouped=True)
+        x_row, x_col = training.split(xq, n, True, need_dw)
+        w_s, w_t = training.split(wq, n, True, need_dx)
         b = None if bias is None else bias.to(x.dtype)
         y = torch.ops.scalemm.train_grouped_gemm("fprop", x_row, w_s, offsets, b, key, x.dtype, T)
         ctx.save_for_backward(offsets, *(x_col or []), *(w_t if need_dx else []))
-        ctx.key, ctx.T, ctx.n_wq = key, T, len(wq)
+        ctx.key, ctx.n, ctx.T, ctx.n_wq, ctx.prepared = key, n, T, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        recipe = training_recipe(ctx.key)
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+        _check_prepared("GroupedLinear", (need_dx, need_dw), ctx.prepared)
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         offsets, *saved = ctx.saved_tensors
-        n = len(training.GROUPED_FIELDS[recipe.format])
+        n = ctx.n
         x_col = saved[:n] if need_dw else None
         w_t = saved[n * need_dw:] if need_dx else None
         dy = dy.contiguous()
@@ -413,12 +434,12 @@ class _GroupedLinearFn(torch.autograd.Function):
             db = _group_sums(dy, offsets).to(b_dtype)
         if need_dx or need_dw:
             dq = torch.ops.scalemm.train_quantize_grouped(dy, offsets, ctx.key, "grad", need_dx, need_dw)
-            d_row, d_col = training.split(dq, recipe, need_dx, need_dw, grouped=True)
+            d_row, d_col = training.split(dq, n, need_dx, need_dw)
             if need_dx:
                 dx = torch.ops.scalemm.train_grouped_gemm("dgrad", d_row, w_t, offsets, None, ctx.key, x_dtype, T)
             if need_dw:
                 dw = torch.ops.scalemm.train_grouped_gemm("wgrad", d_col, x_col, offsets, None, ctx.key, w_dtype, T)
-        return (dx, None, dw, db, None, None) + (None,) * ctx.n_wq
+        return (dx, None, dw, db, None, None, None, None) + (None,) * ctx.n_wq
 
 
 def _group_sums(dy, offsets):
@@ -468,7 +489,9 @@ class _GroupedMMFn(torch.autograd.Function):
         return dx, None, dw, db
 
 
-class GroupedLinear(torch.nn.Module):
+class GroupedLinear(_RecipeLayer, torch.nn.Module):
+    _GROUPED = True
+
     """MoE experts: num_experts linear layers applied to tokens sorted by expert.
 
     weight [num_experts, out_features, in_features] (each expert in nn.Linear layout) and optional
@@ -517,17 +540,8 @@ class GroupedLinear(torch.nn.Module):
         return (f"GroupedLinear(num_experts={self.num_experts}, in_features={self.in_features}, "
                 f"out_features={self.out_features})")
 
-    def _apply(self, fn, recurse=True):
-        self._wcache.clear()
-        return super()._apply(fn, recurse)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_wcache"] = _WeightCache()
-        return state
-
     def _weight_copies(self, transposed: bool) -> list:
-        key = self.recipe.key()
+        key = self._key
         w = self.weight
 
         def make(t):
@@ -536,7 +550,8 @@ class GroupedLinear(torch.nn.Module):
             return out + (list(torch.ops.scalemm.train_quantize_stacked(wd, key, True)) if t else [])
         if not self.cache_weight:
             return make(transposed)
-        return self._wcache.get(w, key, transposed, make)
+        tensors = self._wcache.get(w, key, transposed, make)
+        return tensors if transposed else tensors[:self._n]  # the cache may also hold the W^T copy
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         where = self._where()
@@ -553,9 +568,9 @@ class GroupedLinear(torch.nn.Module):
         x = _autocast(x)
         if self.recipe is None:
             return _GroupedMMFn.apply(x, offsets, self.weight, self.bias)
-        need_dgrad = torch.is_grad_enabled() and x.requires_grad
-        wq = self._weight_copies(transposed=need_dgrad)
-        return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self.recipe.key(), need_dgrad, *wq)
+        need_dx, need_dw = _needs(x, self.weight)
+        wq = self._weight_copies(transposed=need_dx)
+        return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, out_features={self.out_features}, "

@@ -46,7 +46,7 @@ from .quantize_grouped import (quantize_fp8_grouped, quantize_fp8_stacked, quant
                                quantize_nvfp4_stacked)
 from .recipes import Recipe
 
-__all__ = ["FIELDS", "GROUPED_FIELDS", "GEMM_OPERANDS", "GROUPED_GEMM_OPERANDS", "quantize", "flatten", "split",
+__all__ = ["FIELDS", "GROUPED_FIELDS", "GEMM_OPERANDS", "GROUPED_GEMM_OPERANDS", "quantize", "flatten", "split", "field_count",
            "copy_shapes", "unflatten", "gemm", "quantize_grouped", "quantize_stacked", "grouped_copy_shapes",
            "stacked_shapes", "grouped_unflatten", "grouped_gemm", "decode_wgrad_bf16", "TOKEN_ALIGN"]
 
@@ -65,16 +65,17 @@ TOKEN_ALIGN = 16
 _META_DTYPE = torch.float32
 
 
-def _count(recipe: Recipe, grouped: bool = False) -> int:
+def field_count(recipe: Recipe, grouped: bool = False) -> int:
+    """Tensors per copy in a flattened operand of this recipe (FIELDS / GROUPED_FIELDS)."""
     return len((GROUPED_FIELDS if grouped else FIELDS)[recipe.format])
 
 
-def split(tensors, recipe: Recipe, rowwise: bool, columnwise: bool, grouped: bool = False):
-    """(row fields or None, col fields or None) of a flattened operand with the given copies."""
-    n = _count(recipe, grouped)
+def split(tensors, n: int, rowwise: bool, columnwise: bool):
+    """(row fields or None, col fields or None) of a flattened operand with the given copies, n
+    tensors per copy (field_count). Plain slicing: callable while torch.compile traces."""
     tensors = list(tensors)
     if len(tensors) != n * (rowwise + columnwise):
-        raise ValueError(f"a flattened {recipe.format} operand with rowwise={rowwise}, columnwise={columnwise} has "
+        raise ValueError(f"a flattened operand with rowwise={rowwise}, columnwise={columnwise} has "
                          f"{n * (rowwise + columnwise)} tensors, got {len(tensors)}")
     row = tensors[:n] if rowwise else None
     col = tensors[n * rowwise:] if columnwise else None
