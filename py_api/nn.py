@@ -613,7 +613,7 @@ def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[s
     report = ConvertReport()
     done: dict[int, Linear] = {}  # a Linear shared by several parents is converted once
     for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
+        for child_name, child in list(parent._modules.items()):  # every name: named_children skips repeats
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if not isinstance(child, torch.nn.Linear) or isinstance(child, Linear):
                 continue

@@ -141,6 +141,9 @@ def gemm(which: str, a_tensors, b_tensors, recipe: Recipe, *, bias: Optional[tor
     (ra, ca), (rb, cb) = GEMM_OPERANDS[which]
     a = unflatten(a_tensors, recipe, ra, ca)
     b = unflatten(b_tensors, recipe, rb, cb)
+    if a.shape[1] == 0:  # wgrad of no tokens: an empty sum (scalemm.gemm needs K >= 16)
+        out = torch.zeros((a.shape[0], b.shape[0]), dtype=out_dtype, device=a_tensors[0].device)
+        return out if bias is None else out + bias.to(out_dtype)
     return _gemm(a, b, bias=bias, out_dtype=out_dtype, fast_accum=recipe.gemm(which).fast_accum)
 
 
