@@ -288,3 +288,57 @@ def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets,
     ac = x.alpha[:, None, None] if x.alpha.dim() == 1 else x.alpha[:, None, :]
     out = (ar * ac) * acc.to(torch.float32)
     return torch.where(has_rows, out, 0.0).to(out_dtype).reshape(G, a.shape[0], b.shape[0])
+
+
+# ---------------------------------------------------------------------------
+# which kernels a training step runs (for `python -m scalemm build --set train`)
+# ---------------------------------------------------------------------------
+
+def step_gemms(M: int, N: int, K: int, *, experts: Optional[int] = None, pad_tokens: bool = True) -> list:
+    """The three GEMMs of one training step of a layer with M tokens, N out and K in features (experts:
+    a grouped layer of that many experts), as (which, m, n, k) of gemm(a [m, k], b [n, k]); for a
+    grouped layer fprop / dgrad give (T, n, k) per expert and wgrad (n, k, T). Dense layers pad the
+    tokens to a multiple of 16 when they make columnwise copies (pad_tokens: dW is needed)."""
+    if experts is not None:
+        return [("fprop", M, N, K), ("dgrad", M, K, N), ("wgrad", N, K, M)]
+    Mp = layout.round_up(M, TOKEN_ALIGN) if pad_tokens else M
+    return [("fprop", Mp, N, K), ("dgrad", Mp, K, N), ("wgrad", N, K, Mp)]
+
+
+def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.bfloat16, w_dtype=torch.float32,
+                      experts: Optional[int] = None, num_sms: int = 132) -> list:
+    """The JIT specs of the GEMM kernels step_gemms launches under `recipe`, chosen by the same
+    default heuristics scalemm.gemm / grouped_gemm use without a config (prebuilding is best effort:
+    a kernel missed here is compiled on first use). Quantization kernels are not included."""
+    from . import epilogues as epi
+    from .cutlass_kernels.configs import default_config, default_grouped_config, default_wgrad_config
+    from .gemm import _preset, gemm_kernel_spec
+    from .gemm_nvfp4 import (default_nvfp4_config, default_nvfp4_grouped_config, dequant_kernel_spec,
+                             nvfp4_gemm_kernel_spec, nvfp4_grouped_kernel_spec)
+    from .grouped import grouped_gemm_kernel_spec
+    specs = []
+    for which, m, n, k in step_gemms(M, N, K, experts=experts):
+        out = w_dtype if which == "wgrad" else x_dtype
+        fast = recipe.gemm(which).fast_accum
+        if recipe.format == "fp8":
+            if experts is None:
+                cfg = default_config(m, n, k, fast_accum=fast, num_sms=num_sms).compiled()
+                specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out, epilogue=_preset(None, out))[0])
+            elif which == "wgrad":
+                specs.append(grouped_gemm_kernel_spec(default_wgrad_config(m, n, fast_accum=fast), fast_accum=fast,
+                                                      out_dtype=out, epilogue=_preset(None, out), wgrad=True)[0])
+            else:
+                cfg = default_grouped_config(m, experts, n, k, fast_accum=fast)
+                specs.append(grouped_gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,
+                                                      epilogue=_preset(None, out))[0])
+        elif experts is None:
+            cfg = default_nvfp4_config(m, n, k, num_sms=num_sms).compiled()
+            specs.append(nvfp4_gemm_kernel_spec(cfg, act_dtype=torch.bfloat16, out_dtype=out,
+                                                epilogue=epi.scaled(out, bias=True))[0])
+        elif which != "wgrad":  # the NVFP4 grouped wgrad runs on torch._grouped_mm
+            cfg = default_nvfp4_grouped_config(m, experts, n, k).compiled()
+            specs.append(nvfp4_grouped_kernel_spec(cfg, act_dtype=torch.bfloat16, out_dtype=out,
+                                                   epilogue=epi.scaled(out, bias=True))[0])
+    if recipe.format == "nvfp4":
+        specs.append(dequant_kernel_spec())
+    return specs

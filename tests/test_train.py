@@ -131,13 +131,13 @@ def test_linear_matches_emulated_reference(name, dtype):
     assert rel(layer.bias.grad, dy.reshape(-1, 48).to(F64).sum(0)) < tol
 
 
-SQNR_FLOOR = {"fp8_tensorwise": 24.0, "fp8_rowwise": 24.0, "nvfp4": 11.0, "nvfp4_token": 11.0}  # dB
+SQNR_FLOOR = {"fp8_tensorwise": 26.0, "fp8_rowwise": 26.0, "nvfp4": 13.0, "nvfp4_token": 13.0}  # dB (measured ~28.5 and ~15.3)
 
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_linear_gradients_against_high_precision(name):
     """The quantization error itself: y, dx and dW against fp64 autograd on the unquantized
-    operands, SQNR >= 24 dB for FP8 (e4m3: 3 mantissa bits), >= 11 dB for NVFP4 (e2m1)."""
+    operands, SQNR >= 26 dB for FP8 (e4m3: 3 mantissa bits), >= 13 dB for NVFP4 (e2m1)."""
     torch.manual_seed(0)
     layer = Linear(128, 64, recipe=RECIPES[name])
     x = torch.randn(256, 128, requires_grad=True)
