@@ -276,9 +276,10 @@ def _check_prepared(where, needed, prepared):
 
 class _LinearFn(torch.autograd.Function):
     """y = x W^T + b with the recipe's quantized GEMMs. Inputs: x2 [M, K], the master weight and
-    bias (for their gradients), the recipe key, whether wq holds W's columnwise copy, and wq (W's
-    flattened copies). Saves only what backward reads: x's columnwise copy (wgrad) and W's
-    columnwise copy (dgrad); autograd frees them after backward."""
+    bias (for their gradients), the recipe key and its tensors per copy (training.field_count),
+    whether dx and dW are needed (need_dx: wq holds W's columnwise copy too), and wq (W's flattened
+    copies). Saves only what backward reads: x's columnwise copy (wgrad) and W's columnwise copy
+    (dgrad); autograd frees them after backward."""
 
     @staticmethod
     def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, *wq):
@@ -302,9 +303,9 @@ class _LinearFn(torch.autograd.Function):
         _check_prepared("Linear", (need_dx, need_dw), ctx.prepared)
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         saved = list(ctx.saved_tensors)
-        n = ctx.n
-        x_col = saved[:n] if need_dw else None
-        w_col = saved[n * need_dw:] if need_dx else None
+        n, (has_w_col, has_x_col) = ctx.n, ctx.prepared  # what forward saved: x's copy first
+        x_col = saved[:n] if has_x_col else None
+        w_col = saved[n * has_x_col:] if has_w_col else None
         dy = dy.contiguous()
         dx = dw = db = None
         if need_db:
@@ -402,7 +403,7 @@ class Linear(_RecipeLayer, torch.nn.Linear):
 
 class _GroupedLinearFn(torch.autograd.Function):
     """The grouped form of _LinearFn: x [T, K] sorted by expert, offsets int32 [E], weight [E, N, K];
-    wq holds W's stacked copy and, when wt, the stacked copy of W^T (dgrad)."""
+    wq holds W's stacked copy and, when need_dx, the stacked copy of W^T (dgrad)."""
 
     @staticmethod
     def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, *wq):
@@ -424,9 +425,9 @@ class _GroupedLinearFn(torch.autograd.Function):
         _check_prepared("GroupedLinear", (need_dx, need_dw), ctx.prepared)
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         offsets, *saved = ctx.saved_tensors
-        n = ctx.n
-        x_col = saved[:n] if need_dw else None
-        w_t = saved[n * need_dw:] if need_dx else None
+        n, (has_w_t, has_x_col) = ctx.n, ctx.prepared  # what forward saved: x's copy first
+        x_col = saved[:n] if has_x_col else None
+        w_t = saved[n * has_x_col:] if has_w_t else None
         dy = dy.contiguous()
         T = ctx.T
         dx = dw = db = None
