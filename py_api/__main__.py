@@ -115,7 +115,11 @@ def kernel_set(name: str):
         nvfp4 = nvfp4_build_set({"tests": "tests", "sweep": "explore", "nvfp4": "all", "all": "all"}[name])
     if name == "nvfp4":
         return nvfp4
-    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
+    specs = _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
+    if name == "all":  # + the training layers' kernels (tests/test_train_gpu.py)
+        names = {s.name for s in specs}
+        specs += [s for s in _train_specs() if s.name not in names]
+    return specs
 
 
 def cmd_build(args):
