@@ -77,7 +77,8 @@ class Experts(torch.nn.Module):
 
 def mlp_contenders(hidden, inter, cache_weight):
     torch.manual_seed(0)
-    base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False)).to(DEVICE, BF16)
+    base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False))
+    base = base.to(DEVICE, BF16)
     out = {"bf16": base}
     for name, recipe in RECIPES.items():  # the same Parameters as the bf16 model
         out[name] = MLP(Linear.from_linear(base.gate_up, recipe, cache_weight=cache_weight),
@@ -102,8 +103,8 @@ def moe_contenders(experts, hidden, inter, cache_weight):
     # torch's own _grouped_mm backward does not run on CPU tensors: the smoke run uses GroupedLinear(recipe=None)
     out = {"bf16": Experts(w1=ref_up.weight, w2=ref_down.weight) if DEVICE == "cuda" else Experts(ref_up, ref_down)}
     for name, recipe in RECIPES.items():
-        up = GroupedLinear(experts, hidden, 2 * inter, recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight)
-        down = GroupedLinear(experts, inter, hidden, recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight)
+        kw = dict(recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight)
+        up, down = GroupedLinear(experts, hidden, 2 * inter, **kw), GroupedLinear(experts, inter, hidden, **kw)
         up.weight, down.weight = ref_up.weight, ref_down.weight  # shared Parameters
         out[name] = Experts(up, down)
     return out

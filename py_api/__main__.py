@@ -45,7 +45,8 @@ _TRAIN_LAYERS = [
     (512, 512, 256, None, torch.bfloat16, torch.float32), (512, 512, 512, None, torch.bfloat16, torch.float32),
     (512, 64, 512, None, torch.bfloat16, torch.float32),  # convergence, mlp
     (1024, 1024, 512, 8, torch.bfloat16, torch.float32), (1024, 512, 512, 8, torch.bfloat16, torch.float32),  # moe
-    (8192, 28672, 4096, None, torch.bfloat16, torch.bfloat16), (8192, 4096, 14336, None, torch.bfloat16, torch.bfloat16),
+    (8192, 28672, 4096, None, torch.bfloat16, torch.bfloat16),  # perf/train_bench.py
+    (8192, 4096, 14336, None, torch.bfloat16, torch.bfloat16),
     (65536, 1536, 2048, 128, torch.bfloat16, torch.bfloat16), (65536, 2048, 768, 128, torch.bfloat16, torch.bfloat16),
 ]
 
@@ -265,7 +266,8 @@ def main(argv=None):
     d.add_argument("-n", type=_size(8), default=4096, help="output features, a multiple of 8")
     d.add_argument("-k", type=_size(16), default=4096, help="input features, a multiple of 16")
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
-    b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, nvfp4, train, all")
+    b.add_argument("--set", action="append", default=None,
+                   help="default (repeatable): default, tests, sweep, nvfp4, train, all")
     b.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc processes (default: one per core)")
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")

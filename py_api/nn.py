@@ -562,9 +562,9 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
                              f"{tuple(x.shape)}")
         if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 \
                 or tuple(offsets.shape) != (self.num_experts,) or offsets.device != x.device:
+            got = f"{getattr(offsets, 'dtype', type(offsets).__name__)} {tuple(getattr(offsets, 'shape', ()))}"
             raise ValueError(f"{where}: offsets must be an int32 tensor [{self.num_experts}] on {x.device} "
-                             f"(cumulative row ends per expert), got {getattr(offsets, 'dtype', type(offsets).__name__)}"
-                             f" {tuple(getattr(offsets, 'shape', ()))}")
+                             f"(cumulative row ends per expert), got {got}")
         offsets = offsets.contiguous()
         x = _autocast(x)
         if self.recipe is None:

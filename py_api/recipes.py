@@ -14,11 +14,13 @@ columnwise copy is the transpose quantized along the other dimension). A recipe 
 options (`GemmOptions`). Recipes are small frozen dataclasses: hashable, comparable, and turned
 into a string key for the custom ops (`key()` / `from_key()`).
 
-| recipe | format | x | W | dy | fprop / dgrad / wgrad accumulation |
-|---|---|---|---|---|---|
-| FP8Tensorwise | e4m3, current scaling | per tensor | per tensor | per tensor | fast / full / full |
-| FP8Rowwise | e4m3, current scaling | per token (columnwise copy: per channel) | per output channel (columnwise: per input channel) | per token (columnwise: per channel) | fast / full / full |
-| NVFP4 | e2m1 + e4m3 block scales (16) + fp32 global scale | per tensor or per token | per output channel | per tensor (or per token); stochastic rounding | fp32 (exact emulation on Hopper) |
+  FP8Tensorwise  e4m3 with current scaling, one scale per tensor for x, W and dy.
+  FP8Rowwise     e4m3 with current scaling: x per token, W per output channel, dy per token; their
+                 columnwise copies per column (channel).
+  NVFP4          e2m1 codes, e4m3 scales per 16 elements, fp32 global scale: x per tensor (or per
+                 token), W per output channel, dy per tensor (or per token) with stochastic rounding;
+                 RHT on the wgrad copies of x and dy.
+  Accumulation: FP8 fprop fast, dgrad and wgrad full by default; NVFP4 always fp32 (exact emulation).
 
 NVFP4 follows TransformerEngine's NVFP4 recipe where scalemm has the pieces: 1 x 16 blocks,
 RHT (16-point random Hadamard transform) on both wgrad operands (the columnwise copies of x and
@@ -40,7 +42,7 @@ from typing import ClassVar
 
 from .formats import SCALINGS
 
-__all__ = ["GemmOptions", "Recipe", "FP8Tensorwise", "FP8Rowwise", "NVFP4", "ROLES", "GEMMS", "from_key"]
+__all__ = ["GemmOptions", "Recipe", "FP8Tensorwise", "FP8Rowwise", "NVFP4", "ROLES", "GEMMS", "from_key", "check_recipe"]
 
 ROLES = ("input", "weight", "grad")  # x, W, dy
 GEMMS = ("fprop", "dgrad", "wgrad")

@@ -46,9 +46,10 @@ from .quantize_grouped import (quantize_fp8_grouped, quantize_fp8_stacked, quant
                                quantize_nvfp4_stacked)
 from .recipes import Recipe
 
-__all__ = ["FIELDS", "GROUPED_FIELDS", "GEMM_OPERANDS", "GROUPED_GEMM_OPERANDS", "quantize", "flatten", "split", "field_count",
-           "copy_shapes", "unflatten", "gemm", "quantize_grouped", "quantize_stacked", "grouped_copy_shapes",
-           "stacked_shapes", "grouped_unflatten", "grouped_gemm", "decode_wgrad_bf16", "TOKEN_ALIGN"]
+__all__ = ["FIELDS", "GROUPED_FIELDS", "GEMM_OPERANDS", "GROUPED_GEMM_OPERANDS", "TOKEN_ALIGN", "field_count", "split",
+           "flatten", "quantize", "copy_shapes", "unflatten", "gemm", "quantize_grouped", "quantize_stacked",
+           "grouped_copy_shapes", "stacked_shapes", "grouped_unflatten", "grouped_gemm", "decode_wgrad_bf16",
+           "step_gemms", "step_kernel_specs"]
 
 FIELDS = {"fp8": ("data", "scale_inv"), "nvfp4": ("qdata", "scales", "alpha", "amax")}
 GROUPED_FIELDS = {"fp8": ("data", "scale_inv"), "nvfp4": ("qdata", "scales", "sf_offsets", "alpha", "amax")}
@@ -212,8 +213,8 @@ def grouped_unflatten(tensors, recipe: Recipe, role: str, copy: str, offsets: to
         own = layout.stacked_offsets(G, N, offsets.device)
         if fp8:
             return GroupedFP8Tensor(*tensors, own, (rows, K), scaling, _META_DTYPE, group_rows=N)
-        return GroupedNVFP4Tensor(*tensors, own, (rows, K), scaling, _META_DTYPE, scale_rows=layout.stacked_scale_rows(G, N),
-                                  group_rows=N)
+        return GroupedNVFP4Tensor(*tensors, own, (rows, K), scaling, _META_DTYPE,
+                                  scale_rows=layout.stacked_scale_rows(G, N), group_rows=N)
     if copy == "row":
         K = tensors[0].shape[1] * (1 if fp8 else 2)
         if fp8:

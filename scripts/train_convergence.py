@@ -148,7 +148,8 @@ def plot(curves, path, title):
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, losses in curves.items():
         k = max(1, len(losses) // 50)
-        smooth = [sum(losses[max(0, i - k + 1):i + 1]) / len(losses[max(0, i - k + 1):i + 1]) for i in range(len(losses))]
+        windows = [losses[max(0, i - k + 1):i + 1] for i in range(len(losses))]
+        smooth = [sum(w) / len(w) for w in windows]
         ax.plot(smooth, label=f"{name} ({final_loss(losses):.4f})")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (smoothed)")

@@ -131,7 +131,8 @@ def test_linear_matches_emulated_reference(name, dtype):
     assert rel(layer.bias.grad, dy.reshape(-1, 48).to(F64).sum(0)) < tol
 
 
-SQNR_FLOOR = {"fp8_tensorwise": 26.0, "fp8_rowwise": 26.0, "nvfp4": 13.0, "nvfp4_token": 13.0}  # dB (measured ~28.5 and ~15.3)
+# dB; measured about 28.5 (FP8) and 15.3 (NVFP4)
+SQNR_FLOOR = {"fp8_tensorwise": 26.0, "fp8_rowwise": 26.0, "nvfp4": 13.0, "nvfp4_token": 13.0}
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -425,7 +426,7 @@ def test_grouped_linear_matches_emulated_reference(name, offs):
     assert rel(y, ye) < 1e-5 and rel(x.grad, dxe) < 1e-5
     # NVFP4 grouped wgrad: bf16 decoded operands, bf16-rounded accumulator (scalemm.training's notes)
     assert rel(layer.weight.grad, dwe) < (4e-3 if recipe.format == "nvfp4" else 1e-5)
-    assert torch.equal(y[last:], torch.zeros_like(y[last:])) and torch.equal(x.grad[last:], torch.zeros_like(x.grad[last:]))
+    assert torch.count_nonzero(y[last:]) == 0 and torch.count_nonzero(x.grad[last:]) == 0
     want_db = torch.stack([dy[s:e].to(F64).sum(0) for s, e in zip([0] + OFFSETS[offs][:-1], OFFSETS[offs])])
     assert rel(layer.bias.grad, want_db) < 1e-6
 
@@ -438,7 +439,7 @@ def test_empty_experts_get_zero_gradients(name):
     x = torch.randn(20, 32, requires_grad=True)
     layer(x, offsets).square().sum().backward()
     for e in (0, 2, 4):
-        assert torch.equal(layer.weight.grad[e], torch.zeros(16, 32)) and torch.equal(layer.bias.grad[e], torch.zeros(16))
+        assert torch.count_nonzero(layer.weight.grad[e]) == 0 and torch.count_nonzero(layer.bias.grad[e]) == 0
     for e in (1, 3):
         assert layer.weight.grad[e].abs().sum() > 0
     # no tokens at all
@@ -510,8 +511,8 @@ class _Sub(torch.nn.Linear):
 def test_convert_swaps_eligible_layers_in_place():
     torch.manual_seed(0)
     shared = torch.nn.Linear(64, 64)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), shared, shared,
-                                torch.nn.Sequential(torch.nn.Linear(128, 10), _Sub(64, 64), torch.nn.Linear(64, 64).double()),
+    inner = torch.nn.Sequential(torch.nn.Linear(128, 10), _Sub(64, 64), torch.nn.Linear(64, 64).double())
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), shared, shared, inner,
                                 torch.nn.Linear(64, 32))
     params = {id(p) for p in model.parameters()}
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
