@@ -564,3 +564,24 @@ def test_moe_block_end_to_end(name):
     floor = 20.0 if name.startswith("fp8") else 8.0
     for got, want in zip(outs[1], outs[0]):
         assert sqnr(got, want) > floor, sqnr(got, want)
+
+
+@pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
+def test_train_ops_pass_opcheck(name):
+    """torch.library.opcheck: schema (no aliasing or mutation), fakes, AOT dispatch. The GEMM ops skip
+    test_schema, which tries to perturb their float8 inputs with ops float8 does not have."""
+    recipe = RECIPES[name]
+    key, n, m = recipe.key(), training.field_count(recipe), training.field_count(recipe, grouped=True)
+    ops = torch.ops.scalemm
+    x, w = torch.randn(32, 64), torch.randn(48, 64)
+    offs, xo, we = torch.tensor([5, 5, 40], dtype=torch.int32), torch.randn(40, 64), torch.randn(3, 48, 64)
+    for op, args in ((ops.train_quantize, (x, key, "input", True, True)),
+                     (ops.train_quantize_grouped, (xo, offs, key, "input", True, True)),
+                     (ops.train_quantize_stacked, (we, key, True))):
+        torch.library.opcheck(op.default, args)
+    xq, wq = ops.train_quantize(x, key, "input", True, True), ops.train_quantize(w, key, "weight", True, True)
+    gq, sq = ops.train_quantize_grouped(xo, offs, key, "input", True, False), ops.train_quantize_stacked(we, key, False)
+    utils = ("test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(ops.train_gemm.default, ("fprop", xq[:n], wq[:n], None, key, torch.float32), test_utils=utils)
+    torch.library.opcheck(ops.train_grouped_gemm.default, ("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
+                          test_utils=utils)
