@@ -38,8 +38,37 @@ def _grouped_cases(name):
     return cases
 
 
+# Layers the training GPU tests, scripts/train_convergence.py and perf/train_bench.py run:
+# (tokens M or T, out N, in K, experts or None, x dtype, weight dtype).
+_TRAIN_LAYERS = [
+    (210, 512, 256, None, torch.bfloat16, torch.float32), (300, 128, 256, 4, torch.bfloat16, torch.float32),  # tests
+    (512, 512, 256, None, torch.bfloat16, torch.float32), (512, 512, 512, None, torch.bfloat16, torch.float32),
+    (512, 64, 512, None, torch.bfloat16, torch.float32),  # convergence, mlp
+    (1024, 1024, 512, 8, torch.bfloat16, torch.float32), (1024, 512, 512, 8, torch.bfloat16, torch.float32),  # moe
+    (8192, 28672, 4096, None, torch.bfloat16, torch.bfloat16),  # perf/train_bench.py
+    (8192, 4096, 14336, None, torch.bfloat16, torch.bfloat16),
+    (65536, 1536, 2048, 128, torch.bfloat16, torch.bfloat16), (65536, 2048, 768, 128, torch.bfloat16, torch.bfloat16),
+]
+
+
+def _train_specs():
+    """The GEMM kernels of the training layers above under every recipe, and the quantization kernels."""
+    from .quantize import kernel_specs as quant_specs
+    from .quantize_grouped import kernel_specs as grouped_quant_specs
+    from .recipes import NVFP4, FP8Rowwise, FP8Tensorwise
+    from .training import step_kernel_specs
+    specs = {}
+    for recipe in (FP8Tensorwise(), FP8Rowwise(), NVFP4()):
+        for M, N, K, experts, xd, wd in _TRAIN_LAYERS:
+            for s in step_kernel_specs(recipe, M, N, K, x_dtype=xd, w_dtype=wd, experts=experts):
+                specs[s.name] = s
+    return list(specs.values()) + list(quant_specs()) + list(grouped_quant_specs())
+
+
 def kernel_set(name: str):
-    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, all."""
+    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, train, all."""
+    if name == "train":
+        return _train_specs()
     from . import epilogues as epi
     from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
     bf16 = torch.bfloat16
@@ -69,7 +98,7 @@ def kernel_set(name: str):
         cases += [(c.compiled(), True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
     if name not in ("default", "tests", "sweep", "nvfp4", "all"):
-        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, all")
+        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, train, all")
     wgrad = []
     if name in ("default", "tests", "all"):
         from .cutlass_kernels.configs import default_wgrad_config
@@ -87,7 +116,11 @@ def kernel_set(name: str):
         nvfp4 = nvfp4_build_set({"tests": "tests", "sweep": "explore", "nvfp4": "all", "all": "all"}[name])
     if name == "nvfp4":
         return nvfp4
-    return _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
+    specs = _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
+    if name == "all":  # + the training layers' kernels (tests/test_train_gpu.py)
+        names = {s.name for s in specs}
+        specs += [s for s in _train_specs() if s.name not in names]
+    return specs
 
 
 def cmd_build(args):
@@ -233,7 +266,8 @@ def main(argv=None):
     d.add_argument("-n", type=_size(8), default=4096, help="output features, a multiple of 8")
     d.add_argument("-k", type=_size(16), default=4096, help="input features, a multiple of 16")
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
-    b.add_argument("--set", action="append", default=None, help="default (repeatable): default, tests, sweep, nvfp4, all")
+    b.add_argument("--set", action="append", default=None,
+                   help="default (repeatable): default, tests, sweep, nvfp4, train, all")
     b.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc processes (default: one per core)")
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")

@@ -1,13 +1,29 @@
-"""nn.Linear-style modules on scalemm's kernels."""
+"""nn.Linear-style modules on scalemm's kernels.
+
+FP8Linear: inference only (a frozen FP8 weight). Linear, GroupedLinear and convert(): training
+(autograd through scalemm's quantizers and GEMMs, high-precision master weights), following a
+recipe of scalemm.recipes; docs/training.md describes them.
+"""
 from __future__ import annotations
+
+import logging
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
 
-from .formats import INPUT_DTYPES
+from . import ops  # noqa: F401  registers torch.ops.scalemm.train_*
+from . import training
+from .formats import INPUT_DTYPES, layout
 from .gemm import gemm
 from .quantize import quantize_fp8
+from .recipes import FP8Rowwise, Recipe, check_recipe
 
-__all__ = ["FP8Linear"]
+__all__ = ["FP8Linear", "Linear", "GroupedLinear", "convert", "ConvertReport", "linear_eligibility"]
+
+log = logging.getLogger("scalemm")
 
 
 class FP8Linear(torch.nn.Module):
@@ -130,3 +146,496 @@ class FP8Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, fp8 e4m3 per-channel weights, per-token activations")
+
+
+# ---------------------------------------------------------------------------
+# training: Linear, GroupedLinear, convert
+# ---------------------------------------------------------------------------
+
+def linear_eligibility(in_features: int, out_features: int) -> Optional[str]:
+    """None when a layer of these features can run all three GEMMs of a training step (any recipe),
+    else the reason it cannot. The rules are scalemm.gemm's own (gemm._check_k / _check_n): fprop
+    reduces over in_features and dgrad over out_features, each a positive multiple of 16 (16-byte
+    rows of e4m3, NVFP4 blocks of 16); the output rows (out_features for fprop, in_features for dgrad
+    and wgrad) then meet the 16-byte rule of every output dtype."""
+    from .gemm import _check_k
+    for value, name, why in ((in_features, "in_features", "fprop reduces over it"),
+                             (out_features, "out_features", "dgrad reduces over it")):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{name} must be an int, got {type(value).__name__}"
+        try:
+            _check_k(value, name)
+        except ValueError as e:
+            return f"{e}; {why}"
+    return None
+
+
+def _check_features(cls_name, in_features, out_features, recipe):
+    for name, v in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{cls_name}: '{name}' must be a positive int, got {v!r}")
+    if recipe is not None:
+        check_recipe(recipe)
+        reason = linear_eligibility(in_features, out_features)
+        if reason:
+            raise ValueError(f"{cls_name}(in_features={in_features}, out_features={out_features}) cannot run the "
+                             f"scalemm GEMMs: {reason} (use recipe=None or nn.Linear for this layer)")
+
+
+def _check_input(where, x, features, weight):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{where}: x must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != features:
+        raise ValueError(f"{where}: expected x[..., {features}], got shape {tuple(x.shape)}")
+    if x.device != weight.device:
+        raise ValueError(f"{where}: x is on {x.device}, the layer on {weight.device}")
+    if weight.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{where}: the weight must be bfloat16, float16 or float32 (the master copy the quantizers "
+                        f"read), got {weight.dtype}")
+
+
+def _autocast(x):
+    """x in the autocast dtype of its device when autocast is on there (as nn.Linear's matmul would be)."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        dtype = torch.get_autocast_dtype(dev)
+        if dtype in INPUT_DTYPES and x.dtype != dtype:
+            return x.to(dtype)
+    return x
+
+
+class _WeightCache:
+    """The quantized copies of one weight, kept until the weight changes: a new tensor, a new
+    data_ptr, or a new _version (every in-place update bumps it: optimizer steps, load_state_dict,
+    copy_). So within an optimizer step (gradient accumulation, activation-checkpoint recompute)
+    the weight is quantized once. Not kept under inference_mode (inference tensors cannot be
+    saved for backward later) nor while torch.compile traces (the graph quantizes every call)."""
+    __slots__ = ("ref", "stamp", "extra", "tensors")
+
+    def __init__(self):
+        self.ref = self.stamp = self.extra = self.tensors = None
+
+    def get(self, w, key, extra: bool, make: Callable[[bool], list]) -> list:
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            return make(extra)
+        stamp = (w.data_ptr(), w._version, w.dtype, w.device, key)
+        if self.ref is not None and self.ref() is w and self.stamp == stamp and (self.extra or not extra):
+            return self.tensors
+        tensors = make(extra)
+        self.ref, self.stamp, self.extra, self.tensors = weakref.ref(w), stamp, extra, tensors
+        return tensors
+
+    def clear(self):
+        self.ref = self.stamp = self.extra = self.tensors = None
+
+
+class _RecipeLayer:
+    """What Linear and GroupedLinear share: the recipe property and the weight cache's reset."""
+    _GROUPED = False
+
+    @property
+    def recipe(self) -> Optional[Recipe]:
+        """The recipe (scalemm.recipes), or None for the high-precision layer. Assignable."""
+        return self._recipe
+
+    @recipe.setter
+    def recipe(self, recipe: Optional[Recipe]) -> None:
+        _check_features(type(self).__name__, self.in_features, self.out_features, recipe)
+        # plain attributes for forward: torch.compile reads them as constants
+        self._recipe, self._key = recipe, None if recipe is None else recipe.key()
+        self._n = None if recipe is None else training.field_count(recipe, grouped=self._GROUPED)
+        if hasattr(self, "_wcache"):
+            self._wcache.clear()
+
+    def _apply(self, fn, recurse=True):
+        self._wcache.clear()  # a device move or cast makes new weights
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
+        state["_wcache"] = _WeightCache()  # cached copies are derived data (and hold a weakref)
+        return state
+
+
+def _needs(x, weight):
+    """(dx needed, dW needed) for this forward: what the quantizers must prepare for backward.
+    Decided here, where grad mode is visible (inside Function.forward it is always off)."""
+    grad = torch.is_grad_enabled()
+    return grad and x.requires_grad, grad and weight.requires_grad
+
+
+def _check_prepared(where, needed, prepared):
+    for want, have, what in zip(needed, prepared, ("x", "the weight")):
+        if want and not have:
+            raise RuntimeError(f"scalemm.nn.{where}: backward asks for the gradient of {what}, but the forward ran "
+                               f"without grad mode or with {what} not requiring grad, so its operands were not "
+                               "prepared; run the forward with grad enabled")
+
+
+class _LinearFn(torch.autograd.Function):
+    """y = x W^T + b with the recipe's quantized GEMMs. Inputs: x2 [M, K], the master weight and
+    bias (for their gradients), the recipe key and its tensors per copy (training.field_count),
+    whether dx and dW are needed (need_dx: wq holds W's columnwise copy too), and wq (W's flattened
+    copies). Saves only what backward reads: x's columnwise copy (wgrad) and W's columnwise copy
+    (dgrad); autograd frees them after backward."""
+
+    @staticmethod
+    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, *wq):
+        M = x2.shape[0]
+        # the columnwise copy needs M % 16: pad with zero rows (they change no amax and add 0 to dW)
+        Mp = layout.round_up(M, training.TOKEN_ALIGN) if need_dw else M
+        xp = torch.nn.functional.pad(x2, (0, 0, 0, Mp - M)) if Mp != M else x2.contiguous()
+        x_row, x_col = training.split(torch.ops.scalemm.train_quantize(xp, key, "input", True, need_dw), n, True,
+                                      need_dw)
+        w_row, w_col = training.split(wq, n, True, need_dx)
+        b = None if bias is None else bias.to(x2.dtype)
+        y = torch.ops.scalemm.train_gemm("fprop", x_row, w_row, b, key, x2.dtype)
+        ctx.save_for_backward(*(x_col or []), *(w_col if need_dx else []))
+        ctx.key, ctx.n, ctx.M, ctx.Mp, ctx.n_wq, ctx.prepared = key, n, M, Mp, len(wq), (need_dx, need_dw)
+        ctx.dtypes = (x2.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y[:M] if Mp != M else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+        _check_prepared("Linear", (need_dx, need_dw), ctx.prepared)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        saved = list(ctx.saved_tensors)
+        n, (has_w_col, has_x_col) = ctx.n, ctx.prepared  # what forward saved: x's copy first
+        x_col = saved[:n] if has_x_col else None
+        w_col = saved[n * has_x_col:] if has_w_col else None
+        dy = dy.contiguous()
+        dx = dw = db = None
+        if need_db:
+            db = dy.sum(0, dtype=torch.float32).to(b_dtype)
+        if need_dx or need_dw:
+            M, Mp = ctx.M, ctx.Mp
+            dyp = torch.nn.functional.pad(dy, (0, 0, 0, Mp - M)) if Mp != M else dy
+            d_row, d_col = training.split(torch.ops.scalemm.train_quantize(dyp, ctx.key, "grad", need_dx, need_dw),
+                                          n, need_dx, need_dw)
+            if need_dx:
+                dx = torch.ops.scalemm.train_gemm("dgrad", d_row, w_col, None, ctx.key, x_dtype)
+                dx = dx[:M] if Mp != M else dx
+            if need_dw:
+                dw = torch.ops.scalemm.train_gemm("wgrad", d_col, x_col, None, ctx.key, w_dtype)
+        return (dx, dw, db, None, None, None, None) + (None,) * ctx.n_wq
+
+
+class Linear(_RecipeLayer, torch.nn.Linear):
+    """nn.Linear trained through scalemm's low-precision GEMMs.
+
+    weight [out_features, in_features] and bias [out_features] are ordinary high-precision
+    Parameters (the master copy; the state dict is nn.Linear's). forward(x[..., in_features])
+    runs, per the recipe (scalemm.recipes; default FP8Rowwise()):
+      fprop: x and W quantized (one quantizer call each, which also makes the columnwise copy that
+        backward needs), one scalemm.gemm with the scales and the bias in its epilogue;
+      backward: dy quantized once (both copies), dgrad dx = dy W and wgrad dW = dy^T x, one
+        scalemm.gemm each; db = sum of dy in fp32.
+    y and dx have x's dtype (under autocast, x is first cast to the autocast dtype), dW and db the
+    parameters' dtypes. W's quantized copies are cached until the weight changes (its _version or
+    data_ptr: once per optimizer step); cache_weight=False quantizes it on every call. A token
+    count M that is not a multiple of 16 is padded with zero rows for the columnwise copies (a copy
+    of x and dy). recipe=None runs plain torch.nn.functional.linear (a high-precision layer with
+    the same parameters).
+
+    CPU tensors run scalemm's reference path (the same quantizers and GEMM numerics in torch),
+    CUDA tensors the Hopper kernels. Works under torch.compile (every quantize / GEMM is a custom
+    op of scalemm.ops with a fake; the weight is then quantized on every call) and activation
+    checkpointing (the recompute reuses the cached weight copies). in_features and out_features
+    must be multiples of 16 (linear_eligibility says why); scalemm.nn.convert skips layers that
+    are not.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 recipe: Optional[Recipe] = FP8Rowwise(), cache_weight: bool = True):
+        _check_features("Linear", in_features, out_features, recipe)
+        if not isinstance(cache_weight, bool):
+            raise TypeError(f"Linear: 'cache_weight' must be a bool, got {type(cache_weight).__name__}")
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.recipe, self.cache_weight = recipe, cache_weight
+        self._wcache = _WeightCache()
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, recipe: Optional[Recipe] = FP8Rowwise(), *,
+                    cache_weight: bool = True) -> "Linear":
+        """A Linear that shares `linear`'s Parameters (the same objects: an optimizer built on them
+        keeps working) and training mode."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
+        mod = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta",
+                  dtype=linear.weight.dtype, recipe=recipe, cache_weight=cache_weight)
+        mod.weight = linear.weight
+        mod.bias = linear.bias
+        mod.train(linear.training)
+        return mod
+
+    def _where(self) -> str:
+        return f"Linear(in_features={self.in_features}, out_features={self.out_features})"
+
+    def _weight_copies(self, columnwise: bool) -> list:
+        key = self._key
+        w = self.weight
+
+        def make(col):
+            return list(torch.ops.scalemm.train_quantize(w.detach(), key, "weight", True, col))
+        if not self.cache_weight:
+            return make(columnwise)
+        tensors = self._wcache.get(w, key, columnwise, make)
+        return tensors if columnwise else tensors[:self._n]  # the cache may also hold the columnwise copy
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recipe is None:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        _check_input(self._where(), x, self.in_features, self.weight)
+        x = _autocast(x)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        need_dx, need_dw = _needs(x, self.weight)
+        wq = self._weight_copies(columnwise=need_dx)
+        y = _LinearFn.apply(x2, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, recipe={self.recipe!r}"
+
+
+class _GroupedLinearFn(torch.autograd.Function):
+    """The grouped form of _LinearFn: x [T, K] sorted by expert, offsets int32 [E], weight [E, N, K];
+    wq holds W's stacked copy and, when need_dx, the stacked copy of W^T (dgrad)."""
+
+    @staticmethod
+    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, *wq):
+        T = x.shape[0]
+        x = x.contiguous()
+        xq = torch.ops.scalemm.train_quantize_grouped(x, offsets, key, "input", True, need_dw)
+        x_row, x_col = training.split(xq, n, True, need_dw)
+        w_s, w_t = training.split(wq, n, True, need_dx)
+        b = None if bias is None else bias.to(x.dtype)
+        y = torch.ops.scalemm.train_grouped_gemm("fprop", x_row, w_s, offsets, b, key, x.dtype, T)
+        ctx.save_for_backward(offsets, *(x_col or []), *(w_t if need_dx else []))
+        ctx.key, ctx.n, ctx.T, ctx.n_wq, ctx.prepared = key, n, T, len(wq), (need_dx, need_dw)
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+        _check_prepared("GroupedLinear", (need_dx, need_dw), ctx.prepared)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        offsets, *saved = ctx.saved_tensors
+        n, (has_w_t, has_x_col) = ctx.n, ctx.prepared  # what forward saved: x's copy first
+        x_col = saved[:n] if has_x_col else None
+        w_t = saved[n * has_x_col:] if has_w_t else None
+        dy = dy.contiguous()
+        T = ctx.T
+        dx = dw = db = None
+        if need_db:
+            db = _group_sums(dy, offsets).to(b_dtype)
+        if need_dx or need_dw:
+            dq = torch.ops.scalemm.train_quantize_grouped(dy, offsets, ctx.key, "grad", need_dx, need_dw)
+            d_row, d_col = training.split(dq, n, need_dx, need_dw)
+            if need_dx:
+                dx = torch.ops.scalemm.train_grouped_gemm("dgrad", d_row, w_t, offsets, None, ctx.key, x_dtype, T)
+            if need_dw:
+                dw = torch.ops.scalemm.train_grouped_gemm("wgrad", d_col, x_col, offsets, None, ctx.key, w_dtype, T)
+        return (dx, None, dw, db, None, None, None, None) + (None,) * ctx.n_wq
+
+
+def _group_sums(dy, offsets):
+    """[E, N] fp32: the sum of dy's rows per expert group (rows past offsets[-1] in none). Device ops."""
+    E = offsets.numel()
+    groups = layout.row_groups(offsets, dy.shape[0])
+    out = torch.zeros(E + 1, dy.shape[1], dtype=torch.float32, device=dy.device)
+    return out.index_add_(0, groups, dy.to(torch.float32))[:E]
+
+
+def _rows_in_groups(offsets, T):
+    """bool [T, 1]: rows that belong to an expert group (rows past offsets[-1] do not)."""
+    return (layout.row_groups(offsets, T) < offsets.numel())[:, None]
+
+
+class _GroupedMMFn(torch.autograd.Function):
+    """recipe=None: the high-precision grouped layer on torch._grouped_mm (x's dtype; fp32
+    accumulation), with its three products written out (torch's own _grouped_mm backward does not
+    run on CPU tensors): y = x_g W_g^T, dx = dy_g W_g, dW_g = dy_g^T x_g (2-D x 2-D form)."""
+
+    @staticmethod
+    def forward(ctx, x, offsets, weight, bias):
+        w = weight.to(x.dtype)
+        x = x.contiguous()
+        y = torch._grouped_mm(x, w.transpose(1, 2), offs=offsets)
+        if bias is not None:
+            y = y + bias.to(x.dtype)[layout.row_groups(offsets, x.shape[0]).clamp(max=offsets.numel() - 1)]
+        ctx.save_for_backward(x, offsets, w)
+        ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        return torch.where(_rows_in_groups(offsets, x.shape[0]), y, 0)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, offsets, w = ctx.saved_tensors
+        w_dtype, b_dtype = ctx.dtypes
+        need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]
+        dy = torch.where(_rows_in_groups(offsets, x.shape[0]), dy.to(x.dtype), 0).contiguous()
+        dx = dw = db = None
+        if need_dx:
+            dx = torch.where(_rows_in_groups(offsets, x.shape[0]), torch._grouped_mm(dy, w, offs=offsets), 0)
+        if need_dw:
+            starts, ends = layout.group_bounds(offsets, x.shape[0])
+            dw = torch._grouped_mm(dy.t(), x, offs=offsets)
+            dw = torch.where((ends > starts)[:, None, None], dw, 0).to(w_dtype)
+        if need_db:
+            db = _group_sums(dy, offsets).to(b_dtype)
+        return dx, None, dw, db
+
+
+class GroupedLinear(_RecipeLayer, torch.nn.Module):
+    _GROUPED = True
+
+    """MoE experts: num_experts linear layers applied to tokens sorted by expert.
+
+    weight [num_experts, out_features, in_features] (each expert in nn.Linear layout) and optional
+    bias [num_experts, out_features]: high-precision Parameters. forward(x [T, in_features],
+    offsets) -> [T, out_features], offsets int32 [num_experts] on x's device: cumulative row ends
+    (torch._grouped_mm's `offs`; expert e owns rows offsets[e-1] .. offsets[e]-1). Rows past
+    offsets[-1] belong to no expert: their output and gradient are 0. Offsets are never read on
+    the host (no sync; on CPU they are checked). Per the recipe:
+      fprop: scalemm.grouped_gemm on x quantized per group (one call, which also makes the
+        wgrad-layout copy) and the stacked quantized weight;
+      dgrad: scalemm.grouped_gemm of dy against the stacked quantized W^T (a second pass over W:
+        the stacked quantizers make no columnwise copy);
+      wgrad: scalemm.grouped_gemm_wgrad on the wgrad copies of dy and x (experts without tokens get
+        dW = 0). NVFP4: there is no NVFP4 grouped wgrad kernel; the NVFP4 wgrad copies are decoded
+        exactly to bf16 and multiplied with torch._grouped_mm (scalemm.training's notes).
+    Weight copies are cached as Linear's. recipe=None: bf16/fp32 torch._grouped_mm (the baseline).
+    in_features and out_features must be multiples of 16.
+    """
+
+    def __init__(self, num_experts: int, in_features: int, out_features: int, bias: bool = False, *,
+                 recipe: Optional[Recipe] = FP8Rowwise(), device=None, dtype=None, cache_weight: bool = True):
+        super().__init__()
+        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts <= 0:
+            raise ValueError(f"GroupedLinear: 'num_experts' must be a positive int, got {num_experts!r}")
+        _check_features("GroupedLinear", in_features, out_features, recipe)
+        for name, v in (("bias", bias), ("cache_weight", cache_weight)):
+            if not isinstance(v, bool):
+                raise TypeError(f"GroupedLinear: '{name}' must be a bool, got {type(v).__name__}")
+        self.num_experts, self.in_features, self.out_features = num_experts, in_features, out_features
+        self.recipe, self.cache_weight = recipe, cache_weight
+        kw = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty(num_experts, out_features, in_features, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(num_experts, out_features, **kw)) if bias else None
+        self._wcache = _WeightCache()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert as nn.Linear initialises itself: U(-1/sqrt(in_features), 1/sqrt(in_features))."""
+        bound = 1 / math.sqrt(self.in_features)
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+            if self.bias is not None:
+                self.bias.uniform_(-bound, bound)
+
+    def _where(self) -> str:
+        return (f"GroupedLinear(num_experts={self.num_experts}, in_features={self.in_features}, "
+                f"out_features={self.out_features})")
+
+    def _weight_copies(self, transposed: bool) -> list:
+        key = self._key
+        w = self.weight
+
+        def make(t):
+            wd = w.detach()
+            out = list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))
+            return out + (list(torch.ops.scalemm.train_quantize_stacked(wd, key, True)) if t else [])
+        if not self.cache_weight:
+            return make(transposed)
+        tensors = self._wcache.get(w, key, transposed, make)
+        return tensors if transposed else tensors[:self._n]  # the cache may also hold the W^T copy
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        where = self._where()
+        _check_input(where, x, self.in_features, self.weight)
+        if x.dim() != 2:
+            raise ValueError(f"{where}: x must be 2-D [T, {self.in_features}] (tokens sorted by expert), got shape "
+                             f"{tuple(x.shape)}")
+        if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 \
+                or tuple(offsets.shape) != (self.num_experts,) or offsets.device != x.device:
+            got = f"{getattr(offsets, 'dtype', type(offsets).__name__)} {tuple(getattr(offsets, 'shape', ()))}"
+            raise ValueError(f"{where}: offsets must be an int32 tensor [{self.num_experts}] on {x.device} "
+                             f"(cumulative row ends per expert), got {got}")
+        offsets = offsets.contiguous()
+        x = _autocast(x)
+        if self.recipe is None:
+            return _GroupedMMFn.apply(x, offsets, self.weight, self.bias)
+        need_dx, need_dw = _needs(x, self.weight)
+        wq = self._weight_copies(transposed=need_dx)
+        return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, recipe={self.recipe!r}")
+
+
+@dataclass
+class ConvertReport:
+    """What convert() did: the converted modules' names, and the skipped nn.Linear modules with why."""
+    converted: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"scalemm.nn.convert: {len(self.converted)} converted, {len(self.skipped)} skipped"]
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[str, torch.nn.Module], bool]] = None
+            ) -> ConvertReport:
+    """Swap the eligible nn.Linear submodules of `model` for scalemm.nn.Linear, in place.
+
+    A swapped layer shares the original's Parameters (same objects: an optimizer already built on
+    them keeps working, the state dict is unchanged). Eligible: an exact torch.nn.Linear (not a
+    subclass, whose forward may differ; not an already converted Linear), weight bf16/fp16/fp32,
+    in_features and out_features multiples of 16 (linear_eligibility), and filter(name, module)
+    true when a filter is given. Returns a ConvertReport (converted names, skipped names with the
+    reason) and logs it on the "scalemm" logger. The root module itself is never swapped: pass
+    its parent, or use Linear.from_linear. Forward hooks on a swapped module are not carried over.
+    """
+    check_recipe(recipe)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"convert: 'model' must be an nn.Module, got {type(model).__name__}")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"convert: 'filter' must be callable(name, module) -> bool or None, got "
+                        f"{type(filter).__name__}")
+    if type(model) is torch.nn.Linear:
+        raise TypeError("convert swaps a model's submodules in place and cannot replace the model itself: "
+                        "use scalemm.nn.Linear.from_linear(model, recipe)")
+    report = ConvertReport()
+    done: dict[int, Linear] = {}  # a Linear shared by several parents is converted once
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent._modules.items()):  # every name: named_children skips repeats
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if not isinstance(child, torch.nn.Linear) or isinstance(child, Linear):
+                continue
+            if id(child) in done:
+                setattr(parent, child_name, done[id(child)])
+                report.converted.append(name)
+                continue
+            reason = None
+            if type(child) is not torch.nn.Linear:
+                reason = f"{type(child).__name__} is a subclass of nn.Linear (its forward may differ)"
+            elif filter is not None and not filter(name, child):
+                reason = "excluded by the filter"
+            elif child.weight.dtype not in INPUT_DTYPES:
+                reason = f"weight dtype {child.weight.dtype} (the quantizers read bf16, fp16 or fp32)"
+            else:
+                reason = linear_eligibility(child.in_features, child.out_features)
+            if reason:
+                report.skipped[name] = reason
+                continue
+            done[id(child)] = Linear.from_linear(child, recipe)
+            setattr(parent, child_name, done[id(child)])
+            report.converted.append(name)
+    log.info("%s", report)
+    return report

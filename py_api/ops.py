@@ -12,6 +12,11 @@ Containers do not cross the op boundary: the quantize ops return the rowwise cop
 (quantize_fp8: (data, scale_inv); quantize_nvfp4: (qdata, scales, alpha, amax); ...). Options
 that are not tensor-only (columnwise copies, RHT, stochastic rounding with a 64-bit seed) stay
 with the public functions.
+
+The train_* ops are what scalemm.nn.Linear / GroupedLinear run (scalemm.training): a quantized
+operand with both copies crosses them as a flat list of tensors (scalemm.training.flatten) and a
+recipe as its string key (scalemm.recipes.Recipe.key), so the columnwise copies, RHT and
+stochastic rounding are available there; the Python-side containers are rebuilt inside.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from .quantize_grouped import quantize_fp8_grouped as _quantize_fp8_grouped
 from .quantize_grouped import quantize_nvfp4_grouped as _quantize_nvfp4_grouped
 
 __all__ = ["gemm", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
+           "train_quantize", "train_gemm", "train_quantize_grouped", "train_quantize_stacked", "train_grouped_gemm",
            "quantize_nvfp4_grouped"]
 
 
@@ -139,3 +145,105 @@ def _(x, offsets, scaling):
     T, K = x.shape
     return _fake(x, grouped_nvfp4_shapes(T, K, offsets.shape[0], scaling),
                  ("qdata", "scales", "sf_offsets", "alpha", "amax"))
+
+
+# ---------------------------------------------------------------------------
+# training (scalemm.nn.Linear / GroupedLinear): quantized operands as flat tensor lists
+# (scalemm.training.flatten), recipes as their string keys (scalemm.recipes.Recipe.key)
+# ---------------------------------------------------------------------------
+
+def _distinct(tensors) -> list:
+    """Custom-op outputs may not alias each other: a tensor sharing storage with an earlier one (e.g.
+    the amax both NVFP4 copies share, or two slices of one table) is returned as a copy."""
+    seen, out = set(), []
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        if t.numel() and ptr in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        out.append(t)
+    return out
+
+
+def _recipe(key: str):
+    from .recipes import from_key
+    return from_key(key)
+
+
+@torch.library.custom_op("scalemm::train_quantize", mutates_args=())
+def train_quantize(x: torch.Tensor, recipe: str, role: str, rowwise: bool, columnwise: bool) -> list[torch.Tensor]:
+    """scalemm.training.quantize of x [M, K] for `role` ("input", "weight", "grad") under the recipe
+    with this key: the fields of the rowwise copy, then of the columnwise copy (x^T)."""
+    from . import training
+    return _distinct(training.flatten(training.quantize(x, _recipe(recipe), role, rowwise=rowwise,
+                                                        columnwise=columnwise)))
+
+
+@train_quantize.register_fake
+def _(x, recipe, role, rowwise, columnwise):
+    from . import training
+    M, K = x.shape
+    return [x.new_empty(s, dtype=d) for s, d in training.copy_shapes(_recipe(recipe), role, M, K, rowwise, columnwise)]
+
+
+@torch.library.custom_op("scalemm::train_gemm", mutates_args=())
+def train_gemm(which: str, a: list[torch.Tensor], b: list[torch.Tensor], bias: Optional[torch.Tensor], recipe: str,
+               out_dtype: torch.dtype) -> torch.Tensor:
+    """scalemm.training.gemm: "fprop", "dgrad" or "wgrad" on one flattened copy of each operand."""
+    from . import training
+    return training.gemm(which, a, b, _recipe(recipe), bias=bias, out_dtype=out_dtype)
+
+
+@train_gemm.register_fake
+def _(which, a, b, bias, recipe, out_dtype):
+    return a[0].new_empty((a[0].shape[0], b[0].shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("scalemm::train_quantize_grouped", mutates_args=())
+def train_quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: str, role: str, rowwise: bool,
+                           columnwise: bool) -> list[torch.Tensor]:
+    """scalemm.training.quantize_grouped: the rows copy's fields, then the wgrad copy's."""
+    from . import training
+    q = training.quantize_grouped(x, offsets, _recipe(recipe), role, rowwise=rowwise, columnwise=columnwise)
+    return _distinct(training.flatten(q, grouped=True))
+
+
+@train_quantize_grouped.register_fake
+def _(x, offsets, recipe, role, rowwise, columnwise):
+    from . import training
+    T, K = x.shape
+    shapes = training.grouped_copy_shapes(_recipe(recipe), role, T, K, offsets.shape[0], rowwise, columnwise)
+    return [x.new_empty(s, dtype=d) for s, d in shapes]
+
+
+@torch.library.custom_op("scalemm::train_quantize_stacked", mutates_args=())
+def train_quantize_stacked(w: torch.Tensor, recipe: str, transposed: bool) -> list[torch.Tensor]:
+    """scalemm.training.quantize_stacked: stacked expert weights [E, N, K] (or their transposes)."""
+    from . import training
+    return _distinct(training.flatten(training.quantize_stacked(w, _recipe(recipe), transposed=transposed),
+                                      grouped=True))
+
+
+@train_quantize_stacked.register_fake
+def _(w, recipe, transposed):
+    from . import training
+    E, N, K = w.shape
+    if transposed:
+        N, K = K, N
+    return [w.new_empty(s, dtype=d) for s, d in training.stacked_shapes(_recipe(recipe), E, N, K)]
+
+
+@torch.library.custom_op("scalemm::train_grouped_gemm", mutates_args=())
+def train_grouped_gemm(which: str, a: list[torch.Tensor], b: list[torch.Tensor], offsets: torch.Tensor,
+                       bias: Optional[torch.Tensor], recipe: str, out_dtype: torch.dtype, T: int) -> torch.Tensor:
+    """scalemm.training.grouped_gemm: "fprop" [T, N], "dgrad" [T, K] or "wgrad" [E, N, K]."""
+    from . import training
+    return training.grouped_gemm(which, a, b, offsets, _recipe(recipe), T=T, bias=bias, out_dtype=out_dtype)
+
+
+@train_grouped_gemm.register_fake
+def _(which, a, b, offsets, bias, recipe, out_dtype, T):
+    G = offsets.shape[0]
+    if which == "wgrad":
+        return a[0].new_empty((G, a[0].shape[0], b[0].shape[0]), dtype=out_dtype)
+    return a[0].new_empty((T, b[0].shape[0] // G), dtype=out_dtype)

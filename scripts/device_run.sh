@@ -60,6 +60,12 @@ if has sanitize; then  # small shapes through every kernel under each compute-sa
       sed -E 's/<.*>//; s/\(.*\)//' | sort | uniq -c | sort -rn | head -n 12 | sed "s/^/[$tool] /"
   done
 fi
+if has train; then  # training layers: their GPU tests, the convergence run, the fwd+bwd benchmark
+  python3 -m scalemm build --set train --jobs "$(nproc)" 2>&1 | tail -n 20 || status=1
+  timeout 600 python3 -m pytest tests/test_train_gpu.py -q -rfE -p no:cacheprovider || status=1
+  timeout 600 python3 scripts/train_convergence.py --out "$OUT" || status=1
+  timeout 900 python3 perf/train_bench.py --out "$OUT" ${TRAIN_BENCH_ARGS:-} || status=1
+fi
 if has nvfp4; then
   timeout 300 python3 perf/nvfp4_explore.py ${NVFP4_ARGS:-} || status=1
 fi

@@ -1,0 +1,273 @@
+"""Training step (forward + backward) of two blocks: scalemm's recipes against bf16 and torchao.
+
+Blocks:
+  llama3-8b MLP: x [8192, 4096] -> gate_up Linear(4096, 2 x 14336) -> SiLU(gate) * up -> down Linear(14336, 4096)
+  qwen3-30b-a3b MoE experts: 8192 tokens routed top-8 over 128 experts (skewed routing, perf/grouped_sweep.py's
+    routed_sizes: T = 65536 rows sorted by expert), gate_up GroupedLinear(2048 -> 2 x 768) -> SiLU * up ->
+    down GroupedLinear(768 -> 2048); the routing itself is not timed.
+Contenders: bf16 (nn.Linear / torch._grouped_mm with torch's autograd), scalemm.nn.Linear / GroupedLinear with
+FP8Tensorwise, FP8Rowwise and NVFP4, and torchao's Float8Linear (tensorwise and rowwise recipes) when torchao
+imports (dense block only: torchao's MoE training path is not compared). Parameters are bf16 and shared by
+the contenders; x requires grad (dgrad runs). One timed call = forward + backward = one optimizer step's
+worth of work: scalemm layers run with cache_weight=False, so the weight is quantized in every call
+(--cache-weight: reused, as in gradient-accumulation micro-steps).
+
+Timing: medians over interleaved rounds (every contender once per round) after warm-up, CUDA events
+around each call; --graphs instead captures each call in a CUDA graph (perf/gemm_sweep.py's bench) to
+remove host overhead (NVFP4's stochastic rounding then replays one seed). --compile wraps every
+contender in torch.compile (torchao's Float8Linear is meant to be compiled). Prints a table and writes
+train_bench.json and train_bench.png under --out. Prebuild the kernels: python -m scalemm build --set train.
+
+  python perf/train_bench.py --out results/train
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_sweep import bench, geomean  # noqa: E402
+from grouped_sweep import routed_sizes  # noqa: E402
+
+import scalemm  # noqa: E402
+from scalemm.nn import GroupedLinear, Linear  # noqa: E402
+from scalemm.recipes import NVFP4, FP8Rowwise, FP8Tensorwise  # noqa: E402
+
+DEVICE = "cuda"  # "cpu" for --smoke (scalemm's reference path, tiny shapes: checks the script, times nothing useful)
+RECIPES = {"scalemm_fp8_tensorwise": FP8Tensorwise(), "scalemm_fp8_rowwise": FP8Rowwise(), "scalemm_nvfp4": NVFP4()}
+BF16 = torch.bfloat16
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, gate_up, down):
+        super().__init__()
+        self.gate_up, self.down = gate_up, down
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Experts(torch.nn.Module):
+    """gate_up -> SiLU * up -> down over tokens sorted by expert: GroupedLinear layers, or (w1, w2 given)
+    bf16 torch._grouped_mm with torch's own autograd."""
+
+    def __init__(self, gate_up=None, down=None, w1=None, w2=None):
+        super().__init__()
+        self.gate_up, self.down, self.w1, self.w2 = gate_up, down, w1, w2
+
+    def forward(self, x, offsets):
+        if self.w1 is not None:
+            h = torch._grouped_mm(x, self.w1.transpose(-2, -1), offs=offsets)
+        else:
+            h = self.gate_up(x, offsets)
+        gate, up = h.chunk(2, dim=-1)
+        a = F.silu(gate) * up
+        if self.w2 is not None:
+            return torch._grouped_mm(a, self.w2.transpose(-2, -1), offs=offsets)
+        return self.down(a, offsets)
+
+
+def mlp_contenders(hidden, inter, cache_weight):
+    torch.manual_seed(0)
+    base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False))
+    base = base.to(DEVICE, BF16)
+    out = {"bf16": base}
+    for name, recipe in RECIPES.items():  # the same Parameters as the bf16 model
+        out[name] = MLP(Linear.from_linear(base.gate_up, recipe, cache_weight=cache_weight),
+                        Linear.from_linear(base.down, recipe, cache_weight=cache_weight))
+    try:
+        import copy
+
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        for r in ("tensorwise", "rowwise"):
+            m = copy.deepcopy(base)
+            convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name(r))
+            out[f"torchao_float8_{r}"] = m
+    except Exception as e:  # not installed, or an API it does not have
+        print(f"torchao Float8Linear not compared: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return out
+
+
+def moe_contenders(experts, hidden, inter, cache_weight):
+    torch.manual_seed(0)
+    ref_up = GroupedLinear(experts, hidden, 2 * inter, recipe=None, device=DEVICE, dtype=BF16)
+    ref_down = GroupedLinear(experts, inter, hidden, recipe=None, device=DEVICE, dtype=BF16)
+    # torch's own _grouped_mm backward does not run on CPU tensors: the smoke run uses GroupedLinear(recipe=None)
+    out = {"bf16": Experts(w1=ref_up.weight, w2=ref_down.weight) if DEVICE == "cuda" else Experts(ref_up, ref_down)}
+    for name, recipe in RECIPES.items():
+        kw = dict(recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight)
+        up, down = GroupedLinear(experts, hidden, 2 * inter, **kw), GroupedLinear(experts, inter, hidden, **kw)
+        up.weight, down.weight = ref_up.weight, ref_down.weight  # shared Parameters
+        out[name] = Experts(up, down)
+    return out
+
+
+def time_eager(fns: dict, rounds: int = 15, warmup: int = 3) -> dict:
+    """Median milliseconds per call of each fn(), interleaved round-robin after `warmup` calls each
+    (CUDA events; wall clock for the CPU smoke run)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    cuda = DEVICE == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (None, None)
+    for _ in range(rounds):
+        for n, fn in fns.items():
+            if cuda:
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times[n].append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times[n].append((time.perf_counter() - t0) * 1e3)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def time_block(models: dict, make_step, use_graphs: bool) -> dict:
+    steps = {n: make_step(m) for n, m in models.items()}
+    if not use_graphs:
+        return time_eager(steps, **({"rounds": 2, "warmup": 1} if DEVICE == "cpu" else {}))
+    res = {}
+    for n, fn in steps.items():  # one graph per contender: a capture failure costs only that contender
+        try:
+            res[n] = bench({n: lambda i, f=fn: f()}, copies=1)[n] / 1e3
+        except Exception as e:
+            print(f"  {n}: CUDA-graph capture failed ({type(e).__name__}: {str(e).splitlines()[0]}); timed eagerly")
+            torch.cuda.synchronize()
+            res[n] = time_eager({n: fn})[n]
+    return res
+
+
+def sqnr_db(a, ref):
+    a, ref = a.double(), ref.double()
+    return (10 * torch.log10(ref.norm() ** 2 / (a - ref).norm() ** 2)).item()
+
+
+def run_block(label, models, make_input, forward, flop, args):
+    """Time fwd+bwd of every model; the first output of each against bf16's as an SQNR."""
+    x, dy, extra = make_input()
+    if args.compile:
+        models = {n: torch.compile(m) for n, m in models.items()}
+
+    def make_step(m):
+        def step():
+            y = forward(m, x, extra)
+            y.backward(dy)
+        return step
+    with torch.no_grad():
+        ref = forward(models["bf16"], x, extra)
+        quality = {n: sqnr_db(forward(m, x, extra), ref) for n, m in models.items() if n != "bf16"}
+    ms = time_block(models, make_step, args.graphs)
+    rows = []
+    for n, t in ms.items():
+        rows.append({"block": label, "contender": n, "ms": t, "tflops": flop / t / 1e9,
+                     "speedup_vs_bf16": ms["bf16"] / t, "output_sqnr_db_vs_bf16": quality.get(n)})
+        q = quality.get(n)
+        print(f"{label:<34}{n:<28}{t:>9.3f}{flop / t / 1e9:>9.1f}{ms['bf16'] / t:>9.3f}"
+              f"{'' if q is None else f'{q:>9.1f}'}", flush=True)
+    del x, dy, extra
+    return rows
+
+
+def plot(rows, gpu, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no plot")
+        return
+    blocks = list(dict.fromkeys(r["block"] for r in rows))
+    fig, axes = plt.subplots(1, len(blocks), figsize=(6.5 * len(blocks), 4.5), squeeze=False)
+    for ax, b in zip(axes[0], blocks):
+        sel = [r for r in rows if r["block"] == b]
+        colors = ["tab:gray" if r["contender"] == "bf16" else "tab:orange" if r["contender"].startswith("torchao")
+                  else "tab:blue" for r in sel]
+        ax.bar(range(len(sel)), [r["speedup_vs_bf16"] for r in sel], color=colors)
+        for i, r in enumerate(sel):
+            ax.text(i, r["speedup_vs_bf16"], f"{r['ms']:.2f} ms", ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(sel)), [r["contender"] for r in sel], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("bf16 time / time (fwd + bwd)")
+        ax.set_title(b)
+    fig.suptitle(f"scalemm training step on {gpu}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="results")
+    p.add_argument("--tokens", type=int, default=8192)
+    p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (gemm_sweep.bench)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every contender")
+    p.add_argument("--cache-weight", action="store_true", help="reuse the quantized weights across calls")
+    p.add_argument("--only", choices=("mlp", "moe"), default=None)
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: a check of the script itself")
+    args = p.parse_args(argv)
+    global DEVICE
+    if args.smoke:
+        DEVICE = "cpu"
+        if args.graphs:
+            p.error("--graphs needs CUDA")
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_properties(0).name if DEVICE == "cuda" else "cpu (smoke run)"
+    print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}")
+    hdr = f"{'block':<34}{'contender':<28}{'ms':>9}{'TFLOP/s':>9}{'vs bf16':>9}{'SQNR dB':>9}"
+    print(hdr + "\n" + "-" * len(hdr), flush=True)
+    rows = []
+    M = 64 if args.smoke else args.tokens
+    if args.only in (None, "mlp"):
+        hidden, inter = (256, 512) if args.smoke else (4096, 14336)
+        models = mlp_contenders(hidden, inter, args.cache_weight)
+
+        def mlp_input():
+            g = torch.Generator(device=DEVICE).manual_seed(1)
+            x = torch.randn(M, hidden, device=DEVICE, dtype=BF16, generator=g).requires_grad_()
+            return x, torch.randn(M, hidden, device=DEVICE, dtype=BF16, generator=g) * 1e-2, None
+        rows += run_block(f"llama3-8b mlp, {M} tok", models, mlp_input, lambda m, x, _: m(x),
+                          3 * 2 * M * (hidden * 2 * inter + inter * hidden), args)
+        del models
+        torch.cuda.empty_cache()
+    if args.only in (None, "moe"):
+        E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
+        models = moe_contenders(E, hidden, inter, args.cache_weight)
+        sizes = routed_sizes(M, E, k, seed=0)
+        T = int(sizes.sum())
+
+        def moe_input():
+            g = torch.Generator(device=DEVICE).manual_seed(2)
+            x = torch.randn(T, hidden, device=DEVICE, dtype=BF16, generator=g).requires_grad_()
+            offsets = torch.cumsum(sizes, 0).to(torch.int32).to(DEVICE)
+            return x, torch.randn(T, hidden, device=DEVICE, dtype=BF16, generator=g) * 1e-2, offsets
+        print(f"(moe: {T} routed rows, {int((sizes == 0).sum())} empty experts, largest {int(sizes.max())} rows)")
+        rows += run_block(f"qwen3-30b-a3b experts, {M} tok", models, moe_input, lambda m, x, o: m(x, o),
+                          3 * 2 * T * (hidden * 2 * inter + inter * hidden), args)
+    summary = {b: {r["contender"]: r["speedup_vs_bf16"] for r in rows if r["block"] == b}
+               for b in dict.fromkeys(r["block"] for r in rows)}
+    summary["geomean_scalemm_fp8_rowwise_vs_bf16"] = geomean(
+        [r["speedup_vs_bf16"] for r in rows if r["contender"] == "scalemm_fp8_rowwise"])
+    result = {"gpu": gpu, "torch": torch.__version__, "scalemm": scalemm.__version__,
+              "options": vars(args), "rows": rows, "summary": summary}
+    with open(os.path.join(args.out, "train_bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(summary, indent=1))
+    plot(rows, gpu, os.path.join(args.out, "train_bench.png"))
+
+
+if __name__ == "__main__":
+    main()

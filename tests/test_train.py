@@ -1,0 +1,587 @@
+"""Training layers on CPU (scalemm's reference path): scalemm.nn.Linear, GroupedLinear, convert(), the
+recipes and the train_* custom ops. The same checks run on CUDA in tests/test_train_gpu.py.
+
+Two kinds of gradient checks:
+- against an emulated reference: the same quantizer calls (scalemm.training), the copies
+  dequantized and multiplied in fp64; the layer may differ only by fp32 accumulation order and
+  the output rounding;
+- against high-precision autograd (fp64): the quantization error itself, as an SQNR floor.
+"""
+import copy
+import importlib.util
+import io
+import math
+import os
+import pickle
+
+import pytest
+import torch
+
+import scalemm
+from scalemm import training
+from scalemm.formats import layout
+from scalemm.nn import ConvertReport, GroupedLinear, Linear, convert, linear_eligibility
+from scalemm.recipes import NVFP4, FP8Rowwise, FP8Tensorwise, GemmOptions, from_key
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECIPES = {"fp8_tensorwise": FP8Tensorwise(), "fp8_rowwise": FP8Rowwise(), "nvfp4": NVFP4(),
+           "nvfp4_token": NVFP4(activation_scaling="token", grad_scaling="token", weight_scaling="tensor")}
+F64 = torch.float64
+
+
+def _load_example(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "..", "examples", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def rel(a, b):
+    a, b = a.to(F64), b.to(F64)
+    return ((a - b).norm() / b.norm()).item()
+
+
+def sqnr(a, ref):
+    a, ref = a.to(F64), ref.to(F64)
+    return 10 * math.log10(ref.norm().item() ** 2 / max((a - ref).norm().item() ** 2, 1e-300))
+
+
+def _pad(t, rows):
+    return torch.nn.functional.pad(t, (0, 0, 0, rows - t.shape[0]))
+
+
+# ---------------------------------------------------------------------------
+# recipes
+# ---------------------------------------------------------------------------
+
+def test_recipes_state_their_choices_and_round_trip():
+    for r in RECIPES.values():
+        assert from_key(r.key()) == r and hash(r) == hash(from_key(r.key()))
+        assert r.gemm("fprop") is r.fprop and r.describe().startswith(type(r).__name__)
+    assert FP8Tensorwise().fprop.fast_accum and not FP8Tensorwise().dgrad.fast_accum
+    assert not FP8Rowwise().wgrad.fast_accum and FP8Rowwise().scaling("weight") == "token"
+    n = NVFP4()
+    assert (n.scaling("input"), n.scaling("weight"), n.scaling("grad")) == ("tensor", "token", "tensor")
+    assert n.rht("input") and n.rht("grad") and not n.rht("weight")
+    assert n.stochastic_rounding("grad") and not n.stochastic_rounding("input")
+    assert not NVFP4(wgrad_rht=False).rht("input")
+    custom = FP8Rowwise(fprop=GemmOptions(fast_accum=False))
+    assert from_key(custom.key()) == custom and custom != FP8Rowwise()
+
+
+def test_recipe_errors():
+    with pytest.raises(ValueError, match="no fast-accumulation mode"):
+        NVFP4(fprop=GemmOptions(fast_accum=True))
+    with pytest.raises(ValueError, match="'activation_scaling' must be one of"):
+        NVFP4(activation_scaling="block")
+    with pytest.raises(TypeError, match="'wgrad_rht' must be a bool"):
+        NVFP4(wgrad_rht=1)
+    with pytest.raises(TypeError, match="'fast_accum' must be a bool"):
+        GemmOptions(fast_accum=1)
+    with pytest.raises(TypeError, match="'dgrad' must be a GemmOptions"):
+        FP8Tensorwise(dgrad=True)
+    with pytest.raises(ValueError, match="role must be one of"):
+        FP8Rowwise().scaling("bias")
+    with pytest.raises(ValueError, match="gemm must be one of"):
+        FP8Rowwise().gemm("fwd")
+    with pytest.raises(ValueError, match="not a recipe key"):
+        from_key("FP8Rowwise")
+    with pytest.raises(TypeError, match="'recipe' must be a scalemm.recipes recipe"):
+        Linear(32, 32, recipe="fp8")
+
+
+# ---------------------------------------------------------------------------
+# Linear against the emulated reference
+# ---------------------------------------------------------------------------
+
+def emulated_linear(x2, w, b, dy2, recipe, seed):
+    """(y, dx, dW) of the recipe computed from the same quantized copies the layer makes (padded to
+    16 tokens as the layer pads), dequantized, in fp64."""
+    M = x2.shape[0]
+    Mp = layout.round_up(M, 16)
+    xq = training.quantize(_pad(x2, Mp), recipe, "input", rowwise=True, columnwise=True)
+    wq = training.quantize(w, recipe, "weight", rowwise=True, columnwise=True)
+    torch.manual_seed(seed)  # the layer's backward draws the stochastic-rounding seed first thing
+    dq = training.quantize(_pad(dy2, Mp), recipe, "grad", rowwise=True, columnwise=True)
+    deq = lambda q: q.dequantize(F64)  # noqa: E731
+    y = deq(xq)[:M] @ deq(wq).T + b.to(F64)
+    dx = deq(dq)[:M] @ deq(wq.columnwise).T  # dy W, W from its columnwise copy W^T
+    dw = deq(dq.columnwise) @ deq(xq.columnwise).T  # dy^T x from the two columnwise (RHT'd) copies
+    return y, dx, dw
+
+
+@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_matches_emulated_reference(name, dtype):
+    recipe = RECIPES[name]
+    torch.manual_seed(0)
+    layer = Linear(64, 48, recipe=recipe, dtype=dtype)
+    x = (torch.randn(3, 7, 64) * torch.logspace(-1, 1, 64)).to(dtype).requires_grad_()  # M = 21: padded to 32
+    y = layer(x)
+    dy = torch.randn_like(y)
+    torch.manual_seed(1)
+    y.backward(dy)
+    ye, dxe, dwe = emulated_linear(x.detach().reshape(-1, 64), layer.weight.detach(), layer.bias.detach(),
+                                   dy.reshape(-1, 48), recipe, seed=1)
+    tol = 1e-5 if dtype == torch.float32 else 4e-3  # fp32 accumulation order; bf16: one output rounding
+    assert y.dtype == dtype and x.grad.dtype == dtype and layer.weight.grad.dtype == dtype
+    assert rel(y.reshape(-1, 48), ye) < tol
+    assert rel(x.grad.reshape(-1, 64), dxe) < tol
+    assert rel(layer.weight.grad, dwe) < tol
+    assert rel(layer.bias.grad, dy.reshape(-1, 48).to(F64).sum(0)) < tol
+
+
+# dB; measured about 28.5 (FP8) and 15.3 (NVFP4)
+SQNR_FLOOR = {"fp8_tensorwise": 26.0, "fp8_rowwise": 26.0, "nvfp4": 13.0, "nvfp4_token": 13.0}
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_linear_gradients_against_high_precision(name):
+    """The quantization error itself: y, dx and dW against fp64 autograd on the unquantized
+    operands, SQNR >= 26 dB for FP8 (e4m3: 3 mantissa bits), >= 13 dB for NVFP4 (e2m1)."""
+    torch.manual_seed(0)
+    layer = Linear(128, 64, recipe=RECIPES[name])
+    x = torch.randn(256, 128, requires_grad=True)
+    y = layer(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    x64 = x.detach().to(F64).requires_grad_()
+    w64 = layer.weight.detach().to(F64).requires_grad_()
+    y64 = torch.nn.functional.linear(x64, w64, layer.bias.detach().to(F64))
+    y64.backward(dy.to(F64))
+    floor = SQNR_FLOOR[name]
+    for got, want in ((y, y64), (x.grad, x64.grad), (layer.weight.grad, w64.grad)):
+        assert sqnr(got, want) > floor, (name, sqnr(got, want))
+
+
+def test_linear_without_input_grad_and_frozen_weight():
+    torch.manual_seed(0)
+    layer = Linear(32, 16)
+    x = torch.randn(5, 32)
+    layer(x).sum().backward()  # x needs no gradient: no dgrad, no columnwise weight copy
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+    layer.weight.requires_grad_(False)
+    layer.bias.requires_grad_(False)
+    xg = torch.randn(5, 32, requires_grad=True)
+    layer(xg).sum().backward()  # no wgrad
+    assert xg.grad is not None and xg.grad.shape == (5, 32)
+    with torch.no_grad():
+        assert layer(x).shape == (5, 16)
+    with torch.inference_mode():
+        assert layer(x).shape == (5, 16)
+
+
+def test_linear_empty_and_unaligned_tokens():
+    layer = Linear(32, 16)
+    x = torch.randn(0, 32, requires_grad=True)
+    y = layer(x)
+    y.sum().backward()
+    assert y.shape == (0, 16) and torch.equal(layer.weight.grad, torch.zeros(16, 32))
+    x = torch.randn(1, 32, requires_grad=True)  # one token: padded to 16 for the columnwise copies
+    layer(x).sum().backward()
+    assert x.grad.shape == (1, 32)
+
+
+def test_linear_recipe_none_is_nn_linear():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(20, 12)
+    layer = Linear.from_linear(lin, recipe=None)  # any shape: no scalemm GEMM
+    x = torch.randn(4, 20)
+    assert torch.equal(layer(x), lin(x))
+
+
+# ---------------------------------------------------------------------------
+# weight cache, state dict, autocast, pickling
+# ---------------------------------------------------------------------------
+
+def _count_weight_quantizations(monkeypatch):
+    calls = []
+    real = training.quantize
+
+    def counting(x2, recipe, role, **kw):
+        if role == "weight":
+            calls.append(kw)
+        return real(x2, recipe, role, **kw)
+    monkeypatch.setattr(training, "quantize", counting)
+    return calls
+
+
+def test_weight_is_quantized_once_per_optimizer_step(monkeypatch):
+    calls = _count_weight_quantizations(monkeypatch)
+    torch.manual_seed(0)
+    layer = Linear(32, 16)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    x = torch.randn(8, 32, requires_grad=True)
+    for _ in range(3):  # gradient accumulation: one quantization
+        layer(x).square().sum().backward()
+    assert len(calls) == 1 and calls[0]["columnwise"]
+    opt.step()  # in place: a new _version
+    y = layer(x)
+    assert len(calls) == 2
+    fresh = Linear(32, 16)
+    fresh.load_state_dict(layer.state_dict())
+    assert torch.equal(y, fresh(x))  # not a stale copy
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    layer(x)
+    assert len(calls) == 4  # (fresh's own) + the changed weight
+    layer.weight = torch.nn.Parameter(layer.weight.detach().clone())  # a new tensor
+    layer(x)
+    assert len(calls) == 5
+    layer.cache_weight = False
+    layer(x)
+    layer(x)
+    assert len(calls) == 7
+
+
+def test_state_dict_is_nn_linear():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 32)
+    layer = Linear(64, 32)
+    assert list(layer.state_dict()) == list(lin.state_dict()) == ["weight", "bias"]
+    layer.load_state_dict(lin.state_dict())
+    back = torch.nn.Linear(64, 32)
+    back.load_state_dict(layer.state_dict())
+    assert torch.equal(back.weight, lin.weight) and torch.equal(back.bias, lin.bias)
+    g = GroupedLinear(4, 32, 16, bias=True)
+    assert list(g.state_dict()) == ["weight", "bias"] and g.weight.shape == (4, 16, 32)
+    assert "recipe=FP8Rowwise" in repr(layer) and "num_experts=4" in repr(g)
+
+
+def test_autocast_and_fp32_master_weights():
+    torch.manual_seed(0)
+    layer = Linear(64, 32)  # fp32 parameters
+    x = torch.randn(16, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+
+
+def test_pickle_deepcopy_and_device_moves_drop_the_cache():
+    layer = Linear(32, 16)
+    x = torch.randn(16, 32)
+    y = layer(x)
+    assert layer._wcache.tensors is not None
+    buf = io.BytesIO()
+    torch.save(layer, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert loaded._wcache.tensors is None and torch.equal(loaded(x), y)
+    assert torch.equal(copy.deepcopy(layer)(x), y)
+    pickle.dumps(GroupedLinear(2, 32, 16))
+    layer.to(torch.float64 if False else torch.float32)
+    assert layer._wcache.tensors is None
+
+
+# ---------------------------------------------------------------------------
+# checkpointing, torch.compile, the custom ops
+# ---------------------------------------------------------------------------
+
+def _mlp(recipe):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Linear(64, 32, recipe=recipe), torch.nn.GELU(), Linear(32, 64, recipe=recipe))
+
+
+def _grads(model, fn, x, seed=3):
+    model.zero_grad()
+    x = x.detach().clone().requires_grad_()
+    torch.manual_seed(seed)
+    y = fn(x)
+    torch.manual_seed(seed + 1)
+    y.square().sum().backward()
+    return y, x.grad, [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_gives_the_same_gradients(name, reentrant):
+    from torch.utils.checkpoint import checkpoint
+    model = _mlp(RECIPES[name])
+    x = torch.randn(2, 24, 64)
+    want = _grads(model, model, x)
+    got = _grads(model, lambda t: checkpoint(model, t, use_reentrant=reentrant), x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+
+
+@pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
+def test_compile_fullgraph_matches_eager(name):
+    model = _mlp(RECIPES[name])
+    x = torch.randn(2, 24, 64)
+    want = _grads(model, model, x)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    got = _grads(model, compiled, x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+
+
+@pytest.mark.parametrize("name", ["fp8_tensorwise", "nvfp4_token"])
+def test_compile_fullgraph_grouped(name):
+    torch.manual_seed(0)
+    layer = GroupedLinear(3, 64, 32, bias=True, recipe=RECIPES[name])
+    offsets = torch.tensor([10, 10, 45], dtype=torch.int32)
+    x = torch.randn(50, 64)
+    want = _grads(layer, lambda t: layer(t, offsets), x)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    got = _grads(layer, lambda t: compiled(t, offsets), x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_train_ops_fakes_match_real_shapes(name):
+    """Every train_* op's fake gives the shapes and dtypes of the real outputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    recipe = RECIPES[name]
+    key = recipe.key()
+    ops = torch.ops.scalemm
+    x, w, dy = torch.randn(32, 64), torch.randn(48, 64), torch.randn(32, 48)
+    xo = torch.randn(40, 64)
+    offs = torch.tensor([5, 5, 40], dtype=torch.int32)
+    we = torch.randn(3, 48, 64)
+
+    def run():
+        xq = ops.train_quantize(x, key, "input", True, True)
+        wq = ops.train_quantize(w, key, "weight", True, True)
+        dq = ops.train_quantize(dy, key, "grad", True, True)
+        n = training.field_count(recipe)
+        outs = [*xq, *wq, *dq, ops.train_gemm("fprop", xq[:n], wq[:n], None, key, torch.float32),
+                ops.train_gemm("dgrad", dq[:n], wq[n:], None, key, torch.bfloat16),
+                ops.train_gemm("wgrad", dq[n:], xq[n:], None, key, torch.float32)]
+        gq = ops.train_quantize_grouped(xo, offs, key, "input", True, True)
+        sq = ops.train_quantize_stacked(we, key, False)
+        tq = ops.train_quantize_stacked(we, key, True)
+        gd = ops.train_quantize_grouped(torch.randn(40, 48), offs, key, "grad", True, True)
+        m = training.field_count(recipe, grouped=True)
+        outs += [*gq, *sq, *tq, ops.train_grouped_gemm("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
+                 ops.train_grouped_gemm("dgrad", gd[:m], tq, offs, None, key, torch.float32, 40),
+                 ops.train_grouped_gemm("wgrad", gd[m:], gq[m:], offs, None, key, torch.float32, 40)]
+        return outs
+    real = run()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = run()
+    assert [(tuple(t.shape), t.dtype) for t in fake] == [(tuple(t.shape), t.dtype) for t in real]
+
+
+def test_decode_wgrad_matches_the_host_dequantization():
+    from scalemm.formats.nvfp4 import dequantize_nvfp4_grouped
+    torch.manual_seed(0)
+    x = torch.randn(90, 256) * torch.logspace(-2, 2, 256)
+    for offs, scaling in (([20, 20, 90], "token"), ([0, 64, 70, 85], "tensor")):
+        offsets = torch.tensor(offs, dtype=torch.int32)
+        q = scalemm.quantize_nvfp4_grouped(x, offsets, scaling=scaling, columnwise=True, rht=True).columnwise
+        want = dequantize_nvfp4_grouped(q, padded=True, apply_alpha=False)
+        assert torch.equal(training.decode_wgrad_bf16(q).float(), want)
+
+
+# ---------------------------------------------------------------------------
+# GroupedLinear
+# ---------------------------------------------------------------------------
+
+def emulated_grouped(x, offsets, w, b, dy, recipe, seed):
+    """(y, dx, dW) from the same quantized copies the layer makes, dequantized, fp64, per expert."""
+    E, N, K = w.shape
+    xq = training.quantize_grouped(x, offsets, recipe, "input", rowwise=True, columnwise=True)
+    ws = training.quantize_stacked(w, recipe)
+    wt = training.quantize_stacked(w, recipe, transposed=True)
+    torch.manual_seed(seed)
+    dq = training.quantize_grouped(dy, offsets, recipe, "grad", rowwise=True, columnwise=True)
+    X, D = xq.dequantize(F64), dq.dequantize(F64)
+    Wd, WTd = ws.dequantize(F64).view(E, N, K), wt.dequantize(F64).view(E, K, N)
+    nvfp4 = recipe.format == "nvfp4"
+    # wgrad operands: with the RHT every group's padded columns carry data, so sum over them
+    Xc = xq.columnwise.dequantize(F64, padded=True) if nvfp4 else xq.columnwise.dequantize(F64)
+    Dc = dq.columnwise.dequantize(F64, padded=True) if nvfp4 else dq.columnwise.dequantize(F64)
+    T = x.shape[0]
+    y, dx, dw = torch.zeros(T, N, dtype=F64), torch.zeros(T, K, dtype=F64), torch.zeros(E, N, K, dtype=F64)
+    starts, ends = (v.tolist() for v in layout.group_bounds(offsets, T))
+    p = layout.wgrad_column_starts(offsets, T).tolist()
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        y[s:e] = X[s:e] @ Wd[g].T + (0 if b is None else b[g].to(F64))
+        dx[s:e] = D[s:e] @ WTd[g].T
+        cols = slice(p[g], p[g] + layout.round_up(e - s, 16)) if nvfp4 else slice(s, e)
+        dw[g] = Dc[:, cols] @ Xc[:, cols].T
+    return y, dx, dw
+
+
+OFFSETS = {"ragged": [5, 5, 30, 37], "empty_first": [0, 16, 16, 40], "tail": [3, 9, 9, 33]}
+
+
+@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("offs", OFFSETS)
+def test_grouped_linear_matches_emulated_reference(name, offs):
+    recipe = RECIPES[name]
+    torch.manual_seed(0)
+    layer = GroupedLinear(4, 64, 32, bias=True, recipe=recipe)
+    offsets = torch.tensor(OFFSETS[offs], dtype=torch.int32)
+    x = (torch.randn(40, 64) * torch.logspace(-1, 1, 64)).requires_grad_()
+    y = layer(x, offsets)
+    dy = torch.randn_like(y)
+    torch.manual_seed(1)
+    y.backward(dy)
+    ye, dxe, dwe = emulated_grouped(x.detach(), offsets, layer.weight.detach(), layer.bias.detach(), dy, recipe, 1)
+    last = OFFSETS[offs][-1]
+    assert rel(y, ye) < 1e-5 and rel(x.grad, dxe) < 1e-5
+    # NVFP4 grouped wgrad: bf16 decoded operands, bf16-rounded accumulator (scalemm.training's notes)
+    assert rel(layer.weight.grad, dwe) < (4e-3 if recipe.format == "nvfp4" else 1e-5)
+    assert torch.count_nonzero(y[last:]) == 0 and torch.count_nonzero(x.grad[last:]) == 0
+    want_db = torch.stack([dy[s:e].to(F64).sum(0) for s, e in zip([0] + OFFSETS[offs][:-1], OFFSETS[offs])])
+    assert rel(layer.bias.grad, want_db) < 1e-6
+
+
+@pytest.mark.parametrize("name", [None, *RECIPES])
+def test_empty_experts_get_zero_gradients(name):
+    torch.manual_seed(0)
+    layer = GroupedLinear(5, 32, 16, bias=True, recipe=None if name is None else RECIPES[name])
+    offsets = torch.tensor([0, 7, 7, 20, 20], dtype=torch.int32)  # experts 0, 2 and 4 get no tokens
+    x = torch.randn(20, 32, requires_grad=True)
+    layer(x, offsets).square().sum().backward()
+    for e in (0, 2, 4):
+        assert torch.count_nonzero(layer.weight.grad[e]) == 0 and torch.count_nonzero(layer.bias.grad[e]) == 0
+    for e in (1, 3):
+        assert layer.weight.grad[e].abs().sum() > 0
+    # no tokens at all
+    layer.zero_grad()
+    x0 = torch.randn(0, 32, requires_grad=True)
+    y0 = layer(x0, torch.zeros(5, dtype=torch.int32))
+    y0.sum().backward()
+    assert y0.shape == (0, 16) and torch.equal(layer.weight.grad, torch.zeros(5, 16, 32))
+
+
+def test_grouped_recipe_none_matches_fp64():
+    torch.manual_seed(0)
+    layer = GroupedLinear(3, 32, 16, bias=True, recipe=None)
+    offsets = torch.tensor([4, 4, 12], dtype=torch.int32)
+    x = torch.randn(14, 32, requires_grad=True)  # 2 rows past the last expert
+    y = layer(x, offsets)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    w = layer.weight.detach()
+    for g, (s, e) in enumerate(((0, 4), (4, 4), (4, 12))):
+        assert torch.allclose(y[s:e], x[s:e] @ w[g].T + layer.bias[g], atol=1e-5)
+        assert torch.allclose(layer.weight.grad[g], dy[s:e].T @ x.detach()[s:e], atol=1e-5)
+    assert torch.equal(y[12:], torch.zeros(2, 16)) and torch.equal(x.grad[12:], torch.zeros(2, 32))
+
+
+def test_grouped_linear_errors():
+    with pytest.raises(ValueError, match="'num_experts' must be a positive int"):
+        GroupedLinear(0, 32, 16)
+    with pytest.raises(ValueError, match=r"GroupedLinear\(in_features=24, out_features=16\) cannot run"):
+        GroupedLinear(2, 24, 16)
+    layer = GroupedLinear(2, 32, 16)
+    where = r"GroupedLinear\(num_experts=2, in_features=32, out_features=16\)"
+    with pytest.raises(ValueError, match=where + ": offsets must be an int32 tensor"):
+        layer(torch.randn(4, 32), torch.tensor([2, 4]))
+    with pytest.raises(ValueError, match=where + r": x must be 2-D"):
+        layer(torch.randn(1, 4, 32), torch.tensor([2, 4], dtype=torch.int32))
+    with pytest.raises(ValueError, match="'offsets' must be non-decreasing"):
+        layer(torch.randn(4, 32), torch.tensor([3, 2], dtype=torch.int32))
+
+
+def test_linear_errors_name_the_layer():
+    with pytest.raises(ValueError, match=r"Linear\(in_features=40, out_features=32\) cannot run the scalemm GEMMs: "
+                                         r"in_features = 40 must be a positive multiple of 16"):
+        Linear(40, 32)
+    with pytest.raises(ValueError, match="out_features = 24 must be a positive multiple of 16.*dgrad reduces"):
+        Linear(32, 24)
+    layer = Linear(32, 16)
+    where = r"Linear\(in_features=32, out_features=16\)"
+    with pytest.raises(TypeError, match=where + ": x must be bfloat16, float16 or float32, got torch.float64"):
+        layer(torch.randn(2, 32, dtype=F64))
+    with pytest.raises(ValueError, match=where + r": expected x\[\.\.\., 32\], got shape \(2, 16\)"):
+        layer(torch.randn(2, 16))
+    with pytest.raises(TypeError, match="'cache_weight' must be a bool"):
+        Linear(32, 16, cache_weight=1)
+    layer.recipe = None  # assignable; None takes any shape
+    assert layer(torch.randn(2, 32)).shape == (2, 16)
+    with pytest.raises(ValueError, match="cannot run"):
+        Linear(32, 24, recipe=None).recipe = FP8Rowwise()
+
+
+# ---------------------------------------------------------------------------
+# convert
+# ---------------------------------------------------------------------------
+
+class _Sub(torch.nn.Linear):
+    pass
+
+
+def test_convert_swaps_eligible_layers_in_place():
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(64, 64)
+    inner = torch.nn.Sequential(torch.nn.Linear(128, 10), _Sub(64, 64), torch.nn.Linear(64, 64).double())
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), shared, shared, inner,
+                                torch.nn.Linear(64, 32))
+    params = {id(p) for p in model.parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = convert(model, FP8Rowwise(), filter=lambda name, m: name != "5")
+    assert isinstance(report, ConvertReport)
+    assert report.converted == ["0", "2", "3"]
+    assert set(report.skipped) == {"4.0", "4.1", "4.2", "5"}
+    assert "in_features = 128" not in report.skipped["4.0"] and "out_features = 10" in report.skipped["4.0"]
+    assert "subclass" in report.skipped["4.1"] and "float64" in report.skipped["4.2"]
+    assert report.skipped["5"] == "excluded by the filter" and "3 converted, 4 skipped" in str(report)
+    assert isinstance(model[0], Linear) and model[2] is model[3] and isinstance(model[2], Linear)
+    assert type(model[4][0]) is torch.nn.Linear and type(model[5]) is torch.nn.Linear
+    assert {id(p) for p in model.parameters()} == params  # the same Parameters: the optimizer still works
+    before = model[0].weight.detach().clone()
+    model[0](torch.randn(16, 64)).sum().backward()
+    opt.step()
+    assert not torch.equal(model[0].weight, before)
+    with pytest.raises(TypeError, match="cannot replace the model itself"):
+        convert(torch.nn.Linear(64, 64), FP8Rowwise())
+    with pytest.raises(TypeError, match="'recipe' must be"):
+        convert(model, None)
+    assert convert(model, NVFP4()).converted == ["5"]  # converted layers are left alone
+
+
+def test_linear_eligibility_reads_the_gemm_rules():
+    assert linear_eligibility(4096, 14336) is None
+    assert "in_features = 8 " in linear_eligibility(8, 16)
+    assert "out_features = 0 " in linear_eligibility(16, 0)
+
+
+# ---------------------------------------------------------------------------
+# the reference MoE block (examples/moe.py) end to end
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
+def test_moe_block_end_to_end(name):
+    moe = _load_example("moe")
+    torch.manual_seed(0)
+    ref = moe.MoEBlock(64, 32, 8, 2, recipe=None)
+    block = moe.MoEBlock(64, 32, 8, 2, recipe=RECIPES[name])
+    block.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 40, 64)
+    outs = []
+    for m in (ref, block):
+        xi = x.clone().requires_grad_()
+        y = m(xi)
+        y.square().mean().backward()
+        outs.append((y, xi.grad, m.gate_up.weight.grad, m.down.weight.grad, m.router.weight.grad))
+    floor = 20.0 if name.startswith("fp8") else 8.0
+    for got, want in zip(outs[1], outs[0]):
+        assert sqnr(got, want) > floor, sqnr(got, want)
+
+
+@pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
+def test_train_ops_pass_opcheck(name):
+    """torch.library.opcheck: schema (no aliasing or mutation), fakes, AOT dispatch. The GEMM ops skip
+    test_schema, which tries to perturb their float8 inputs with ops float8 does not have."""
+    recipe = RECIPES[name]
+    key, n, m = recipe.key(), training.field_count(recipe), training.field_count(recipe, grouped=True)
+    ops = torch.ops.scalemm
+    x, w = torch.randn(32, 64), torch.randn(48, 64)
+    offs, xo, we = torch.tensor([5, 5, 40], dtype=torch.int32), torch.randn(40, 64), torch.randn(3, 48, 64)
+    for op, args in ((ops.train_quantize, (x, key, "input", True, True)),
+                     (ops.train_quantize_grouped, (xo, offs, key, "input", True, True)),
+                     (ops.train_quantize_stacked, (we, key, True))):
+        torch.library.opcheck(op.default, args)
+    xq, wq = ops.train_quantize(x, key, "input", True, True), ops.train_quantize(w, key, "weight", True, True)
+    gq, sq = ops.train_quantize_grouped(xo, offs, key, "input", True, False), ops.train_quantize_stacked(we, key, False)
+    utils = ("test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(ops.train_gemm.default, ("fprop", xq[:n], wq[:n], None, key, torch.float32), test_utils=utils)
+    torch.library.opcheck(ops.train_grouped_gemm.default, ("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
+                          test_utils=utils)
