@@ -24,9 +24,6 @@
 
 namespace scalemm {
 
-using sm90::status_code;
-using sm90::sm_count;
-
 template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
           class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt,
           class ElementC_ = void, class TileScheduler = void>
@@ -88,33 +85,14 @@ struct Sm90Gemm {
     auto stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, 1));
     auto stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, 1));
 
-    cutlass::KernelHardwareInfo hw_info;
-    hw_info.device_id = device;
-    hw_info.sm_count = sm_count(device);
-
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {M, N, K, 1},
         {static_cast<ElementA const*>(a), stride_a, static_cast<ElementB const*>(b), stride_b},
         {evt_args, static_cast<ElementCOrD const*>(c), stride_c, static_cast<ElementD*>(d), stride_d},
-        hw_info};
-    using RasterOrder = typename Kernel::TileScheduler::RasterOrderOptions;
-    args.scheduler.raster_order = raster_along_n == 0   ? RasterOrder::AlongM
-                                  : raster_along_n == 1 ? RasterOrder::AlongN
-                                                        : RasterOrder::Heuristic;
-    args.scheduler.max_swizzle_size = swizzle;
-    if constexpr (kStreamK) {
-      args.scheduler.splits = splits;  // 1 = let the stream-K heuristic decide
-    }
-
-    Gemm gemm;
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return kCannotImplement;
-    if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > workspace_bytes) return kWorkspaceTooSmall;
-    int rc = status_code(gemm.initialize(args, workspace, stream));
-    if (rc) return rc;
-    rc = status_code(gemm.run(stream));
-    if (rc) return rc;
-    return static_cast<int>(cudaGetLastError());
+        sm90::hardware_info(device)};
+    sm90::set_scheduler_options<Kernel, kStreamK>(args, raster_along_n, swizzle, splits);
+    return sm90::launch<Gemm>(args, workspace, workspace_bytes, stream);
   }
 };
 

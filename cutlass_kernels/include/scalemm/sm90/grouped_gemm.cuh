@@ -206,9 +206,6 @@ struct Sm90GroupedGemm {
       leaf_arrays[i] = present ? static_cast<void const*>(arr.leaf_ptrs + int64_t(i) * G) : nullptr;
       vec[i] = i < leaves.count && leaf_is_vector(leaves.mode[i]);
     }
-    cutlass::KernelHardwareInfo hw_info;
-    hw_info.device_id = device;
-    hw_info.sm_count = sm_count(device);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {G, arr.problems, nullptr},  // problem shapes live on the device only
@@ -216,9 +213,7 @@ struct Sm90GroupedGemm {
          reinterpret_cast<ElementB const**>(arr.ptr_b), arr.stride_b},
         {make_evt_args(leaf_arrays, vec), nullptr, arr.stride_d,
          reinterpret_cast<ElementD**>(arr.ptr_d), arr.stride_d},
-        hw_info};
-    Gemm gemm;
-    if (gemm.can_implement(args) != cutlass::Status::kSuccess) return kCannotImplement;
+        sm90::hardware_info(device)};
     int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
     if (cutlass_bytes > workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
     // One thread per group, and enough blocks to zero CUTLASS's workspace 16 bytes a thread in
@@ -231,11 +226,7 @@ struct Sm90GroupedGemm {
         arr.leaf_ptrs, arr.rest, cutlass_bytes);
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
-    int rc = status_code(gemm.initialize(args, arr.rest, stream));
-    if (rc) return rc;
-    rc = status_code(gemm.run(stream));
-    if (rc) return rc;
-    return static_cast<int>(cudaGetLastError());
+    return sm90::launch<Gemm>(args, arr.rest, workspace_bytes - arr.bytes, stream);
   }
 };
 
