@@ -14,7 +14,8 @@ import torch
 
 from . import epilogues as epi
 from . import reference
-from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
+from .arch import configs_for
+from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
 from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
@@ -280,7 +281,8 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         last = int(layout.group_bounds(offsets, T)[1][-1])  # rows past the last group are not written
         out[:last] = res[:last]
         return out
-    cfg = config or default_grouped_config(T, G, N, K, fast_accum=fast_accum)
+    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
+    cfg = config or configs.default_grouped_config(T, G, N, K, fast_accum=fast_accum)
     _launch(cfg, fast_accum, out_dtype, tree, False, a, b, out, offsets, G, T, N, K, inputs, device)
     return out
 
@@ -447,6 +449,7 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
         return out
     if device.type == "cpu":
         return out.copy_(_reference(dy_t, x_t, offsets, tree, inputs, out_dtype, wgrad=True))
-    cfg = config or default_wgrad_config(N, K, fast_accum=fast_accum)
+    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
+    cfg = config or configs.default_wgrad_config(N, K, fast_accum=fast_accum)
     _launch(cfg, fast_accum, out_dtype, tree, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
     return out
