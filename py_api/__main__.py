@@ -232,6 +232,17 @@ def _shape(text):
     return M, N, K
 
 
+def _grouped(text):
+    """An argparse type: 'T,G,N,K' (positive ints): T rows over G groups, [G, N, K] weights."""
+    try:
+        dims = tuple(int(p) for p in text.split(","))
+        if len(dims) != 4 or min(dims) <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a grouped shape is T,G,N,K (four positive integers), got {text!r}") from None
+    return dims
+
+
 def _ints(text):
     try:
         values = tuple(int(v) for v in text.split(","))
@@ -255,6 +266,9 @@ def cmd_tune(args):
     out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.out_dtype]
     try:
         shapes = tuning.expand_shapes(args.shapes, model=args.model, tokens=args.tokens)
+        grouped = tuning.expand_grouped(args.grouped)
+        if not shapes and not grouped:
+            raise ValueError("nothing to tune: give M,N,K shapes, --model or --grouped")
     except (ValueError, TypeError) as e:
         print(f"python -m scalemm tune: {e} (model presets: {', '.join(MODEL_PRESETS)})", file=sys.stderr)
         return 2
@@ -264,13 +278,17 @@ def cmd_tune(args):
         if gpu_skip_reason() is None:
             from .arch import gpu_info
             arch, num_sms = kernel_arch(), gpu_info().num_sms
-        work = tuning.plan(shapes, fast_accum=modes, out_dtype=out_dtype, arch=arch, num_sms=num_sms)
-        kernels = {(c.compiled(), it["fast_accum"]) for it in work for c in it["candidates"]}
-        print(f"{len(shapes)} shapes -> {len(work)} entries ({arch}), {len(kernels)} candidate kernels; "
-              f"cache: {tuning.cache_path()}")
+        work = tuning.plan(shapes, grouped=grouped, fast_accum=modes, out_dtype=out_dtype, arch=arch, num_sms=num_sms)
+        kernels = {(it["op"], c.compiled(), it["fast_accum"]) for it in work for c in it["candidates"]}
+        print(f"{len(shapes)} shapes, {len(grouped)} grouped -> {len(work)} entries ({arch}), {len(kernels)} "
+              f"candidate kernels; cache: {tuning.cache_path()}")
         for it in work:
-            print(f"  M={it['M']:<6} (bucket {tuning.m_bucket(it['M'])}) N={it['N']:<6} K={it['K']:<6} "
-                  f"{'fast' if it['fast_accum'] else 'full'}: heuristic {it['heuristic'].label()}, "
+            if it["op"] == "gemm":
+                M, N, K = it["dims"]
+                what = f"M={M:<6} (bucket {tuning.m_bucket(M)}) N={N:<6} K={K:<6}"
+            else:
+                what = "grouped T={} G={} N={} K={} (rows bucket {})".format(*it["dims"], it["shape"]["rows_bucket"])
+            print(f"  {what} {'fast' if it['fast_accum'] else 'full'}: heuristic {it['heuristic'].label()}, "
                   f"{len(it['candidates'])} candidates")
         return 0
     from .arch import gpu_skip_reason
@@ -278,7 +296,7 @@ def cmd_tune(args):
     if why is not None:
         print(f"python -m scalemm tune times kernels on the GPU: {why}", file=sys.stderr)
         return 1
-    results = tuning.tune(shapes, fast_accum=modes, out_dtype=out_dtype, jobs=args.jobs,
+    results = tuning.tune(shapes, grouped=grouped, fast_accum=modes, out_dtype=out_dtype, jobs=args.jobs,
                           runtime_knobs=not args.no_runtime_knobs, min_gain=args.min_gain, save=not args.no_save)
     if results:
         gains = [r["speedup_over_heuristic"] for r in results]
@@ -318,15 +336,18 @@ def main(argv=None):
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
-    t = sub.add_parser("tune", help="time the FP8 GEMM's candidate configs per shape and cache the winners",
-                       description="Time the candidate configs of the dense FP8 GEMM for each shape on this GPU and "
+    t = sub.add_parser("tune", help="time the FP8 GEMMs' candidate configs per shape and cache the winners",
+                       description="Time the candidate configs of the FP8 GEMMs for each shape on this GPU and "
                        "store the winners in the tuned-config cache (JIT cache dir/tuning/tuned.json), where "
-                       "scalemm.gemm looks them up before its heuristic. Shapes: M,N,K arguments and/or --model.")
+                       "scalemm.gemm and scalemm.grouped_gemm look them up before their heuristics. Shapes: M,N,K "
+                       "arguments, --model, --grouped.")
     t.add_argument("shapes", nargs="*", type=_shape, metavar="M,N,K", help="GEMM shapes (a [M, K] x [N, K]^T)")
     t.add_argument("--model", help="a preset (llama3-8b, llama3-70b, qwen2.5-7b, qwen2.5-72b), a JSON file or JSON "
                    "text with hidden, intermediate, heads, kv_heads (head_dim optional): every linear layer's N,K")
     t.add_argument("--tokens", type=_ints, default=None, help="token counts M for --model (default "
                    "1,16,32,64,128,1024,4096,16384)")
+    t.add_argument("--grouped", action="append", type=_grouped, default=None, metavar="T,G,N,K",
+                   help="a grouped (MoE) FP8 GEMM: T rows spread evenly over G experts of [N, K] weights (repeatable)")
     t.add_argument("--accum", choices=("both", "fast", "full"), default="both", help="FP8 accumulation modes")
     t.add_argument("--out-dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     t.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc builds (default: one per core)")

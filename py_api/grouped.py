@@ -13,7 +13,7 @@ import hashlib
 import torch
 
 from . import epilogues as epi
-from . import reference
+from . import reference, tuning
 from .arch import configs_for
 from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
@@ -23,7 +23,7 @@ from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue
 from .jit import KernelSpec, build, i64, ptr
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
-           "pad_groups_transposed"]
+           "pad_groups_transposed", "resolve_grouped_config"]
 
 # Leaf modes of cutlass_kernels/include/scalemm/sm90_grouped_gemm.cuh (GroupedLeafMode).
 NULL, PER_ROW, PER_GROUP_VEC, PER_GROUP, SHARED, ONE = range(6)
@@ -281,10 +281,19 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         last = int(layout.group_bounds(offsets, T)[1][-1])  # rows past the last group are not written
         out[:last] = res[:last]
         return out
-    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
-    cfg = config or configs.default_grouped_config(T, G, N, K, fast_accum=fast_accum)
+    configs_for(device)  # the capability check, with or without config=
+    cfg = config or resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     _launch(cfg, fast_accum, out_dtype, tree, False, a, b, out, offsets, G, T, N, K, inputs, device)
     return out
+
+
+def resolve_grouped_config(T, G, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
+    """The config scalemm.grouped_gemm runs on `device` without config=: the winner `scalemm.tune(grouped=...)`
+    stored for this GPU, G, rows-per-group bucket, N, K, accumulation mode and dtypes (a memoized lookup),
+    else the heuristic of the GPU's architecture. NotImplementedError on a GPU scalemm has no kernels for."""
+    configs = configs_for(device)
+    tuned = tuning.lookup_grouped(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    return tuned or configs.default_grouped_config(T, G, N, K, fast_accum=fast_accum)
 
 
 def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):

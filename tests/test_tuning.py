@@ -94,6 +94,43 @@ def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
     assert _resolve(40, 4096, 4096) == heuristic
 
 
+GROUPED_TUNED = GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)
+
+
+def _grouped_entry(T, G, N, K, config=GROUPED_TUNED, *, fast_accum=True, out_dtype=BF16):
+    return tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), config, gpu=f"{H100} (132 SMs)",
+                             arch="sm90", fast_accum=fast_accum, out_dtype=out_dtype)
+
+
+def test_grouped_entry_overrides_the_grouped_heuristic(cache, monkeypatch):
+    grouped_module = sys.modules["scalemm.grouped"]
+
+    def resolve(T, G, N=4096, K=7168, fast_accum=True):
+        return grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=BF16, device=CUDA0)
+
+    heuristic = configs.default_grouped_config(512, 8, 4096, 7168)
+    assert resolve(512, 8) == heuristic != GROUPED_TUNED
+    assert tuning.grouped_shape(512, 8, 4096, 7168) == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
+    assert tuning.grouped_shape(0, 8, 16, 16)["rows_bucket"] == 1 and tuning.grouped_shape(9, 8, 16, 16)["rows_bucket"] == 2
+    tuning.store(dict([_grouped_entry(512, 8, 4096, 7168)]))
+    for T in (257, 400, 512):  # mean rows per group in (32, 64]
+        assert resolve(T, 8) == GROUPED_TUNED
+    assert resolve(256, 8) == configs.default_grouped_config(256, 8, 4096, 7168)  # 32 rows per group
+    assert resolve(1024, 16) == configs.default_grouped_config(1024, 16, 4096, 7168)  # another G
+    assert resolve(512, 8, fast_accum=False) == configs.default_grouped_config(512, 8, 4096, 7168, fast_accum=False)
+    # a dense entry of the same numbers is not a grouped one, and the other way round
+    assert _resolve(64, 4096, 7168) == configs.default_config(64, 4096, 7168)
+    # memoized per key: a call costs no key building after the first of its bucket
+    built = []
+    real = tuning.key_fields
+    monkeypatch.setattr(tuning, "key_fields", lambda *a, **k: built.append(a) or real(*a, **k))
+    for T in (300, 301, 302, 400, 300):
+        resolve(T, 8)
+    assert len(built) == 0  # 257..512 were looked up above
+    resolve(100, 8)
+    assert len(built) == 1
+
+
 def test_entries_are_per_gpu_arch_and_version(cache, fake_gpu):
     tuning.store(dict([_entry(64, 4096, 4096, gpu="NVIDIA H200 (132 SMs)"),
                        _entry(64, 4096, 2048, arch="sm100"),
@@ -248,12 +285,20 @@ def test_model_presets_expand_to_every_linear_layer(tmp_path):
 @pytest.mark.parametrize("shapes,match", [([(1, 4096, 4100)], "K = 4100 must be a multiple of 16"),
                                           ([(1, 4100, 4096)], "N = 4100 must be a multiple of 8"),
                                           ([(0, 4096, 4096)], "M must be a positive int"),
-                                          ([(1, 4096)], r"a shape is \(M, N, K\)"), ([], "nothing to tune")])
+                                          ([(1, 4096)], r"a shape is \(M, N, K\)")])
 def test_bad_shapes(shapes, match):
     with pytest.raises(ValueError, match=match):
         tuning.expand_shapes(shapes)
     with pytest.raises(ValueError, match="give model="):
         tuning.expand_shapes([(1, 8, 16)], tokens=(1,))
+
+
+@pytest.mark.parametrize("grouped,match", [([(64, 0, 4096, 4096)], "G must be a positive int"),
+                                           ([(64, 8, 4096, 4100)], "K = 4100 must be a multiple of 16"),
+                                           ([(64, 8, 4096)], r"a grouped shape is \(T, G, N, K\)")])
+def test_bad_grouped_shapes(grouped, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.expand_grouped(grouped)
 
 
 def test_candidates_are_valid_kernels():
@@ -278,12 +323,30 @@ def test_candidates_are_valid_kernels():
     assert GemmConfig(128, 256, 128, 2, 1) not in variants
 
 
+def test_grouped_candidates_and_plan():
+    for T, G in ((8, 8), (100, 8), (512, 8), (16384, 256), (3, 64)):
+        for fa in (True, False):
+            cands = configs.grouped_tuning_candidates(T, G, 4096, 7168, fast_accum=fa)
+            assert cands[0] == configs.default_grouped_config(T, G, 4096, 7168, fast_accum=fa)
+            assert len(cands) == len(set(cands)) >= 6 and not any(c.stream_k for c in cands)
+            tree = scalemm.epilogues.scaled("bf16")
+            for c in cands:
+                assert configs.sm90.usable(c, fast_accum=fa)
+                sys.modules["scalemm.grouped"].grouped_gemm_kernel_spec(c, fast_accum=fa, out_dtype=BF16,
+                                                                        epilogue=tree)[0].render()
+    work = tuning.plan([(1, 4096, 7168)], grouped=[(400, 8, 4096, 7168), (512, 8, 4096, 7168), (64, 8, 4096, 7168)],
+                       fast_accum=True)
+    assert [(w["op"], w["dims"]) for w in work] == [("gemm", (1, 4096, 7168)), ("grouped_gemm", (512, 8, 4096, 7168)),
+                                                    ("grouped_gemm", (64, 8, 4096, 7168))]
+    assert work[1]["shape"] == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
+
+
 def test_plan_groups_shapes_by_entry():
     work = tuning.plan([(33, 4096, 4096), (64, 4096, 4096), (40, 4096, 4096), (4096, 4096, 4096)],
                        fast_accum=(True, False))
-    assert [(w["M"], w["fast_accum"]) for w in work] == [(64, True), (64, False), (4096, True), (4096, False)]
+    assert [(w["dims"][0], w["fast_accum"]) for w in work] == [(64, True), (64, False), (4096, True), (4096, False)]
     for w in work:
-        assert w["candidates"][0] == w["heuristic"] == configs.default_config(w["M"], 4096, 4096,
+        assert w["candidates"][0] == w["heuristic"] == configs.default_config(w["dims"][0], 4096, 4096,
                                                                                 fast_accum=w["fast_accum"])
     mine = [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 256, 128, 2, 1)]
     work = tuning.plan([(4096, 4096, 4096)], fast_accum=False, candidates=mine)
@@ -308,10 +371,12 @@ def test_cli_dry_run_and_show(fresh_cache, capsys):
     from scalemm.__main__ import main
     assert main(["tune", "--dry-run", "--model", "llama3-8b", "--tokens", "1,4096", "16x4096x4096"]) == 0
     out = capsys.readouterr().out
-    assert "9 shapes -> 18 entries (sm90)" in out and "candidate kernels" in out
+    assert "9 shapes, 0 grouped -> 18 entries (sm90)" in out and "candidate kernels" in out
     assert "M=4096   (bucket 4096) N=28672  K=4096   full: heuristic t128x128x128_c2x1_coop" in out
-    assert main(["tune", "--dry-run", "--accum", "fast", "1,4096,4096"]) == 0
-    assert "1 shapes -> 1 entries" in capsys.readouterr().out
+    assert main(["tune", "--dry-run", "--accum", "fast", "1,4096,4096", "--grouped", "512,8,4096,7168"]) == 0
+    out = capsys.readouterr().out
+    assert "1 shapes, 1 grouped -> 2 entries" in out
+    assert "grouped T=512 G=8 N=4096 K=7168 (rows bucket 64) fast: heuristic t64x128x128_c1x1_ping" in out
     assert main(["tune", "--show"]) == 0
     assert "tuned.json: 0 entries" in capsys.readouterr().out
     tuning.store(dict([_entry(64, 4096, 4096, speedup_over_heuristic=1.2, heuristic="h")]))
@@ -328,6 +393,11 @@ def test_cli_errors(capsys, monkeypatch):
     assert "a shape is M,N,K" in capsys.readouterr().err
     assert main(["tune", "--model", "nope"]) == 2
     assert "neither a preset" in capsys.readouterr().err
+    assert main(["tune"]) == 2
+    assert "nothing to tune" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tune", "--grouped", "8,4096,4096"])
+    assert "a grouped shape is T,G,N,K" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["tune", "16,4096,4096"]) == 1
     assert "times kernels on the GPU: needs a CUDA GPU" in capsys.readouterr().err
@@ -348,7 +418,7 @@ def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
         cands = [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(64, 128, 128, 1, 1, "pingpong")]
         results = scalemm.tune([(M, N, K)], fast_accum=False, candidates=cands, min_gain=1.0)
         (r,) = results
-        assert r["M"] == M and r["label"] in {c.label() for c in cands} and r["us"] > 0
+        assert r["dims"] == (M, N, K) and r["label"] in {c.label() for c in cands} and r["us"] > 0
         assert set(r["times"]) >= {c.label() for c in cands}
         assert json.loads((tmp_path / "tuning" / tuning.FILE_NAME).read_text())["entries"][r["key"]]["label"] == r["label"]
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -365,6 +435,38 @@ def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
         assert gemm_module._plan(M, N, K, False, BF16, None, None, dev)[0] == forced
         y = scalemm.gemm(a, b, sa, sb)
         ref = (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
+    finally:
+        monkeypatch.undo()
+        tuning.reload()
+
+
+@pytest.mark.gpu
+def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
+    """The same for a grouped problem (kernels of the `tests` build set), and the grouped output checked."""
+    monkeypatch.setattr(tuning, "cache_path", lambda: tmp_path / "tuning" / tuning.FILE_NAME)
+    tuning.reload()
+    grouped_module = sys.modules["scalemm.grouped"]
+    try:
+        T, G, N, K = 512, 8, 2048, 1024
+        cands = [GemmConfig(128, 128, 128, 1, 1, "cooperative"), GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True)]
+        (r,) = scalemm.tune(grouped=[(T, G, N, K)], fast_accum=False, candidates=cands, min_gain=1.0)
+        assert r["op"] == "grouped_gemm" and r["label"] in {c.label() for c in cands} | {r["heuristic"]}
+        dev = torch.device("cuda", torch.cuda.current_device())
+        assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == r["config"]
+        forced = cands[1]
+        tuning.store(dict([tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), forced,
+                                             gpu=tuning.gpu_name(dev), arch="sm90", fast_accum=False, out_dtype=BF16)]))
+        assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == forced
+        g = torch.Generator(device="cuda").manual_seed(1)
+        a = (torch.randn(T, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        w = (torch.randn(G, N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        offs = torch.arange(1, G + 1, device="cuda", dtype=torch.int32) * (T // G)
+        sa, sb = torch.rand(T, device="cuda") + 0.5, torch.rand(G, N, device="cuda") + 0.5
+        y = scalemm.grouped_gemm(a, w, offs, sa, sb, scale_a_per="token")
+        rows = T // G
+        ref = torch.cat([(a[i * rows:(i + 1) * rows].double() @ w[i].double().T) * sb[i].double()[None, :]
+                         for i in range(G)]) * sa.double()[:, None]
         assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
     finally:
         monkeypatch.undo()

@@ -292,6 +292,20 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
 
 
+def grouped_tuning_candidates(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> list[GemmConfig]:
+    """The compiled kernels scalemm.tune times for a grouped FP8 GEMM of G groups, T rows in all (the
+    heuristic's pick first): GROUPED_TUNING_CANDIDATES and, for few rows per group, swap-AB tiles
+    whose narrow side holds them; with full accumulation the deep-K (256) tiles take tile_k 128 and
+    spilling tiles are left out. (Grouped kernels have no stream-K and no run-time tile order knobs.)"""
+    out = [default_grouped_config(T, G, N, K, fast_accum=fast_accum)]
+    narrow = _pow2_at_least(-(-T // max(G, 1)), 16, 128)
+    extra = [GemmConfig(64, narrow, 128, 1, 1, "pingpong", swap_ab=True),
+             GemmConfig(128, narrow, 128, 1, 1, "cooperative", swap_ab=True)]
+    for c in GROUPED_TUNING_CANDIDATES + extra:
+        out.append(c if fast_accum or c.tile_k <= 128 else replace(c, tile_k=128))
+    return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
+
+
 def runtime_variants(config: GemmConfig) -> list[GemmConfig]:
     """The same compiled kernel with the other run-time tile orders: raster along M or N (or
     CUTLASS's choice) and swizzle widths 1, 2, 4, 8 (how many tiles of the raster's cross
