@@ -187,6 +187,8 @@ def main():
     mode_hdr = f"{'config':<28}{'scalemm':>8}{'torch':>8}{'x':>6}" + (f"{'tuned':>7}{'gain':>6}" if args.tuned else "")
     hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} " + " | ".join(
         f"{('fast' if fa else 'full') + ' accum: ' + mode_hdr}" for fa in modes) + f" | {'bf16':>8}"
+    print("times in us; x = torch._scaled_mm rowwise time / scalemm time, torch in the same accumulation mode"
+          + ("; tuned = the same for scalemm's tuned pick; gain = heuristic time / tuned time" if args.tuned else ""))
     print(hdr + "\n" + "-" * len(hdr), flush=True)
     rows = []
     for label, M, N, K in points:
