@@ -376,7 +376,7 @@ def _e4m3(shape, g, device, chunk_elems=1 << 28):
     rows = max(1, chunk_elems // max(1, out[0].numel())) if out.dim() > 1 else out.shape[0]
     for r in range(0, shape[0], rows):
         part = out[r:r + rows]
-        part.copy_(torch.randn(part.shape, device=device, generator=g) * 4)
+        part.copy_((torch.randn(part.shape, device=device, generator=g) * 4).to(torch.float8_e4m3fn))
     return out
 
 

@@ -471,3 +471,109 @@ def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         tuning.reload()
+
+
+# ---------------------------------------------------------------------------------------
+# tune's control flow on CPU: builds, runs and timings faked
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_tuning(cache, monkeypatch):
+    """scalemm.tune on a faked H100: nvcc, the GPU runs and the timings are replaced. `state` sets which
+    labels fail to build / to run / give a wrong result, and each label's microseconds."""
+    import contextlib
+    import scalemm.jit
+    import scalemm.timing
+    state = SimpleState()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+    def build_many(specs, jobs=None, progress=True):
+        state.built += [s.name for s in specs]
+        return [(s, "nvcc: error") for s in specs if any(k in s.name for k in state.no_build)]
+
+    def problem(item, device):
+        def call(cfg, i, out=None):
+            state.runs.append(cfg.label())
+            if cfg.label() in state.no_run:
+                raise RuntimeError("CUTLASS can_implement refused the problem")
+            return torch.full((4, 4), 2.0 if cfg.label() in state.wrong else 1.0)
+        return call, 2, f"{item['op']} {item['dims']}"
+
+    def bench(fns, copies):
+        state.benched.append(sorted(fns))
+        for fn in fns.values():
+            fn(0)
+        return {k: state.us.get(k, 100.0) for k in fns}
+
+    monkeypatch.setattr(scalemm.jit, "build_many", build_many)
+    monkeypatch.setattr(tuning, "_problem", problem)
+    monkeypatch.setattr(scalemm.timing, "bench", bench)
+    return state
+
+
+class SimpleState:
+    def __init__(self):
+        self.built, self.runs, self.benched = [], [], []
+        self.no_build, self.no_run, self.wrong, self.us = set(), set(), set(), {}
+
+
+def test_tune_picks_the_fastest_checked_candidate_and_stores_it(fake_tuning, capsys):
+    M, N, K = 16, 4096, 4096  # decode: one wave of tiles, no run-time variants
+    cands = configs.tuning_candidates(M, N, K, fast_accum=True)
+    heuristic, fast, broken, wrong, unbuildable = cands[0], cands[1], cands[2], cands[3], cands[4]
+    fake_tuning.us = {heuristic.label(): 10.0, fast.label(): 9.0, broken.label(): 1.0, wrong.label(): 1.0,
+                      unbuildable.label(): 1.0}
+    fake_tuning.no_run, fake_tuning.wrong = {broken.label()}, {wrong.label()}
+    fake_tuning.no_build = {unbuildable.key()}
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True)
+    out = capsys.readouterr().out
+    assert r["config"] == fast and r["us"] == 9.0 and r["heuristic_us"] == 10.0 and r["speedup_over_heuristic"] == 1.1111
+    assert len(fake_tuning.benched) == 1 and broken.label() not in fake_tuning.benched[0]
+    assert wrong.label() not in fake_tuning.benched[0] and unbuildable.label() not in fake_tuning.benched[0]
+    assert f"{broken.label()} fails at" in out and f"{wrong.label()} differs from the heuristic's result" in out
+    assert "does not build, skipped" in out
+    assert _resolve(M, N, K) == fast  # stored, and gemm resolves it
+    entry = next(iter(tuning.entries().values()))
+    assert entry["tuned_shape"] == [M, N, K] and entry["heuristic"] == heuristic.label() and entry["timed"] >= 2
+
+
+def test_tune_keeps_the_heuristic_within_min_gain(fake_tuning):
+    cands = configs.tuning_candidates(16, 4096, 4096, fast_accum=False)
+    fake_tuning.us = {cands[0].label(): 10.0, cands[1].label(): 9.95}
+    (r,) = scalemm.tune([(16, 4096, 4096)], fast_accum=False)
+    assert r["config"] == cands[0] and r["label"] == r["heuristic"]
+    (r,) = scalemm.tune([(16, 4096, 4096)], fast_accum=False, min_gain=1.0, save=False)
+    assert r["config"] == cands[1]
+    assert _resolve(16, 4096, 4096, fast_accum=False) == cands[0]  # save=False wrote nothing
+
+
+def test_tune_times_run_time_variants_of_the_winner_when_tiles_fill_waves(fake_tuning):
+    M, N, K = 4096, 8192, 4096
+    cands = configs.tuning_candidates(M, N, K, fast_accum=True)
+    best = cands[2]
+    variant = configs.sm90.runtime_variants(best)[4]
+    fake_tuning.us = {cands[0].label(): 10.0, best.label(): 9.0, variant.label(): 8.0}
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True)
+    assert len(fake_tuning.benched) == 2
+    assert set(fake_tuning.benched[1]) == {cands[0].label(), best.label()} | {
+        v.label() for v in configs.sm90.runtime_variants(best)}
+    assert r["config"] == variant and _resolve(M, N, K) == variant
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True, runtime_knobs=False, save=False)
+    assert r["config"] == best
+
+
+def test_tune_grouped_and_a_failing_entry(fake_tuning, capsys):
+    T, G, N, K = 512, 8, 4096, 7168
+    cands = configs.grouped_tuning_candidates(T, G, N, K, fast_accum=True)
+    fake_tuning.us = {cands[0].label(): 10.0, cands[3].label(): 5.0}
+    heuristic_dense = configs.default_config(16, 4096, 4096)
+    fake_tuning.no_run = {heuristic_dense.label()}  # the dense entry's heuristic fails: that entry is reported
+    results = scalemm.tune([(16, 4096, 4096)], grouped=[(T, G, N, K)], fast_accum=True)
+    assert [r["op"] for r in results] == ["grouped_gemm"] and results[0]["config"] == cands[3]
+    assert "FAILED (RuntimeError: CUTLASS can_implement refused the problem)" in capsys.readouterr().out
+    assert len(fake_tuning.benched) == 1  # grouped kernels have no run-time variants
+    grouped_module = sys.modules["scalemm.grouped"]
+    assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=True, out_dtype=BF16, device=CUDA0) == cands[3]
+    assert any(name.startswith("fp8_grouped_") for name in fake_tuning.built)
