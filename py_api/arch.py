@@ -30,6 +30,7 @@ class GpuInfo:
 
 
 _info: dict[int, GpuInfo] = {}
+_archs: dict = {}  # device (as the ops pass it) -> kernel arch, for GPUs that have kernels
 
 
 def _query(index: int) -> GpuInfo:
@@ -61,6 +62,7 @@ def gpu_info(device=None) -> GpuInfo:
 def _reset() -> None:
     """Forget the devices seen (tests: after faking one)."""
     _info.clear()
+    _archs.clear()
 
 
 def sm_name(capability: tuple[int, int]) -> str:
@@ -70,6 +72,9 @@ def sm_name(capability: tuple[int, int]) -> str:
 
 def kernel_arch(device=None) -> str:
     """The kernel architecture of a CUDA device ("sm90"), or NotImplementedError naming what it is."""
+    arch = _archs.get(device)  # the per-call path: one dictionary read
+    if arch is not None:
+        return arch
     info = gpu_info(device)
     arch = KERNEL_ARCHS.get(info.capability)
     if arch is None:
@@ -77,6 +82,8 @@ def kernel_arch(device=None) -> str:
             f"scalemm has no kernels for {sm_name(info.capability)} yet ({info.name}, compute capability "
             f"{info.capability[0]}.{info.capability[1]}); it has kernels for {SUPPORTED}. CPU tensors run "
             "the torch reference (scalemm.reference)")
+    if isinstance(device, int) or (isinstance(device, torch.device) and device.index is not None):
+        _archs[device] = arch  # (not None or "cuda": whichever device is current)
     return arch
 
 
