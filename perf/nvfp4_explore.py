@@ -7,6 +7,10 @@ medians of CUDA-graph replays with the weights rotated past L2 (perf/gemm_sweep.
   python perf/nvfp4_explore.py --out results/            # table + nvfp4_explore.json + .png
   python perf/nvfp4_explore.py --quick                   # two token counts, no candidates
   python perf/nvfp4_explore.py --from-text LOG --out D   # JSON + plot from a saved table
+
+Where torchao imports (its wheel carried in .whl/), a `torchao_w4a16` column times torchao's NVFP4
+weight-only linear (`F.linear(x, NVFP4Tensor)`: on Hopper it dequantizes the weight to bf16 on
+every call, then runs cuBLAS), the peer emulation scalemm is compared with.
 """
 from __future__ import annotations
 
@@ -40,6 +44,17 @@ def candidates(M):
     return out
 
 
+def _torchao_nvfp4():
+    """torchao's NVFP4Tensor class, or None where torchao is not installed."""
+    try:
+        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
+    except Exception as e:  # not installed, or built for another torch
+        print(f"  torchao NVFP4 not available: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return None
+    return NVFP4Tensor
+
+
 def point(M, N, K, tune=True):
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K * 0.5625))))
     g = torch.Generator(device="cuda").manual_seed(M + N)
@@ -54,6 +69,14 @@ def point(M, N, K, tune=True):
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
            "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out),
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out)}
+    ao = _torchao_nvfp4()
+    if ao is not None:
+        try:
+            ao_ws = [ao.to_nvfp4(w) for w in w16]
+            torch.nn.functional.linear(x, ao_ws[0])
+            fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao_ws[i])
+        except Exception as e:
+            print(f"  torchao_w4a16 failed: {str(e).splitlines()[0]}", file=sys.stderr)
     if tune:
         for c in candidates(M):
             fn = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)

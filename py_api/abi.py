@@ -6,7 +6,10 @@ nothing is written twice. Exposes:
 
 - ``constants``: name -> int for every ``constexpr int`` and enum entry (``abi.constants["kMaxLeaves"]``),
   also as module attributes (``abi.kMaxLeaves``);
-- one ``ctypes.Structure`` subclass per struct (``abi.Nvfp4GemmArgs``), fields in header order.
+- one ``ctypes.Structure`` subclass per struct (``abi.Nvfp4GemmArgs``), fields in header order;
+- ``group_table_ints``: the size of the int32 group table the header describes, from its constants.
+
+Callers read the constants at use time (``abi.kLeafPerRow``), never copy them into their own names.
 """
 from __future__ import annotations
 
@@ -66,4 +69,16 @@ def parse(text: str) -> tuple[dict, dict]:
 constants, structs = parse(HEADER.read_text())
 globals().update(constants)
 globals().update(structs)
-__all__ = ["constants", "structs", "parse", "HEADER", *constants, *structs]
+
+
+def group_table_ints(groups: int, tiles: int = 0) -> int:
+    """int32 entries of the grouped kernels' group table (abi.h) for `groups` groups: ends [G] and the
+    kGroupTablePositionTables position tables of G + 1 ints, rounded up to whole tile entries
+    (16 bytes), then `tiles` tile entries of kGroupTileInts ints."""
+    c = globals()  # the module attributes, so a test that patches abi.kGroupTileInts sees it here too
+    table = groups + c["kGroupTablePositionTables"] * (groups + 1)
+    per_tile = c["kGroupTileInts"]
+    return -(-table // per_tile) * per_tile + per_tile * tiles
+
+
+__all__ = ["constants", "structs", "parse", "HEADER", "group_table_ints", *constants, *structs]

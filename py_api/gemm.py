@@ -8,11 +8,12 @@ from collections.abc import Mapping
 
 import torch
 
+from . import abi
 from . import epilogues as epi
 from . import tuning
 from .arch import configs_for, gpu_info, kernel_arch
 from .cutlass_kernels.configs import GemmConfig
-from .jit import KernelSpec, build, i64, ptr
+from .jit import KernelSpec, build
 from .formats import FP8Tensor, NVFP4Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec", "resolve_config"]
@@ -39,12 +40,9 @@ def _spec(config, fast_accum, out_name, tree):
     return KernelSpec(name=name, template="gemm_sm90.cu", params=params), emitted
 
 
-_ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr]
-
-
 @functools.lru_cache(maxsize=None)
 def _launcher(spec: KernelSpec):
-    return build(spec).function("scalemm_gemm", _ARGTYPES)
+    return build(spec).function("scalemm_gemm", [ctypes.POINTER(abi.GemmArgs)])
 
 
 def _resolve_epilogue(epilogue, out_dtype):
@@ -255,9 +253,17 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     if M == 0 or N == 0:
         return out
 
+    kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
     cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
-    ptrs, vec = (ctypes.c_void_p * 8)(), (ctypes.c_int64 * 8)()
-    c_ptr = None
+    _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device)
+    return out
+
+
+def _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device) -> None:
+    """Fills abi.GemmArgs for one planned call (leaf inputs checked again against the kernel's
+    leaf order) and launches it on the current stream."""
+    args = abi.GemmArgs(k=K, device=device.index, raster=_RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
+                        stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, (leaf, length, _) in enumerate(leaves):
         t = _epilogue_input(leaf, inputs.get(leaf.name), device)
         if t is None:
@@ -265,22 +271,20 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         if length is None:  # the M x N Source operand
             if t.shape != (M, N):
                 raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}], got {tuple(t.shape)}")
-            c_ptr = t.data_ptr()
+            args.c = t.data_ptr()
             continue
         length = M if length == "M" else N if length == "N" else 1
         numel = t.numel()
         if not (numel == length or (numel == 1 and (getattr(leaf, "broadcast", False) or length == 1))):
             raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {numel}")
-        ptrs[i], vec[i] = t.data_ptr(), numel > 1  # one value -> CUTLASS scalar broadcast
+        args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), numel > 1  # one value -> CUTLASS scalar broadcast
+    ws = None
     if cfg.stream_k:  # only stream-K kernels take a workspace
         ws = torch.empty(_STREAM_K_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-        ws_ptr, ws_bytes = ws.data_ptr(), ws.numel()
-    else:
-        ws_ptr, ws_bytes = None, 0
-    x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
-    launch(x.data_ptr(), y.data_ptr(), c_ptr, out.data_ptr(), m, n, K, ptrs, vec, ws_ptr, ws_bytes,
-           device.index, _RASTER[cfg.raster], cfg.swizzle, 1, torch._C._cuda_getCurrentRawStream(device.index))
-    return out
+        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
+    x, y, args.m, args.n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)  # the kernel's problem coordinates
+    args.a, args.b, args.d = x.data_ptr(), y.data_ptr(), out.data_ptr()
+    launch(ctypes.byref(args))
 
 
 def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
@@ -298,12 +302,11 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply.
     scalemm.tuning clears it when the tuned configs change."""
-    kernel_arch(device)  # the capability check, with or without an explicit config
     tree = _resolve_epilogue(epilogue, out_dtype)
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
-    if len(emitted.leaves) > 8:
-        raise ValueError("an epilogue tree may have at most 8 inputs")
+    if len(emitted.leaves) > abi.kMaxLeaves:
+        raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")
     leaves = tuple((leaf, None if isinstance(leaf, epi.Source) else "M" if isinstance(leaf, epi.RowVector)
                     else "N" if isinstance(leaf, epi.ColVector) else "1", _TORCH_DTYPES[getattr(leaf, "dtype", "f32")])
                    for leaf in emitted.leaves)

@@ -138,7 +138,7 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
     if M == 0:
         return out
     G = 0 if offsets is None else offsets.numel()
-    table = torch.empty(G + 3 * (G + 1), dtype=torch.int32, device=out.device) if G else None
+    table = torch.empty(abi.group_table_ints(G), dtype=torch.int32, device=out.device) if G else None
     args = abi.Nvfp4DequantArgs(
         qdata=q.qdata.data_ptr(), scales=q.scales.data_ptr(), out=out.data_ptr(), rows=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, offsets=None if offsets is None else offsets.data_ptr(), groups=G,

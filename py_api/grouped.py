@@ -1,7 +1,7 @@
 """scalemm.grouped_gemm: FP8 grouped (MoE) GEMM driven by device-side offsets.
 
-CUDA tensors run the CUTLASS SM90 ptr-array kernels (cutlass_kernels/include/scalemm/
-sm90_grouped_gemm.cuh); CPU tensors run scalemm.reference.grouped_gemm_reference, which evaluates
+CUDA tensors run the CUTLASS SM90 ptr-array kernels (cutlass_kernels/include/scalemm/sm90/
+grouped_gemm.cuh); CPU tensors run scalemm.reference.grouped_gemm_reference, which evaluates
 the same epilogue tree per group on the fp32 product, as scalemm.gemm's CPU path does. Arguments
 are validated once, before the dispatch: both devices raise the same errors."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 
 import torch
 
+from . import abi
 from . import epilogues as epi
 from . import reference, tuning
 from .arch import configs_for
@@ -20,16 +21,18 @@ from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
 from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
                    _resolve_epilogue, _unwrap)
-from .jit import KernelSpec, build, i64, ptr
+from .jit import KernelSpec, build
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
            "pad_groups_transposed", "resolve_grouped_config"]
 
-# Leaf modes of cutlass_kernels/include/scalemm/sm90_grouped_gemm.cuh (GroupedLeafMode).
-NULL, PER_ROW, PER_GROUP_VEC, PER_GROUP, SHARED, ONE = range(6)
-_VECTOR_MODES = (PER_ROW, PER_GROUP_VEC, SHARED)  # the others read one value: the leaf must broadcast
-_MAX_LEAVES = 8  # kMaxLeaves of sm90_grouped_gemm.cuh
-_ARGTYPES = [ptr, ptr, ptr, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, ptr]
+# Each epilogue leaf gets a leaf mode (abi.GroupedLeafMode: abi.kLeafNull, kLeafPerRow, ...), read from
+# scalemm/abi.h at each use: the kernels' setup turns it into one pointer per group.
+
+
+def _vector_modes() -> tuple[int, ...]:
+    """The leaf modes that read a vector; the others read one value, so their leaf must broadcast."""
+    return abi.kLeafPerRow, abi.kLeafPerGroupVec, abi.kLeafShared
 
 
 def grouped_gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype, epilogue: epi.Node,
@@ -51,7 +54,7 @@ def _spec(config, fast_accum, out_name, tree, wgrad):
 
 @functools.lru_cache(maxsize=None)
 def _launcher(spec: KernelSpec):
-    return build(spec).function("scalemm_grouped_gemm", _ARGTYPES)
+    return build(spec).function("scalemm_grouped_gemm", [ctypes.POINTER(abi.GroupedGemmArgs)])
 
 
 def _workspace_bytes(G: int) -> int:
@@ -62,15 +65,15 @@ def _workspace_bytes(G: int) -> int:
 
 def _scale_a_mode(s, T, G, per):
     if s.numel() == 1:
-        return ONE
+        return abi.kLeafOne
     if per == "token" or (per is None and s.numel() == T and T != G):
         if s.numel() != T:
             raise ValueError(f"scale_a per token must hold T = {T} values, got {s.numel()}")
-        return PER_ROW
+        return abi.kLeafPerRow
     if per == "group" or (per is None and s.numel() == G and T != G):
         if s.numel() != G:
             raise ValueError(f"scale_a per group must hold G = {G} values, got {s.numel()}")
-        return PER_GROUP
+        return abi.kLeafPerGroup
     if per is None and s.numel() == T == G:
         raise ValueError(f"scale_a has {T} values and T == G == {T}: say scale_a_per='token' or 'group'")
     raise ValueError(f"scale_a must be [T] = [{T}] (per token), [G] = [{G}] (per group) or one value; "
@@ -84,12 +87,12 @@ def _scale_b_mode(s, G, N, per=None):
     if per not in (None, "channel", "group"):
         raise ValueError(f"scale_b_per must be None, 'channel' or 'group', got {per!r}")
     if s.numel() == 1:
-        return ONE
+        return abi.kLeafOne
     shape = tuple(s.shape)
     if shape == (G, N):
-        return PER_GROUP_VEC
-    for two_d, mode, what, other in (((G, 1), PER_GROUP, "[G, 1] (per expert)", "channel"),
-                                     ((1, N), SHARED, "[1, N] (per channel)", "group")):
+        return abi.kLeafPerGroupVec
+    for two_d, mode, what, other in (((G, 1), abi.kLeafPerGroup, "[G, 1] (per expert)", "channel"),
+                                     ((1, N), abi.kLeafShared, "[1, N] (per channel)", "group")):
         if shape == two_d:
             if per == other:
                 raise ValueError(f"scale_b is {what} but scale_b_per={per!r}")
@@ -102,11 +105,11 @@ def _scale_b_mode(s, G, N, per=None):
         if per == "group" or (per is None and n == G):
             if n != G:
                 raise ValueError(f"scale_b per group must hold G = {G} values, got {n}")
-            return PER_GROUP
+            return abi.kLeafPerGroup
         if per == "channel" or (per is None and n == N):
             if n != N:
                 raise ValueError(f"scale_b per channel must hold N = {N} values, got {n}")
-            return SHARED
+            return abi.kLeafShared
     raise ValueError(f"scale_b must be [G, N] = [{G}, {N}] (per expert channel), [G] or [G, 1] (per expert), [N] or "
                      f"[1, N] (shared) or one value; got shape {tuple(s.shape)}")
 
@@ -145,8 +148,8 @@ def _epilogue_leaves(tree, given, extra, rows, G, N, device):
     ([N]) or per expert ([G, N]). The grouped emitter takes RowVector / ColVector leaves only.
     """
     leaves = tree.leaves()
-    if len(leaves) > _MAX_LEAVES:
-        raise ValueError(f"an epilogue tree may have at most {_MAX_LEAVES} inputs")
+    if len(leaves) > abi.kMaxLeaves:
+        raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")
     inputs = {}
     for leaf in leaves:
         if not isinstance(leaf, (epi.RowVector, epi.ColVector)):
@@ -158,20 +161,20 @@ def _epilogue_leaves(tree, given, extra, rows, G, N, device):
         else:
             t = _epilogue_input(leaf, extra.get(leaf.name), device)
             if t is None:
-                mode, stride = NULL, 0
+                mode, stride = abi.kLeafNull, 0
             elif isinstance(leaf, epi.RowVector):
                 if t.numel() != rows or t.dim() != 1:
                     raise ValueError(f"epilogue input {leaf.name!r} (a RowVector) must be [{rows}], one value per "
                                      f"row, got shape {tuple(t.shape)}")
-                mode, stride = PER_ROW, 0
+                mode, stride = abi.kLeafPerRow, 0
             elif tuple(t.shape) == (G, N):
-                mode, stride = PER_GROUP_VEC, N
+                mode, stride = abi.kLeafPerGroupVec, N
             elif tuple(t.shape) == (N,):
-                mode, stride = SHARED, N
+                mode, stride = abi.kLeafShared, N
             else:
                 raise ValueError(f"epilogue input {leaf.name!r} (a ColVector) must be [N] = [{N}] (shared) or "
                                  f"[G, N] = [{G}, {N}] (per expert), got shape {tuple(t.shape)}")
-        if t is not None and mode not in _VECTOR_MODES and not leaf.broadcast:
+        if t is not None and mode not in _vector_modes() and not leaf.broadcast:
             raise ValueError(f"epilogue input {leaf.name!r} holds one value (per group or in all) but its leaf "
                              f"reads a vector: declare it with broadcast=True")
         inputs[leaf.name] = (t, mode, stride)
@@ -253,17 +256,17 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
     if scale_a_per not in (None, "token", "group"):
         raise ValueError(f"scale_a_per must be None, 'token' or 'group', got {scale_a_per!r}")
     modes = {"scale_a": _scale_a_mode(scale_a, T, G, scale_a_per), "scale_b": _scale_b_mode(scale_b, G, N, scale_b_per)}
-    if modes["scale_b"] in (PER_GROUP, SHARED):  # [G, 1] / [1, N]: the same memory as [G] / [N]
+    if modes["scale_b"] in (abi.kLeafPerGroup, abi.kLeafShared):  # [G, 1] / [1, N]: the same memory as [G] / [N]
         scale_b = scale_b.reshape(-1)
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or bias.device != device \
                 or tuple(bias.shape) not in ((G, N), (N,)) or not bias.is_contiguous():
             raise ValueError(f"bias must be a contiguous [G, N] or [N] tensor of {out_dtype} on {device}")
-        modes["bias"] = PER_GROUP_VEC if bias.dim() == 2 else SHARED
+        modes["bias"] = abi.kLeafPerGroupVec if bias.dim() == 2 else abi.kLeafShared
     else:
-        modes["bias"] = NULL
+        modes["bias"] = abi.kLeafNull
     tree = _resolve_epilogue(epilogue, out_dtype)
-    given = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != PER_ROW else 0),
+    given = {"scale_a": (scale_a, modes["scale_a"], 1 if modes["scale_a"] != abi.kLeafPerRow else 0),
              "scale_b": (scale_b, modes["scale_b"], N), "bias": (bias, modes["bias"], N)}
     inputs = _epilogue_leaves(tree, given, _epilogue_extra(epilogue_inputs, tree), T, G, N, device)
     if out is None:
@@ -299,25 +302,26 @@ def resolve_grouped_config(T, G, N, K, *, fast_accum: bool, out_dtype, device) -
 def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
     """The CPU path: the reference on the fp32 product (as scalemm.gemm's CPU path), with each leaf's
     input read the way its mode tells the kernel to."""
-    per_group = {name for name, (_, mode, _) in inputs.items() if mode == PER_GROUP}
+    per_group = {name for name, (_, mode, _) in inputs.items() if mode == abi.kLeafPerGroup}
     return reference.grouped_gemm_reference(a, b, offsets, tree, {n: t for n, (t, _, _) in inputs.items()},
                                             out_dtype, per_group=per_group, wgrad=wgrad, accum_dtype=torch.float32)
 
 
 def _launch(cfg, fast_accum, out_dtype, tree, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
-    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree, wgrad=wgrad)
-    n = len(emitted.leaves)
-    base, mode = (ctypes.c_void_p * n)(), (ctypes.c_int64 * n)()
-    nbytes, stride = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
-    for i, leaf in enumerate(emitted.leaves):
-        t, mode[i], stride[i] = inputs[leaf.name]
-        base[i] = t.data_ptr() if t is not None else None
-        nbytes[i] = t.element_size() if t is not None else 0
+    """Fills abi.GroupedGemmArgs (T: the rows of a; for wgrad W, the columns of dy_t / x_t) and launches."""
+    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
+                                             wgrad=wgrad)
     ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
     zeros = torch.zeros(16 * max(N, K), dtype=torch.uint8, device=device) if wgrad else None
-    _launcher(spec)(a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr(), G, T, N, K,
-                    zeros.data_ptr() if wgrad else None, base, mode, nbytes, stride, n,
-                    ws.data_ptr(), ws.numel(), device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    args = abi.GroupedGemmArgs(
+        a=a.data_ptr(), b=b.data_ptr(), d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, tokens=T, n=N, k=K,
+        zeros=zeros.data_ptr() if wgrad else None, leaf_count=len(emitted.leaves), workspace=ws.data_ptr(),
+        workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
+    for i, leaf in enumerate(emitted.leaves):
+        t, args.leaf_mode[i], args.leaf_group_stride[i] = inputs[leaf.name]
+        args.leaf_base[i] = t.data_ptr() if t is not None else None
+        args.leaf_elem_bytes[i] = t.element_size() if t is not None else 0
+    _launcher(spec)(ctypes.byref(args))
 
 
 wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
@@ -435,14 +439,14 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
                              f"W = {W}: they do not match dy_t / x_t")
     _check_options(out_dtype, fast_accum, config)
     _check_n(K, out_dtype, "K")  # the rows of dW_g
-    given = {"bias": (None, NULL, 0)}
+    given = {"bias": (None, abi.kLeafNull, 0)}
     for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():
             raise TypeError(f"{name} must be a contiguous float32 tensor on {device}")
         if s.dim() == 2 and tuple(s.shape) == (G, length):
-            given[leaf] = (s, PER_GROUP_VEC, length)
+            given[leaf] = (s, abi.kLeafPerGroupVec, length)
         elif s.numel() == G and s.dim() <= 1:
-            given[leaf] = (s, PER_GROUP, 1)
+            given[leaf] = (s, abi.kLeafPerGroup, 1)
         else:
             raise ValueError(f"{name} must be [G] = [{G}] or [G, {length}], got shape {tuple(s.shape)}")
     if out is None:

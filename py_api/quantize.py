@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from . import abi
 from . import reference
 from .arch import kernel_arch
 from .formats import MXFP8, NVFP4
@@ -24,19 +25,15 @@ from .formats.base import check_amax, check_amax_used, check_input, check_last_d
 from .formats.fp8 import FP8Tensor, fp8_shapes
 from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
 from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
-from .jit import KernelSpec, build, i32, i64, ptr
+from .jit import KernelSpec, build
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8"]
 
-u64 = ctypes.c_uint64
 _U64_LIMIT = 1 << 64
 _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
-_ARGTYPES = {
-    "scalemm_quantize_nvfp4": [ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, ptr, ptr, ptr, ptr, i32,
-                               i32, i32, u64, u64, ptr],
-    "scalemm_quantize_fp8": [ptr, i64, i64, ptr, ptr, ptr, i32, ptr, ptr, ptr, i32, ptr],
-    "scalemm_quantize_mxfp8": [ptr, i64, i64, ptr, ptr, ptr, ptr, ptr],
-}
+# launcher -> its parameter struct (scalemm/abi.h), passed by pointer
+_ARGS = {"scalemm_quantize_nvfp4": "QuantizeNvfp4Args", "scalemm_quantize_fp8": "QuantizeFp8Args",
+         "scalemm_quantize_mxfp8": "QuantizeMxfp8Args"}
 
 # Test hook: when set to a byte value, every output buffer the CUDA path allocates is filled
 # with it before the kernels run, so a test can prove that the kernels write every byte.
@@ -141,7 +138,7 @@ def kernel_specs():
 
 @functools.lru_cache(maxsize=None)
 def _launcher(dtype: torch.dtype, name: str):
-    return build(_spec(dtype)).function(name, _ARGTYPES[name])
+    return build(_spec(dtype)).function(name, [ctypes.POINTER(abi.structs[_ARGS[name]])])
 
 
 def _check_device(device: torch.device) -> None:
@@ -212,11 +209,13 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     q_col = s_col = alpha_col = None
     if columnwise:
         q_col, s_col, alpha_col = (_empty(*col[f], dev) for f in ("qdata", "scales", "alpha"))
-    _launcher(x2.dtype, "scalemm_quantize_nvfp4")(
-        x2.data_ptr(), M, K, _p(stats.get("amax")), _p(stats.get("amax_rht")), _p(stats.get("row_amax")),
-        _p(stats.get("col_amax")), _p(q_row), _p(s_row), _p(alpha_row), _p(row_amax), int(token),
-        _p(q_col), _p(s_col), _p(alpha_col), _p(col_amax), int(token), int(rht), int(sr),
-        seed, offset, _stream(dev))
+    args = abi.QuantizeNvfp4Args(
+        x=x2.data_ptr(), m=M, k=K, stats_amax=_p(stats.get("amax")), stats_amax_rht=_p(stats.get("amax_rht")),
+        stats_row_amax=_p(stats.get("row_amax")), stats_col_amax=_p(stats.get("col_amax")), q_row=_p(q_row),
+        s_row=_p(s_row), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token), q_col=_p(q_col),
+        s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
+        sr=int(sr), seed=seed, offset=offset, stream=_stream(dev))
+    _launcher(x2.dtype, "scalemm_quantize_nvfp4")(ctypes.byref(args))
 
     col = None
     if columnwise:
@@ -246,9 +245,11 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
         d_row, sinv_row = (_empty(*shape_dtype, dev) for shape_dtype in fp8_shapes(M, K, scaling).values())
     if columnwise:
         d_col, sinv_col = (_empty(*shape_dtype, dev) for shape_dtype in fp8_shapes(K, M, scaling).values())
-    _launcher(x2.dtype, "scalemm_quantize_fp8")(
-        x2.data_ptr(), M, K, _p(d_row), _p(sinv_row), _p(row_amax), int(token), _p(d_col),
-        _p(sinv_col), _p(col_amax), int(token), _stream(dev))
+    args = abi.QuantizeFp8Args(
+        x=x2.data_ptr(), m=M, k=K, q_row=_p(d_row), scale_inv_row=_p(sinv_row), amax_row=_p(row_amax),
+        row_token=int(token), q_col=_p(d_col), scale_inv_col=_p(sinv_col), amax_col=_p(col_amax),
+        col_token=int(token), stream=_stream(dev))
+    _launcher(x2.dtype, "scalemm_quantize_fp8")(ctypes.byref(args))
     col = FP8Tensor._trusted(data=d_col, scale_inv=sinv_col, scaling=scaling, orig_dtype=x2.dtype,
                              columnwise=None) if columnwise else None
     return FP8Tensor._trusted(data=d_row, scale_inv=sinv_row, scaling=scaling, orig_dtype=x2.dtype, columnwise=col)
@@ -262,8 +263,9 @@ def _mxfp8_cuda(x2, rowwise, columnwise) -> MXFP8Tensor:
         d_row, s_row = (_empty(*shape_dtype, dev) for shape_dtype in mxfp8_shapes(M, K).values())
     if columnwise:
         d_col, s_col = (_empty(*shape_dtype, dev) for shape_dtype in mxfp8_shapes(K, M).values())
-    _launcher(x2.dtype, "scalemm_quantize_mxfp8")(
-        x2.data_ptr(), M, K, _p(d_row), _p(s_row), _p(d_col), _p(s_col), _stream(dev))
+    args = abi.QuantizeMxfp8Args(x=x2.data_ptr(), m=M, k=K, q_row=_p(d_row), s_row=_p(s_row), q_col=_p(d_col),
+                                 s_col=_p(s_col), stream=_stream(dev))
+    _launcher(x2.dtype, "scalemm_quantize_mxfp8")(ctypes.byref(args))
     col = MXFP8Tensor(d_col, s_col, (K, M), x2.dtype) if columnwise else None
     return MXFP8Tensor(d_row, s_row, (M, K), x2.dtype, columnwise=col)
 

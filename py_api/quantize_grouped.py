@@ -21,11 +21,13 @@ MXFP8) and one quantize pass over all groups' tiles (NVFP4 with both copies: two
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Optional
 
 import torch
 
+from . import abi
 from . import quantize as _q
 from . import reference
 from .formats import MXFP8, NVFP4, layout
@@ -34,19 +36,16 @@ from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
 from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
                             residual_channels, residual_weight)
-from .jit import KernelSpec, build, i32, i64, ptr
-from .quantize import u64
+from .jit import KernelSpec, build
 
 __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
            "quantize_nvfp4_stacked", "quantize_nvfp4_residual", "prepare_residual_weight", "GroupedMXFP8",
            "GroupedFP8Tensor", "GroupedNVFP4Tensor"]
 
-_ARGTYPES = {
-    "scalemm_quantize_fp8_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr],
-    "scalemm_quantize_nvfp4_grouped": [ptr, i64, i64, ptr, i32, ptr, i32, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr,
-                                       i64, ptr, i64, ptr, i32, i32, u64, u64, ptr],
-    "scalemm_quantize_mxfp8_grouped": [ptr, i64, i64, ptr, i32, ptr, ptr, ptr, i64, ptr],
-}
+# launcher -> its parameter struct (scalemm/abi.h), passed by pointer
+_ARGS = {"scalemm_quantize_fp8_grouped": "QuantizeFp8GroupedArgs",
+         "scalemm_quantize_nvfp4_grouped": "QuantizeNvfp4GroupedArgs",
+         "scalemm_quantize_mxfp8_grouped": "QuantizeMxfp8GroupedArgs"}
 _INT32_LIMIT = (1 << 31) - 1
 
 
@@ -99,17 +98,18 @@ def kernel_specs():
 
 @functools.lru_cache(maxsize=None)
 def _launcher(dtype: torch.dtype, name: str):
-    return build(_spec(dtype)).function(name, _ARGTYPES[name])
+    return build(_spec(dtype)).function(name, [ctypes.POINTER(abi.structs[_ARGS[name]])])
 
 
 def _table(G: int, device, tiles: int = 0) -> torch.Tensor:
-    """int32 scratch for the group table: ends [G] | pos16 [G+1] | pos64 [G+1] | pos128 [G+1], then
-    (16-byte aligned) 4 ints per 128-row tile of the rowwise scale space (quant_grouped.cuh)."""
-    return torch.empty((G + 3 * (G + 1) + 3) // 4 * 4 + 4 * tiles, dtype=torch.int32, device=device)
+    """int32 scratch for the group table of scalemm/abi.h: ends [G] | the position tables, then
+    (16-byte aligned) the entries of `tiles` 128-row tiles of the rowwise scale space."""
+    return torch.empty(abi.group_table_ints(G, tiles), dtype=torch.int32, device=device)
 
 
 def _table_slice(table: torch.Tensor, G: int, which: int) -> torch.Tensor:
-    """pos16 (0), pos64 (1) or pos128 (2), first G entries (the exclusive starts)."""
+    """Position table `which` (abi.kGroupTablePos16 / kGroupTablePos64 / kGroupTablePos128), first G
+    entries (the exclusive starts)."""
     start = G + which * (G + 1)
     return table[start:start + G]
 
@@ -129,9 +129,11 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
         q_row, sinv_row = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "rows").values())
     if columnwise:
         q_col, sinv_col = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "wgrad").values())
-    _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(
-        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
-        _q._p(gcol_amax), _q._p(q_row), _q._p(sinv_row), _q._p(q_col), W, _q._p(sinv_col), _q._stream(dev))
+    args = abi.QuantizeFp8GroupedArgs(
+        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(), token=int(token),
+        g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), gcol_amax=_q._p(gcol_amax), q_row=_q._p(q_row),
+        sinv_row=_q._p(sinv_row), q_col=_q._p(q_col), w=W, sinv_col=_q._p(sinv_col), stream=_q._stream(dev))
+    _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(ctypes.byref(args))
     col = None
     if columnwise:
         col = GroupedFP8Tensor(q_col, sinv_col, offsets, (T, K), scaling, x.dtype, layout="wgrad")
@@ -161,20 +163,24 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     if columnwise:
         cols = grouped_nvfp4_shapes(T, K, G, scaling, "wgrad")
         q_col, s_col, a_col = (_q._empty(*cols[f], dev) for f in ("qdata", "scales", "alpha"))
-    _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(
-        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), int(token), _q._p(g_amax), _q._p(row_amax),
-        _q._p(col_amax), _q._p(q_row), _q._p(s_row), scale_rows, _q._p(a_row), _q._p(q_col), W, _q._p(s_col), cb,
-        _q._p(a_col), int(rht), int(sr), seed, offset, _q._stream(dev))
+    args = abi.QuantizeNvfp4GroupedArgs(
+        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(), token=int(token),
+        g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), col_amax=_q._p(col_amax), q_row=_q._p(q_row),
+        s_row=_q._p(s_row), scale_rows=scale_rows, alpha_row=_q._p(a_row), q_col=_q._p(q_col), w=W,
+        s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), seed=seed, offset=offset,
+        stream=_q._stream(dev))
+    _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(ctypes.byref(args))
     col = None
     if columnwise:
         # the kernel's pos64 table holds the 64-padded token starts: / 16 gives layout.wgrad_sf_offsets
-        col = GroupedNVFP4Tensor(q_col, s_col, _table_slice(table, G, 1) // layout.WGRAD_SCALE_BLOCK, a_col,
+        sf_col = _table_slice(table, G, abi.kGroupTablePos64) // layout.WGRAD_SCALE_BLOCK
+        col = GroupedNVFP4Tensor(q_col, s_col, sf_col, a_col,
                                  g_amax if col_amax is None else col_amax, offsets, (T, K), scaling, x.dtype,
                                  layout="wgrad", rht=rht)
     if not rowwise:
         return GroupedNVFP4Tensor(None, None, None, None, None, offsets, (T, K), scaling, x.dtype,
                                   scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
-    return GroupedNVFP4Tensor(q_row, s_row, _table_slice(table, G, 2), a_row,
+    return GroupedNVFP4Tensor(q_row, s_row, _table_slice(table, G, abi.kGroupTablePos128), a_row,
                               row_amax if token else g_amax, offsets, (T, K), scaling, x.dtype,
                               scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
 
@@ -185,10 +191,12 @@ def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
     scale_rows = layout.grouped_scale_rows(T, G)
     table = _table(G, dev, tiles=scale_rows // layout.SF_TILE_ROWS)
     q, s, _ = (_q._empty(*sd, dev) for sd in grouped_mxfp8_shapes(T, K, G).values())
-    _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(
-        x.data_ptr(), T, K, offsets.data_ptr(), G, table.data_ptr(), q.data_ptr(), s.data_ptr(), scale_rows,
-        _q._stream(dev))
-    return GroupedMXFP8._trusted(data=q, scales=s, sf_offsets=_table_slice(table, G, 2), offsets=offsets)
+    args = abi.QuantizeMxfp8GroupedArgs(
+        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(),
+        q_row=q.data_ptr(), s_row=s.data_ptr(), scale_rows=scale_rows, stream=_q._stream(dev))
+    _launcher(x.dtype, "scalemm_quantize_mxfp8_grouped")(ctypes.byref(args))
+    return GroupedMXFP8._trusted(data=q, scales=s, sf_offsets=_table_slice(table, G, abi.kGroupTablePos128),
+                                 offsets=offsets)
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@
 #   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), tuned (scalemm.tune
 #                                              # over the sweep's points, then tuned vs heuristic; copies the
 #                                              # tuned-config cache to $OUT), nvfp4 (NVFP4 config exploration),
-#                                              # sanitize (compute-sanitizer over every kernel), pack (tar the JIT cache)
+#                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
+#                                              # pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
@@ -47,10 +48,19 @@ if has quant; then
   python3 perf/quant_bench.py --out "$OUT" || status=1
 fi
 if has sanitize; then  # small shapes through every kernel under each compute-sanitizer tool
+  # One plain pass first: it checks the script and JIT-builds every kernel it uses, so no compile
+  # (and no driver query of the build's toolchain check) happens under the sanitizer.
+  python3 scripts/sanitize_run.py || status=1
   for tool in memcheck racecheck initcheck; do
-    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --print-limit 10 --error-exitcode 3 \
-      python3 scripts/sanitize_run.py 2>&1 | tail -n 30 | sed "s/^/[$tool] /"
+    log=$OUT/sanitize-$tool.log
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --print-limit 200 --error-exitcode 3 \
+      --log-file "$log" python3 scripts/sanitize_run.py | sed "s/^/[$tool] /"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    # The summary line, then each kind of report once with its count and where it happened
+    # (kernel templates shortened to their first name; +0x.. is the SASS offset for cuobjdump).
+    grep -E "SUMMARY" "$log" | sed "s/^/[$tool] /"
+    grep -E "^=========( Program hit| [A-Z][a-z]+ .*(read|write|access|hazard)|     at )" "$log" |
+      sed -E 's/<.*>//; s/\(.*\)//' | sort | uniq -c | sort -rn | head -n 12 | sed "s/^/[$tool] /"
   done
 fi
 if has nvfp4; then

@@ -136,7 +136,9 @@ def test_grouped_gemm_wgrad_options_checked():
 
 def test_grouped_heuristic_and_scale_modes():
     from scalemm.cutlass_kernels.configs import default_grouped_config
-    from scalemm.grouped import PER_GROUP, PER_GROUP_VEC, PER_ROW, SHARED, ONE, _scale_a_mode, _scale_b_mode
+    from scalemm.abi import (kLeafOne as ONE, kLeafPerGroup as PER_GROUP, kLeafPerGroupVec as PER_GROUP_VEC,
+                             kLeafPerRow as PER_ROW, kLeafShared as SHARED)  # the modes: abi.h's GroupedLeafMode
+    from scalemm.grouped import _scale_a_mode, _scale_b_mode
     assert default_grouped_config(2048, 256, 2048, 7168).swap_ab          # 8 rows per expert: decode form
     assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256
     assert default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False).tile_n == 128

@@ -217,3 +217,20 @@ def test_grouped_containers_end_to_end():
         scalemm.grouped_gemm(xq, wq, offs.clone())
     with pytest.raises(ValueError, match="carries its own scale"):
         scalemm.grouped_gemm(xq, wq, None, xq.scale_inv)
+
+
+@pytest.mark.parametrize("offs", [[10, 10, 30, 40], [30, 10, 60, 45], [-4, 70, 20, 48], [48, 48, 48, 48]])
+def test_pad_groups_transposed_bad_cuda_offsets_stay_in_bounds(offs):
+    """CUDA offsets are not read on the host: decreasing, negative or past-T offsets must neither fault
+    nor trip a device-side assert (which would kill the CUDA context); the groups follow the clamping
+    rule (clamp into [0, T], then a running max), i.e. the CPU result for the clamped offsets."""
+    from scalemm.grouped import pad_groups_transposed
+    T, C, W = 48, 32, 112
+    x = (torch.randn(T, C) * 8).to(E4M3)
+    o = torch.tensor(offs, dtype=torch.int32)
+    got = pad_groups_transposed(x.cuda(), o.cuda(), W)
+    torch.cuda.synchronize()  # a device-side assert would surface here and poison every later call
+    clamped = torch.cummax(o.long().clamp(0, T), 0).values.to(torch.int32)
+    want = pad_groups_transposed(x, clamped, W)
+    assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8))
+    assert torch.equal(torch.ones(4, device="cuda").sum().cpu(), torch.tensor(4.0))  # the context still works

@@ -1,44 +1,45 @@
 // scalemm quantizers for one input dtype ({{IN_T}}): thin extern "C" launchers over
-// scalemm/quant.cuh. Each returns 0 or a cudaError_t; none allocates or synchronises.
+// scalemm/quant.cuh, each taking its parameter struct of scalemm/abi.h. Each returns 0 or a
+// cudaError_t; none allocates or synchronises.
+#include "scalemm/abi.h"
 #include "scalemm/quant.cuh"
 
 using InT = {{IN_T}};
 namespace q = scalemm::quant;
 
 // Every entry point with an amax first zeroes the non-null amax outputs and fills them from one
-// read of x (launch_amax_stats: tensor amax, tensor amax of the RHT'd columnwise data when rht,
-// per-row amax [M], per-column amax [K], RHT'd if rht), then quantizes: one call from Python, the
-// launches in stream order. Pass all four null when the amaxes are given.
+// read of x (launch_amax_stats: tensor amax, tensor amax of the RHT'd columns when rht, per-row
+// amax [M], per-column amax [K], RHT'd if rht), then quantizes: one call from Python, the
+// launches in stream order. Pass all four stats_* null when the amaxes are given.
 
 // NVFP4 rowwise copy (q_row non-null) and/or columnwise copy of x.T (q_col non-null). amax_*:
 // 0-d (token = 0) or per row of that copy (token = 1). alpha_*: S_dec, same shape.
-extern "C" int scalemm_quantize_nvfp4(const void* x, int64_t M, int64_t K, float* st_amax, float* st_amax_rht,
-                                      float* st_row_amax, float* st_col_amax, uint8_t* q_row, uint8_t* s_row,
-                                      float* alpha_row, const float* amax_row, int row_token, uint8_t* q_col,
-                                      uint8_t* s_col, float* alpha_col, const float* amax_col, int col_token,
-                                      int rht, int sr, uint64_t seed, uint64_t offset, cudaStream_t stream) {
-  if (st_amax || st_amax_rht || st_row_amax || st_col_amax) {
-    const int err = q::launch_amax_stats<InT>(x, M, K, st_amax, st_amax_rht, st_row_amax, st_col_amax, rht, stream);
+extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
+  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+  if (a->stats_amax || a->stats_amax_rht || a->stats_row_amax || a->stats_col_amax) {
+    const int err = q::launch_amax_stats<InT>(a->x, a->m, a->k, a->stats_amax, a->stats_amax_rht,
+                                              a->stats_row_amax, a->stats_col_amax, int(a->rht), stream);
     if (err) return err;
   }
-  return q::launch_nvfp4<InT>(x, M, K, q_row, s_row, alpha_row, amax_row, row_token, q_col, s_col, alpha_col,
-                              amax_col, col_token, rht, sr, seed, offset, stream);
+  return q::launch_nvfp4<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->amax_row, int(a->row_token),
+                              a->q_col, a->s_col, a->alpha_col, a->amax_col, int(a->col_token), int(a->rht),
+                              int(a->sr), a->seed, a->offset, stream);
 }
 
-// FP8 e4m3: amax pass into row_amax / col_amax (per row / per column for token, else 0-d; the
+// FP8 e4m3: amax pass into amax_row / amax_col (per row / per column for token, else 0-d; the
 // two may be the same buffer), then the rowwise and/or columnwise copies.
-extern "C" int scalemm_quantize_fp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, float* scale_inv_row,
-                                    float* amax_row, int row_token, uint8_t* q_col, float* scale_inv_col,
-                                    float* amax_col, int col_token, cudaStream_t stream) {
-  const int err = row_token ? q::launch_amax_stats<InT>(x, M, K, nullptr, nullptr, q_row ? amax_row : nullptr,
-                                                        q_col ? amax_col : nullptr, 0, stream)
-                            : q::launch_amax_stats<InT>(x, M, K, amax_row, nullptr, nullptr, nullptr, 0, stream);
+extern "C" int scalemm_quantize_fp8(scalemm::QuantizeFp8Args const* a) {
+  cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+  const int err = a->row_token
+                      ? q::launch_amax_stats<InT>(a->x, a->m, a->k, nullptr, nullptr, a->q_row ? a->amax_row : nullptr,
+                                                  a->q_col ? a->amax_col : nullptr, 0, stream)
+                      : q::launch_amax_stats<InT>(a->x, a->m, a->k, a->amax_row, nullptr, nullptr, nullptr, 0, stream);
   if (err) return err;
-  return q::launch_fp8<InT>(x, M, K, q_row, scale_inv_row, amax_row, row_token, q_col, scale_inv_col, amax_col,
-                            col_token, stream);
+  return q::launch_fp8<InT>(a->x, a->m, a->k, a->q_row, a->scale_inv_row, a->amax_row, int(a->row_token), a->q_col,
+                            a->scale_inv_col, a->amax_col, int(a->col_token), stream);
 }
 
-extern "C" int scalemm_quantize_mxfp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row,
-                                      uint8_t* q_col, uint8_t* s_col, cudaStream_t stream) {
-  return q::launch_mxfp8<InT>(x, M, K, q_row, s_row, q_col, s_col, stream);
+extern "C" int scalemm_quantize_mxfp8(scalemm::QuantizeMxfp8Args const* a) {
+  return q::launch_mxfp8<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->q_col, a->s_col,
+                              static_cast<cudaStream_t>(a->stream));
 }

@@ -2,9 +2,10 @@
 
 One entry point, `build(spec)`. A spec names a template under cutlass_kernels/templates and
 the values of its `{{PLACEHOLDERS}}`. The result is a shared library with `extern "C"`
-launchers (CUTLASS Arguments are built on the C++ side; Python passes a flat list of
-pointers, sizes and the stream). Launchers return 0, a cudaError_t (1..999), 1000 +
-cutlass::Status, or 2000 + a scalemm code; `Kernel.function` turns nonzero into an error.
+launchers (CUTLASS Arguments are built on the C++ side; Python passes one parameter struct of
+cutlass_kernels/include/scalemm/abi.h by pointer, see scalemm.abi). Launchers return 0, a
+cudaError_t, abi.kCutlassStatusBase + cutlass::Status, or a scalemm code (abi.h's LaunchCode);
+`Kernel.function` turns nonzero into an error.
 
 Files: toolchain.py finds nvcc, CUTLASS and the driver, maps target archs to nvcc flags and
 runs nvcc; cache.py says where an entry lives, what its key hashes, which entry a process uses
@@ -109,19 +110,23 @@ class Kernel:
 
 
 def describe_status(rc: int) -> str:
-    if rc < 1000:
+    """A launcher's return code (abi.h's LaunchCode rules) in words."""
+    from .. import abi
+    if rc < abi.kCutlassStatusBase:
         try:
             import torch  # cudaGetErrorName through torch keeps us free of another CUDA binding
             return f"CUDA error {rc} ({torch.cuda.cudart().cudaGetErrorString(rc)})"
         except Exception:
             return f"CUDA error {rc}"
-    if rc < 2000:
-        status = rc - 1000
-        name = _CUTLASS_STATUS[status] if 0 <= status < len(_CUTLASS_STATUS) else "unknown"
-        return f"CUTLASS status {status} ({name})"
-    return {2001: "scalemm launcher code 1 (workspace too small)",
-            2002: "scalemm launcher code 2 (CUTLASS can_implement refused the problem: shape or alignment)",
-            }.get(rc, f"scalemm launcher code {rc - 2000}")
+    codes = {abi.kWorkspaceTooSmall: "workspace too small",
+             abi.kCannotImplement: "CUTLASS can_implement refused the problem: shape or alignment",
+             abi.kBadArgument: "bad argument"}
+    if rc in codes:
+        return f"scalemm launcher code {rc} ({codes[rc]})"
+    status = rc - abi.kCutlassStatusBase
+    if status < len(_CUTLASS_STATUS):
+        return f"CUTLASS status {status} ({_CUTLASS_STATUS[status]})"
+    return f"launcher code {rc} (unknown)"
 
 
 # cutlass::Status, in the order of cutlass/cutlass.h

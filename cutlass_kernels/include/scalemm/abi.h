@@ -33,6 +33,70 @@ enum GroupedLeafMode : int {
   kLeafOne = 5,          // one value for everything: base                (scalar broadcast)
 };
 
+// The int32 group table of the grouped quantizers (scalemm/quant_grouped.cuh) and of the grouped
+// NVFP4 dequant, in caller scratch, written by a setup kernel from the offsets:
+//   ends [G] | kGroupTablePositionTables position tables of G + 1 ints each (in GroupTablePosition
+//   order) | from the next multiple of kGroupTileInts ints (16 bytes): kGroupTileInts ints per
+//   128-row tile of the rowwise scale space (NVFP4 / MXFP8 rowwise only).
+// Position table A holds the groups' exclusive starts in positions padded to A per group:
+// pos_A[g] = sum_{j<g} ceil(m_j / A) * A, pos_A[G] the total.
+enum GroupTablePosition : int {
+  kGroupTablePos16 = 0,   // wgrad columns (16-aligned group starts)
+  kGroupTablePos64 = 1,   // NVFP4 wgrad scale columns x 16 (64-aligned group starts)
+  kGroupTablePos128 = 2,  // rowwise scale rows (sf_offsets, 128-aligned group starts)
+};
+constexpr int kGroupTablePositionTables = 3;
+constexpr int kGroupTileInts = 4;  // one tile entry: {first row, rows of x in the tile, group, unused}
+
+// FP8 e4m3 GEMM on SM90 (scalemm/sm90/gemm.cuh), in the kernel's problem coordinates:
+// D [m, n] = epilogue(A [m, k] @ B [n, k]^T), A and B K-major. scalemm.gemm passes A = a, B = b
+// (m = tokens, n = out channels) or, for a swap-AB kernel, A = b, B = a (m = out channels,
+// n = tokens; the kernel writes D column-major, the same memory as row-major [tokens, out]).
+struct GemmArgs {
+  void const* a;              // e4m3 [m, k], K-major
+  void const* b;              // e4m3 [n, k], K-major
+  void const* c;              // the epilogue's Source operand [m, n] in D's layout, or null when the tree has none
+  void* d;                    // output [m, n]
+  int64_t m;
+  int64_t n;
+  int64_t k;
+  void const* leaf_ptrs[kMaxLeaves];   // device pointer of the i-th epilogue leaf (null: absent)
+  int64_t leaf_is_vector[kMaxLeaves];  // 1 = a vector, 0 = one value broadcast
+  void* workspace;            // stream-K partials, or null (only stream-K kernels take one)
+  int64_t workspace_bytes;
+  int64_t device;             // CUDA device index
+  int64_t raster;             // 0 along M, 1 along N, 2 CUTLASS's heuristic
+  int64_t swizzle;            // the tile scheduler's max swizzle size
+  int64_t splits;             // stream-K splits (1 = the heuristic decides)
+  void* stream;               // cudaStream_t
+};
+
+// Grouped (MoE) FP8 GEMM on SM90 (scalemm/sm90/grouped_gemm.cuh), fprop or wgrad as compiled.
+// fprop: out[rows of g] = epilogue(a[rows of g] @ b[g]^T), a [tokens, k] rows sorted by group,
+//   b [groups, n, k], d [tokens, n]; rows past the last group are not written.
+// wgrad: d[g] [n, k] = epilogue(dY_g^T X_g) with a = dy_t [n, tokens], b = x_t [k, tokens] in the
+//   wgrad layout (tokens = W, its padded column count; group g from the 16-aligned column p_g).
+struct GroupedGemmArgs {
+  void const* a;              // fprop: e4m3 [tokens, k]; wgrad: dy_t e4m3 [n, tokens]
+  void const* b;              // fprop: e4m3 [groups, n, k]; wgrad: x_t e4m3 [k, tokens]
+  void* d;                    // fprop: [tokens, n]; wgrad: [groups, n, k]
+  void const* offsets;        // int32 [groups] cumulative row ends (device)
+  int64_t groups;
+  int64_t tokens;             // fprop: rows of a; wgrad: W, the columns of dy_t / x_t
+  int64_t n;
+  int64_t k;
+  void const* zeros;          // wgrad: >= 16 * max(n, k) zero bytes (empty groups reduce over them); fprop: null
+  void const* leaf_base[kMaxLeaves];      // the i-th epilogue leaf's base pointer (null: absent)
+  int64_t leaf_mode[kMaxLeaves];          // GroupedLeafMode
+  int64_t leaf_elem_bytes[kMaxLeaves];
+  int64_t leaf_group_stride[kMaxLeaves];  // elements per group for kLeafPerGroupVec
+  int64_t leaf_count;         // entries used of the leaf arrays (<= kMaxLeaves)
+  void* workspace;            // the setup arrays, then CUTLASS's own workspace
+  int64_t workspace_bytes;
+  int64_t device;             // CUDA device index
+  void* stream;               // cudaStream_t
+};
+
 // NVFP4 weights x bf16/fp16 activations on SM90 (scalemm/sm90/nvfp4_gemm.cuh).
 // D [tokens, n] = epilogue(X [tokens, k] @ dequant(W [n, k])^T).
 struct Nvfp4GemmArgs {
@@ -92,8 +156,141 @@ struct Nvfp4DequantArgs {
   int64_t scale_cols;      // Cp
   void const* offsets;     // int32 [groups] cumulative row ends, or null for dense rows
   int64_t groups;
-  void* table;             // int32 scratch, groups + 3 * (groups + 1) entries (grouped only)
+  void* table;             // int32 scratch for the group table above, no tile entries (grouped only)
   void* stream;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Quantizers (scalemm/quant.cuh), one library per input dtype. x is [m, k] of that dtype; the
+// rowwise copy quantizes x, the columnwise copy x^T [k, m]; a null q_row / q_col skips that copy.
+// Each launcher returns 0 or a cudaError_t.
+// ---------------------------------------------------------------------------------------------
+
+// NVFP4. Every non-null stats_* output is zeroed and filled by one amax pass over x first; pass
+// them all null when the amaxes are given. amax_* / alpha_* are 0-d (*_token = 0) or one per
+// row of that copy (*_token = 1).
+struct QuantizeNvfp4Args {
+  void const* x;              // [m, k]
+  int64_t m;
+  int64_t k;
+  float* stats_amax;          // 0-d amax(|x|), or null
+  float* stats_amax_rht;      // 0-d amax of the RHT'd columnwise data, or null
+  float* stats_row_amax;      // [m] per-row amax, or null
+  float* stats_col_amax;      // [k] per-column amax (RHT'd when rht), or null
+  uint8_t* q_row;             // rowwise codes uint8 [m, k / 2], or null
+  uint8_t* s_row;             // rowwise e4m3 block scales, 128x4 swizzled
+  float* alpha_row;           // rowwise S_dec, 0-d or [m]
+  float const* amax_row;      // the amax the rowwise copy is scaled from, 0-d or [m]
+  int64_t row_token;          // 1: per-row global scales, 0: one per tensor
+  uint8_t* q_col;             // columnwise codes uint8 [k, m / 2], or null
+  uint8_t* s_col;             // columnwise e4m3 block scales, 128x4 swizzled
+  float* alpha_col;           // columnwise S_dec, 0-d or [k]
+  float const* amax_col;      // the amax the columnwise copy is scaled from, 0-d or [k]
+  int64_t col_token;
+  int64_t rht;                // 1: the columnwise copy goes through the 16-point RHT
+  int64_t sr;                 // 1: stochastic rounding from Philox (seed, offset)
+  uint64_t seed;
+  uint64_t offset;
+  void* stream;               // cudaStream_t
+};
+
+// FP8 e4m3 with current scaling: an amax pass into amax_row / amax_col (per row / per column
+// when *_token, else 0-d; the two may be one buffer), then the copies.
+struct QuantizeFp8Args {
+  void const* x;              // [m, k]
+  int64_t m;
+  int64_t k;
+  uint8_t* q_row;             // e4m3 [m, k], or null
+  float* scale_inv_row;       // 0-d or [m]
+  float* amax_row;            // amax scratch of the rowwise copy, 0-d or [m]
+  int64_t row_token;
+  uint8_t* q_col;             // e4m3 [k, m], or null
+  float* scale_inv_col;       // 0-d or [k]
+  float* amax_col;            // amax scratch of the columnwise copy, 0-d or [k]
+  int64_t col_token;
+  void* stream;               // cudaStream_t
+};
+
+// MXFP8: e4m3 data and e8m0 scales per 32 elements (128x4 swizzled).
+struct QuantizeMxfp8Args {
+  void const* x;              // [m, k]
+  int64_t m;
+  int64_t k;
+  uint8_t* q_row;             // e4m3 [m, k], or null
+  uint8_t* s_row;             // e8m0 scales of the rowwise copy
+  uint8_t* q_col;             // e4m3 [k, m], or null
+  uint8_t* s_col;             // e8m0 scales of the columnwise copy
+  void* stream;               // cudaStream_t
+};
+
+// ---------------------------------------------------------------------------------------------
+// Grouped (MoE) quantizers (scalemm/quant_grouped.cuh), one library per input dtype. x [tokens, k]
+// rows sorted by group; offsets int32 [groups] cumulative row ends on the device, never read on
+// the host; table: the group table above, int32 scratch the launch writes. The columnwise copy
+// is in the wgrad layout [k, w]. Each launcher returns 0 or a cudaError_t.
+// ---------------------------------------------------------------------------------------------
+
+// FP8 e4m3: rowwise [tokens, k] and/or the wgrad-layout columnwise copy [k, w].
+struct QuantizeFp8GroupedArgs {
+  void const* x;              // [tokens, k]
+  int64_t tokens;
+  int64_t k;
+  int32_t const* offsets;     // [groups]
+  int64_t groups;
+  int32_t* table;             // group table, no tile entries
+  int64_t token;              // 1: per row (rowwise) and per (group, column) (columnwise); 0: per group
+  float* g_amax;              // [groups] amax scratch (token = 0)
+  float* row_amax;            // [tokens] amax scratch (token = 1, rowwise)
+  float* gcol_amax;           // [groups, k] amax scratch (token = 1, columnwise)
+  uint8_t* q_row;             // e4m3 [tokens, k], or null
+  float* sinv_row;            // scale_inv [groups] or [tokens]
+  uint8_t* q_col;             // e4m3 [k, w], or null
+  int64_t w;                  // the wgrad layout's padded token columns (a multiple of 16)
+  float* sinv_col;            // scale_inv [groups] or [groups, k]
+  void* stream;               // cudaStream_t
+};
+
+// NVFP4: rowwise [tokens, k / 2] with scales grouped along M (scale_rows x Cp bytes), and/or the
+// wgrad-layout columnwise copy [k, w / 2] with scales grouped along K (Rp x cb_total bytes).
+struct QuantizeNvfp4GroupedArgs {
+  void const* x;              // [tokens, k]
+  int64_t tokens;
+  int64_t k;
+  int32_t const* offsets;     // [groups]
+  int64_t groups;
+  int32_t* table;             // group table with tile entries for scale_rows / 128 tiles when rowwise
+  int64_t token;              // 1: per-row / per-(group, column) global scales; 0: per group
+  float* g_amax;              // [groups] amax scratch (token = 0)
+  float* row_amax;            // [tokens] amax scratch (token = 1, rowwise)
+  float* col_amax;            // columnwise amax when not g_amax: [groups, k] (token) or [groups] (rht)
+  uint8_t* q_row;             // codes [tokens, k / 2], or null
+  uint8_t* s_row;             // e4m3 scales grouped along M
+  int64_t scale_rows;         // rows of s_row (a multiple of 128)
+  float* alpha_row;           // S_dec [groups] or [tokens]
+  uint8_t* q_col;             // codes [k, w / 2], or null
+  int64_t w;                  // the wgrad layout's padded token columns
+  uint8_t* s_col;             // e4m3 scales grouped along K
+  int64_t cb_total;           // columns of s_col
+  float* alpha_col;           // S_dec [groups] or [groups, k]
+  int64_t rht;                // 1: the columnwise copy goes through the 16-point RHT
+  int64_t sr;                 // 1: stochastic rounding of both copies from Philox (seed, offset)
+  uint64_t seed;
+  uint64_t offset;
+  void* stream;               // cudaStream_t
+};
+
+// MXFP8 rowwise [tokens, k] with e8m0 scales grouped along M.
+struct QuantizeMxfp8GroupedArgs {
+  void const* x;              // [tokens, k]
+  int64_t tokens;
+  int64_t k;
+  int32_t const* offsets;     // [groups]
+  int64_t groups;
+  int32_t* table;             // group table with tile entries for scale_rows / 128 tiles
+  uint8_t* q_row;             // e4m3 [tokens, k]
+  uint8_t* s_row;             // e8m0 scales grouped along M
+  int64_t scale_rows;         // rows of s_row (a multiple of 128)
+  void* stream;               // cudaStream_t
 };
 
 }  // namespace scalemm

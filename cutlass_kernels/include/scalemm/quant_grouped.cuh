@@ -27,6 +27,7 @@
 // scale_inv) from the amax buffers: one per group, row or (group, column).
 #pragma once
 
+#include "scalemm/abi.h"
 #include "scalemm/quant.cuh"
 
 namespace scalemm {
@@ -36,8 +37,12 @@ namespace grouped {
 constexpr int kSetupThreads = 1024;
 constexpr int kSlots = 4;  // groups per stats tile reduced in shared memory (more go to global atomics)
 
-// int32 table: ends[G] | pos16[G+1] | pos64[G+1] | pos128[G+1]
-__host__ __device__ inline int64_t table_ints(int64_t G) { return G + 3 * (G + 1); }
+// int32 table (abi.h: the group table): ends[G] | pos16[G+1] | pos64[G+1] | pos128[G+1], in the
+// order group_table_kernel writes them.
+static_assert(kGroupTablePositionTables == 3 && kGroupTablePos16 == 0 && kGroupTablePos64 == 1 &&
+                  kGroupTablePos128 == 2, "group_table_kernel writes ends | pos16 | pos64 | pos128");
+static_assert(kGroupTileInts * sizeof(int) == sizeof(int4), "one tile entry is an int4");
+__host__ __device__ inline int64_t table_ints(int64_t G) { return G + kGroupTablePositionTables * (G + 1); }
 
 struct Table {
   const int* ends;
@@ -48,12 +53,15 @@ struct Table {
 };
 
 __host__ __device__ inline Table make_table(const int* t, int G) {
-  return Table{t, t + G, t + G + (G + 1), t + G + 2 * (G + 1), G};
+  return Table{t, t + G + kGroupTablePos16 * (G + 1), t + G + kGroupTablePos64 * (G + 1),
+               t + G + kGroupTablePos128 * (G + 1), G};
 }
 
 // After the table (16-byte aligned): one int4 per 128-row tile of the pos128 space, {first row,
 // rows of the tile that are rows of x, group, unused}, so a CTA finds its rows with one load.
-inline int4* tile_table(int* t, int G) { return reinterpret_cast<int4*>(t + (G + 3 * (G + 1) + 3) / 4 * 4); }
+inline int4* tile_table(int* t, int G) {
+  return reinterpret_cast<int4*>(t + (table_ints(G) + kGroupTileInts - 1) / kGroupTileInts * kGroupTileInts);
+}
 
 // ---------------------------------------------------------------------------
 // 1. the group table

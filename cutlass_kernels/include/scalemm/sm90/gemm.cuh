@@ -68,11 +68,19 @@ struct Sm90Gemm {
   using StrideC = typename Gemm::GemmKernel::StrideC;
   using StrideD = typename Gemm::GemmKernel::StrideD;
 
-  // Runs D = Evt(A B^T) for A [M,K], B [N,K] (problem coordinates of this kernel).
-  // `c` is the Source operand (M x N, same layout as D) or nullptr when the tree has none.
-  static int run(void const* a, void const* b, void const* c, void* d, int M, int N, int K,
-                 typename Evt::Arguments const& evt_args, void* workspace, int64_t workspace_bytes,
-                 int device, int raster_along_n, int swizzle, int splits, cudaStream_t stream) {
+  // Runs D = Evt(A B^T) for A [M,K], B [N,K] (problem coordinates of this kernel: GemmArgs'
+  // m, n, k). `c` is the Source operand (M x N, same layout as D) or null when the tree has none.
+  static int run(GemmArgs const& p, typename Evt::Arguments const& evt_args) {
+    void const* a = p.a;
+    void const* b = p.b;
+    void const* c = p.c;
+    void* d = p.d;
+    int const M = int(p.m), N = int(p.n), K = int(p.k);
+    int const device = int(p.device), raster_along_n = int(p.raster), swizzle = int(p.swizzle);
+    int const splits = int(p.splits);
+    void* workspace = p.workspace;
+    int64_t const workspace_bytes = p.workspace_bytes;
+    cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
     cudaError_t err = cudaSetDevice(device);  // our static cudart tracks its own current device
     if (err != cudaSuccess) return static_cast<int>(err);
     auto stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));

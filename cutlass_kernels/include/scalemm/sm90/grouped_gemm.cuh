@@ -11,10 +11,11 @@
 // tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16 (16-byte TMA bases).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cuda_runtime.h>
 
-#include "scalemm/sm90_gemm.cuh"
+#include "scalemm/sm90/gemm.cuh"
 
 namespace scalemm {
 
@@ -41,8 +42,23 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
                                    char const* a, char const* b, char* d, int d_bytes, char const* zeros,
                                    ProblemShape* problems, void const** ptr_a, void const** ptr_b,
                                    void** ptr_d, StrideA* stride_a, StrideB* stride_b,
-                                   StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs) {
+                                   StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs,
+                                   char* clear, int64_t clear_bytes) {
   int g = blockIdx.x * blockDim.x + threadIdx.x;
+  // Zero CUTLASS's part of the workspace (its per-SM TMA descriptor slots). The ptr-array kernel
+  // writes each slot with tensormap.cp_fenceproxy before any TMA reads it, so the values never
+  // matter, but compute-sanitizer's initcheck reports the tensormap-update instructions' accesses
+  // to slots never written before as uninitialised reads (1728 reports on an H100 for
+  // scripts/sanitize_run.py's grouped calls: 32 lanes x 4 bytes of each 128-byte slot, first use
+  // of an allocation only; perf/NOTES.md). Writing the slots here keeps initcheck quiet, so a
+  // real uninitialised read in this kernel would stand out.
+  for (int64_t i = int64_t(g) * 16; i < clear_bytes; i += int64_t(gridDim.x) * blockDim.x * 16) {
+    if (i + 16 <= clear_bytes) {
+      *reinterpret_cast<uint4*>(clear + i) = make_uint4(0, 0, 0, 0);
+    } else {
+      for (int64_t j = i; j < clear_bytes; ++j) clear[j] = 0;
+    }
+  }
   if (g >= G) return;
   auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
   int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
@@ -167,20 +183,34 @@ struct Sm90GroupedGemm {
     return r;
   }
 
-  static int run(void const* a, void const* b, void* d, int const* offsets, int G, int64_t T, int N,
-                 int K, void const* zeros, GroupedLeaves const& leaves, typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*),
-                 void* workspace, int64_t workspace_bytes, int device, cudaStream_t stream) {
+  // The launcher's GroupedGemmArgs (leaf_count <= kMaxLeaves, checked by the caller) -> the setup
+  // kernel's leaves, the per-group arrays in the workspace, and the grouped GEMM.
+  static int run(GroupedGemmArgs const& p,
+                 typename Evt::Arguments (*make_evt_args)(void const* const*, int64_t const*)) {
+    GroupedLeaves leaves{};
+    leaves.count = int(p.leaf_count);
+    for (int i = 0; i < leaves.count; ++i) {
+      leaves.base[i] = p.leaf_base[i];
+      leaves.mode[i] = int(p.leaf_mode[i]);
+      leaves.elem_bytes[i] = int(p.leaf_elem_bytes[i]);
+      leaves.group_stride[i] = p.leaf_group_stride[i];
+    }
+    void const* a = p.a;
+    void const* b = p.b;
+    void* d = p.d;
+    int const* offsets = static_cast<int const*>(p.offsets);
+    int const G = int(p.groups);
+    int64_t const T = p.tokens;
+    int const N = int(p.n), K = int(p.k);
+    void const* zeros = p.zeros;
+    void* workspace = p.workspace;
+    int64_t const workspace_bytes = p.workspace_bytes;
+    int const device = int(p.device);
+    cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) return static_cast<int>(err);
     Arrays arr = carve(workspace, G);
     if (arr.bytes > workspace_bytes) return kWorkspaceTooSmall;
-    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<(G + 127) / 128, 128, 0, stream>>>(
-        offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
-        static_cast<char*>(d), int(sizeof(ElementD)), static_cast<char const*>(zeros), arr.problems, arr.ptr_a, arr.ptr_b, arr.ptr_d,
-        arr.stride_a, arr.stride_b, arr.stride_d, leaves, arr.leaf_ptrs);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return static_cast<int>(err);
-
     void const* leaf_arrays[kMaxLeaves];
     int64_t vec[kMaxLeaves];
     for (int i = 0; i < kMaxLeaves; ++i) {
@@ -201,8 +231,18 @@ struct Sm90GroupedGemm {
         hw_info};
     Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return kCannotImplement;
-    int64_t rest = workspace_bytes - arr.bytes;
-    if (static_cast<int64_t>(Gemm::get_workspace_size(args)) > rest) return kWorkspaceTooSmall;
+    int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
+    if (cutlass_bytes > workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
+    // One thread per group, and enough blocks to zero CUTLASS's workspace 16 bytes a thread in
+    // at most 8 rounds; the arrays it writes are read by the GEMM below (stream order).
+    int const blocks = int(std::max<int64_t>((G + 127) / 128, (cutlass_bytes + 16 * 1024 - 1) / (16 * 1024)));
+    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<std::max(blocks, 1), 128, 0, stream>>>(
+        offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
+        static_cast<char*>(d), int(sizeof(ElementD)), static_cast<char const*>(zeros), arr.problems,
+        arr.ptr_a, arr.ptr_b, arr.ptr_d, arr.stride_a, arr.stride_b, arr.stride_d, leaves,
+        arr.leaf_ptrs, arr.rest, cutlass_bytes);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return static_cast<int>(err);
     int rc = status_code(gemm.initialize(args, arr.rest, stream));
     if (rc) return rc;
     rc = status_code(gemm.run(stream));
