@@ -2,10 +2,10 @@
 
 Public names: quantize_nvfp4, quantize_fp8, quantize_mxfp8 (-> NVFP4Tensor, FP8Tensor,
 MXFP8Tensor); their grouped (MoE, device offsets), stacked-expert and residual forms; gemm,
-grouped_gemm, grouped_gemm_wgrad; tune (per-shape tuning of the FP8 GEMM, cached: scalemm.tuning);
-scalemm.nn.FP8Linear. scalemm.reference is the pure-torch spec of every op, scalemm.formats the
-formats (containers, scale layouts), scalemm.epilogues the EVT tree builder, scalemm.cutlass_kernels
-the configs (one module per GPU architecture), scalemm.arch which GPUs have kernels.
+grouped_gemm, grouped_gemm_wgrad; scalemm.nn.FP8Linear. scalemm.reference is the pure-torch
+spec of every op, scalemm.formats the formats (containers, scale layouts), scalemm.epilogues the EVT
+tree builder, scalemm.cutlass_kernels the configs (one module per GPU architecture), scalemm.arch
+which GPUs have kernels, scalemm.tune / scalemm.tuning per-shape tuning with a persistent cache.
 """
 __version__ = "0.1.0"
 
