@@ -1,16 +1,20 @@
 """GEMM-only sweep: scalemm's FP8 per-token x per-channel GEMM against cuBLASLt, same run, same GPU.
 
 For every (model layer, M) point it times, in one process:
-  scalemm.gemm (per-token x per-channel scales, bf16 out)
+  scalemm.gemm with the heuristic's config (explicit config=: a tuned cache never changes it)
   torch._scaled_mm rowwise (the same scaling; the anchor)
   torch._scaled_mm per-tensor (cuBLASLt FP8 with scalar scales)
   torch.matmul bf16
-in both FP8 accumulation modes (fast accumulation on / off). Timings are medians of CUDA-graph
-replays (each graph holds several calls, rotating among weight copies so L2 does not serve
-repeats). Writes gemm_sweep.json, gemm_sweep.png and prints a table plus geomeans.
+in both FP8 accumulation modes (fast accumulation on / off; torch's use_fast_accum follows), shown
+side by side. Timings are medians of CUDA-graph replays (each graph holds several calls, rotating
+among weight copies so L2 does not serve repeats: scalemm.timing). Prints a table and the geomean
+speed-ups over all points, decode (M <= 128) and prefill (M >= 1024) per mode; writes
+gemm_sweep.json and gemm_sweep.png.
 
   python perf/gemm_sweep.py --out results/            # the sweep
-  python perf/gemm_sweep.py --out results/ --tune     # + time every tuning candidate per point
+  python perf/gemm_sweep.py --out results/ --tuned    # scalemm.tune over the points first (writes the
+                                                      # tuned-config cache), then tuned vs heuristic
+  python perf/gemm_sweep.py --out results/ --tune     # + time every TUNING_CANDIDATES entry per point
   python perf/gemm_sweep.py --out results/ --quick    # a few points
 """
 from __future__ import annotations
@@ -19,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -27,48 +30,10 @@ import torch
 
 import scalemm
 from scalemm.cutlass_kernels.configs import TUNING_CANDIDATES, default_config, sweep_points
+from scalemm.timing import L2_BYTES, bench, l2_copies  # noqa: F401 (grouped_sweep / nvfp4_explore import them here)
 
 E4M3 = torch.float8_e4m3fn
-L2_BYTES = 64 << 20
-
-
-def bench(fns: dict, copies: int, min_ms: float = 2.0, rounds: int = 9) -> dict:
-    """Median microseconds per call of each fn(i) (i rotates over `copies` input sets).
-
-    Each fn is captured in a CUDA graph of several calls; the graphs are then replayed
-    round-robin, so clock and thermal drift during the run hits every contender alike."""
-    graphs = {}
-    stream = torch.cuda.Stream()
-    for name, fn in fns.items():
-        fn(0)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(3):
-            fn(i % copies)
-        torch.cuda.synchronize()
-        est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
-        calls = max(copies, min(200, math.ceil(min_ms / est_ms)))
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=stream):
-                for i in range(calls):
-                    fn(i % copies)
-        torch.cuda.current_stream().wait_stream(stream)
-        g.replay()
-        graphs[name] = (g, calls)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = {name: [] for name in graphs}
-    for _ in range(rounds):
-        for name, (g, calls) in graphs.items():
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) * 1e3 / calls)
-    graphs.clear()
-    return {name: statistics.median(t) for name, t in times.items()}
+ANCHORS = ("torch_rowwise", "torch_tensorwise", "torch_bf16")
 
 
 def operands(M, N, K, copies):
@@ -80,16 +45,22 @@ def operands(M, N, K, copies):
     return a, bs, sa, sb
 
 
-def time_point(M, N, K, fast_accum, configs=(), with_bf16=True):
-    copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K))))
+def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num_sms=132):
+    """Microseconds per call of every contender at one point: scalemm with the heuristic's config
+    ("scalemm"), with what scalemm.gemm resolves itself, the tuned cache first ("scalemm_tuned", when
+    `tuned`), with each of `configs`, and the torch anchors."""
+    copies = l2_copies(N * K)
     a, bs, sa, sb = operands(M, N, K, copies)
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
     sa2, sb2, one = sa[:, None], sb[None, :], torch.ones((), device="cuda")
-    fns = {"scalemm": lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum),
+    heuristic = default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)
+    fns = {"scalemm": lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=heuristic),
            "torch_rowwise": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2, out_dtype=torch.bfloat16,
                                                        use_fast_accum=fast_accum),
            "torch_tensorwise": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
                                                           use_fast_accum=fast_accum)}
+    if tuned:
+        fns["scalemm_tuned"] = lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum)
     for cfg in configs:
         fn = (lambda c: lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=c))(cfg)
         try:
@@ -129,61 +100,128 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def _is_decode(M):
+    return M <= 128
+
+
+def _is_prefill(M):
+    return M >= 1024
+
+
+def summarize(rows, modes, tuned):
+    """Geomean speed-ups per accumulation mode over all points, decode (M <= 128) and prefill (M >= 1024)."""
+    summary = {}
+    for fa in modes:
+        sel = [r for r in rows if r["fast_accum"] == fa]
+        if not sel:
+            continue
+        sq = [r for r in sel if r["layer"] == "square"]
+        s = {
+            "geomean_speedup_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel]),
+            "min_speedup_vs_rowwise": min(r["speedup_vs_rowwise"] for r in sel),
+            "geomean_speedup_vs_tensorwise": geomean([r["speedup_vs_tensorwise"] for r in sel]),
+            "square_8192_vs_tensorwise": sq[0]["speedup_vs_tensorwise"] if sq else None,
+            "square_8192_tflops": sq[0]["tflops"] if sq else None,
+            "decode_geomean_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel if _is_decode(r["M"])]),
+            "prefill_geomean_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel if _is_prefill(r["M"])]),
+            "decode_points": sum(_is_decode(r["M"]) for r in sel),
+            "prefill_points": sum(_is_prefill(r["M"]) for r in sel),
+        }
+        if tuned:
+            for part, keep in (("", lambda M: True), ("decode_", _is_decode), ("prefill_", _is_prefill)):
+                part_rows = [r for r in sel if keep(r["M"])]
+                s[f"{part}tuned_geomean_vs_rowwise"] = geomean([r["speedup_tuned_vs_rowwise"] for r in part_rows])
+                s[f"{part}tuned_over_heuristic"] = geomean([r["tuned_over_heuristic"] for r in part_rows])
+            s["points_where_tuned_config_differs"] = sum(r["tuned_config"] != r["config"] for r in sel)
+        summary["fast" if fa else "full"] = s
+    return summary
+
+
+def print_summary(summary, modes, tuned):
+    names = ["fast" if fa else "full" for fa in modes if ("fast" if fa else "full") in summary]
+    lines = [("all points, vs torch._scaled_mm rowwise", "geomean_speedup_vs_rowwise"),
+             ("decode (M <= 128)", "decode_geomean_vs_rowwise"),
+             ("prefill (M >= 1024)", "prefill_geomean_vs_rowwise"),
+             ("all points, vs per-tensor cuBLASLt", "geomean_speedup_vs_tensorwise"),
+             ("min vs rowwise", "min_speedup_vs_rowwise")]
+    if tuned:
+        lines += [("tuned: all points, vs rowwise", "tuned_geomean_vs_rowwise"),
+                  ("tuned: decode (M <= 128)", "decode_tuned_geomean_vs_rowwise"),
+                  ("tuned: prefill (M >= 1024)", "prefill_tuned_geomean_vs_rowwise"),
+                  ("tuned over heuristic: all", "tuned_over_heuristic"),
+                  ("tuned over heuristic: decode", "decode_tuned_over_heuristic"),
+                  ("tuned over heuristic: prefill", "prefill_tuned_over_heuristic")]
+    print("\nGeomean speed-up (anchor time / scalemm time, > 1 is faster; torch in the same accumulation mode)")
+    print(f"{'':<42}" + "".join(f"{n + ' accum':>12}" for n in names))
+    for label, key in lines:
+        print(f"{label:<42}" + "".join(f"{summary[n][key]:>12.3f}" for n in names))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tune", action="store_true", help="also time every tuning candidate of the point's bucket")
+    p.add_argument("--tuned", action="store_true", help="run scalemm.tune over the points first (writes the "
+                   "tuned-config cache) and time the tuned pick beside the heuristic's")
     p.add_argument("--no-slow-accum", action="store_true", help="only the fast-accumulation mode")
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--m-min", type=int, default=1, help="only points with M >= this")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
     points = sweep_points(args.max_tflop * 1e12)
     if args.quick:
         points = [pt for pt in points if pt[0] in ("llama3-8b.qkv", "square")]
     points = [pt for pt in points if pt[1] >= args.m_min]
     modes = (True,) if args.no_slow_accum else (True, False)
-    rows = []
-    print(f"GPU: {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}", flush=True)
+    print(f"GPU: {props.name} ({sms} SMs), torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
+    if args.tuned:
+        t0 = time.time()
+        scalemm.tune([(M, N, K) for _, M, N, K in points], fast_accum=modes)
+        print(f"tuning took {time.time() - t0:.0f} s", flush=True)
+    from scalemm.gemm import resolve_config
     eager = eager_overhead()
     print(f"eager (no graph) time per call, M=1 N=K=4096, back-to-back: " + ", ".join(f"{k} {v:.1f} us" for k, v in eager.items()))
-    hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} {'acc':>5} {'config':<30}{'scalemm':>9}{'rowwise':>9}{'tensor':>9}{'bf16':>9}  {'vs row':>6} {'vs ten':>6}"
+    mode_hdr = f"{'config':<28}{'scalemm':>8}{'torch':>8}{'x':>6}" + (f"{'tuned':>7}{'gain':>6}" if args.tuned else "")
+    hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} " + " | ".join(
+        f"{('fast' if fa else 'full') + ' accum: ' + mode_hdr}" for fa in modes) + f" | {'bf16':>8}"
+    print("times in us; x = torch._scaled_mm rowwise time / scalemm time, torch in the same accumulation mode"
+          + ("; tuned = the same for scalemm's tuned pick; gain = heuristic time / tuned time" if args.tuned else ""))
     print(hdr + "\n" + "-" * len(hdr), flush=True)
+    rows = []
     for label, M, N, K in points:
+        line = f"{label:<28}{M:>6}{N:>7}{K:>7} "
+        parts = []
         for fa in modes:
             bucket = "decode" if M <= 64 else "mid" if M <= 128 else "large"
             cands = TUNING_CANDIDATES[bucket] if (args.tune and fa) else ()
-            r = time_point(M, N, K, fa, configs=cands)
+            r = time_point(M, N, K, fa, configs=cands, tuned=args.tuned, num_sms=sms)
             bf16_us = r.pop("torch_bf16")
             flop = 2 * M * N * K
             row = {"layer": label, "M": M, "N": N, "K": K, "fast_accum": fa,
-                   "config": default_config(M, N, K, fast_accum=fa).key(), "us": {**r, "torch_bf16": bf16_us},
+                   "config": default_config(M, N, K, fast_accum=fa, num_sms=sms).label(),
+                   "us": {**r, "torch_bf16": bf16_us},
                    "tflops": {k: (flop / v / 1e6 if v else None) for k, v in {**r, "torch_bf16": bf16_us}.items()},
                    "speedup_vs_rowwise": r["torch_rowwise"] / r["scalemm"],
                    "speedup_vs_tensorwise": r["torch_tensorwise"] / r["scalemm"]}
+            text = (f"{row['config']:<28}{r['scalemm']:>8.1f}{r['torch_rowwise']:>8.1f}"
+                    f"{row['speedup_vs_rowwise']:>6.2f}")
+            if args.tuned:
+                row["tuned_config"] = resolve_config(M, N, K, fast_accum=fa, out_dtype=torch.bfloat16,
+                                                     device=torch.device("cuda", 0)).label()
+                row["speedup_tuned_vs_rowwise"] = r["torch_rowwise"] / r["scalemm_tuned"]
+                row["tuned_over_heuristic"] = r["scalemm"] / r["scalemm_tuned"]
+                text += f"{row['speedup_tuned_vs_rowwise']:>7.2f}{row['tuned_over_heuristic']:>6.2f}"
             rows.append(row)
-            print(f"{label:<28}{M:>6}{N:>7}{K:>7} {'fast' if fa else 'full':>5} {row['config']:<30}"
-                  f"{r['scalemm']:>9.1f}{r['torch_rowwise']:>9.1f}{r['torch_tensorwise']:>9.1f}{bf16_us:>9.1f}"
-                  f"  {row['speedup_vs_rowwise']:>6.3f} {row['speedup_vs_tensorwise']:>6.3f}", flush=True)
-    summary = {}
-    for fa in modes:
-        sel = [r for r in rows if r["fast_accum"] == fa]
-        sq = [r for r in sel if r["layer"] == "square"]
-        summary["fast" if fa else "full"] = {
-            "geomean_speedup_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel]),
-            "min_speedup_vs_rowwise": min(r["speedup_vs_rowwise"] for r in sel),
-            "geomean_speedup_vs_tensorwise": geomean([r["speedup_vs_tensorwise"] for r in sel]),
-            "square_8192_vs_tensorwise": sq[0]["speedup_vs_tensorwise"] if sq else None,
-            "square_8192_tflops": sq[0]["tflops"] if sq else None,
-            "decode_geomean_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel if r["M"] <= 128]),
-            "prefill_geomean_vs_rowwise": geomean([r["speedup_vs_rowwise"] for r in sel if r["M"] > 128]),
-        }
+            parts.append(" " * 12 + text)
+        print(line + " | ".join(parts) + f" | {bf16_us:>8.1f}", flush=True)
+    summary = summarize(rows, modes, args.tuned)
     if args.tune:
         tune = {}
         for r in rows:
-            cands = {k: v for k, v in r["us"].items() if k not in ("torch_rowwise", "torch_tensorwise", "torch_bf16") and v}
+            cands = {k: v for k, v in r["us"].items() if k not in ANCHORS + ("scalemm_tuned",) and v}
             if len(cands) > 1:
                 best = min(cands, key=cands.get)
                 tune.setdefault(("decode" if r["M"] <= 64 else "mid" if r["M"] <= 128 else "large"), []).append(
@@ -197,11 +235,12 @@ def main():
                 wins[it["best"]] = wins.get(it["best"], 0) + 1
             print(f"  {bucket:<7} gain {geomean([it['best_over_default'] for it in items]):.3f}  wins {wins}")
     summary["eager_us_per_call_M1_4096"] = eager
-    result = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-              "scalemm": scalemm.__version__, "rows": rows, "summary": summary}
+    result = {"gpu": props.name, "sms": sms, "torch": torch.__version__,
+              "scalemm": scalemm.__version__, "tuned": args.tuned, "rows": rows, "summary": summary}
     with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:
         json.dump(result, f, indent=1)
-    print("\nSummary (speed-up = anchor time / scalemm time, >1 is faster):")
+    print_summary(summary, modes, args.tuned)
+    print("\nSummary (JSON):")
     print(json.dumps({k: v for k, v in summary.items() if k != "tuning"}, indent=1))
     plot(rows, props.name, os.path.join(args.out, "gemm_sweep.png"))
 
@@ -224,6 +263,9 @@ def plot(rows, gpu, path):
             pts = [r for r in sel if r["M"] == M]
             ax.scatter([M] * len(pts), [r["speedup_vs_rowwise"] for r in pts], s=14, label=None, c="tab:blue")
             ax.scatter([M] * len(pts), [r["speedup_vs_tensorwise"] for r in pts], s=14, marker="x", c="tab:orange")
+            if "speedup_tuned_vs_rowwise" in pts[0]:
+                ax.scatter([M] * len(pts), [r["speedup_tuned_vs_rowwise"] for r in pts], s=14, marker="^",
+                           c="tab:green")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("M (tokens)")
@@ -231,6 +273,8 @@ def plot(rows, gpu, path):
     axes[0].set_ylabel("torch._scaled_mm time / scalemm time")
     axes[0].scatter([], [], c="tab:blue", label="vs rowwise (same scaling)")
     axes[0].scatter([], [], c="tab:orange", marker="x", label="vs per-tensor cuBLASLt")
+    if rows and "speedup_tuned_vs_rowwise" in rows[0]:
+        axes[0].scatter([], [], c="tab:green", marker="^", label="tuned config, vs rowwise")
     axes[0].legend()
     fig.suptitle(f"scalemm FP8 GEMM sweep on {gpu}")
     fig.tight_layout()

@@ -5,7 +5,8 @@ MXFP8Tensor); their grouped (MoE, device offsets), stacked-expert and residual f
 grouped_gemm, grouped_gemm_wgrad; scalemm.nn (FP8Linear for inference; Linear, GroupedLinear and
 convert for training, on the recipes of scalemm.recipes: docs/training.md). scalemm.reference is the pure-torch
 spec of every op, scalemm.formats the formats (containers, scale layouts), scalemm.epilogues the EVT
-tree builder, scalemm.cutlass_kernels the configs.
+tree builder, scalemm.cutlass_kernels the configs (one module per GPU architecture), scalemm.arch
+which GPUs have kernels, scalemm.tune / scalemm.tuning per-shape tuning with a persistent cache.
 """
 __version__ = "0.1.0"
 
@@ -18,9 +19,10 @@ from .quantize import quantize_fp8, quantize_mxfp8, quantize_nvfp4
 from .quantize_grouped import (prepare_residual_weight, quantize_fp8_grouped, quantize_fp8_stacked,
                                quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
                                quantize_nvfp4_stacked)
+from .tuning import tune
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "quantize_fp8_grouped", "quantize_nvfp4_grouped",
            "quantize_mxfp8_grouped", "quantize_fp8_stacked", "quantize_nvfp4_stacked", "quantize_nvfp4_residual",
-           "prepare_residual_weight", "gemm", "grouped_gemm", "grouped_gemm_wgrad",
+           "prepare_residual_weight", "gemm", "grouped_gemm", "grouped_gemm_wgrad", "tune",
            "NVFP4Tensor", "FP8Tensor", "MXFP8Tensor", "GroupedFP8Tensor", "GroupedNVFP4Tensor", "GroupedMXFP8",
            "NVFP4", "MXFP8", "FP8", "reference", "nn", "recipes", "__version__"]

@@ -1,4 +1,4 @@
-"""python -m scalemm {demo, build, info, sweep}"""
+"""python -m scalemm {demo, build, info, sweep, tune}"""
 from __future__ import annotations
 
 import argparse
@@ -145,10 +145,16 @@ def cmd_info(args):
             print(f"{label}: not available ({e})")
     print(f"JIT cache: {cache_dir()}")
     if torch.cuda.is_available():
+        from .arch import gpu_skip_reason, kernel_arch
         p = torch.cuda.get_device_properties(0)
-        print(f"GPU: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
+        why = gpu_skip_reason()
+        print(f"GPU: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs: "
+              + (f"kernels {kernel_arch()} (cutlass_kernels/configs/{kernel_arch()}.py)" if why is None else why))
     else:
         print("GPU: none (scalemm runs its torch reference path on CPU tensors)")
+    from . import tuning
+    n = len(tuning.entries())
+    print(f"tuned configs: {tuning.cache_path()} ({n} entries{'' if tuning.enabled() else ', turned off by SCALEMM_TUNED'})")
     return 0
 
 
@@ -171,12 +177,15 @@ def _time_ms(fn, reps=7, calls=20):
 
 def cmd_demo(args):
     import scalemm
+    from .arch import gpu_skip_reason
     M, N, K = args.m, args.n, args.k
-    cuda = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+    why = gpu_skip_reason()
+    cuda = why is None
     dev = "cuda" if cuda else "cpu"
     if not cuda:
         M, N, K = min(M, 256), min(N, 512), min(K, 512)
-        print(f"No Hopper GPU here: running scalemm's torch reference path on the CPU ({M}x{N}x{K}).")
+        print(f"No GPU with scalemm kernels here ({why}): running scalemm's torch reference path on the CPU "
+              f"({M}x{N}x{K}).")
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(M, K, device=dev, generator=g, dtype=torch.bfloat16)
     w = (torch.randn(N, K, device=dev, generator=g) * 0.02).to(torch.bfloat16)
@@ -244,6 +253,95 @@ def cmd_sweep(args):
     return 0
 
 
+def _shape(text):
+    """An argparse type: 'M,N,K' or 'MxNxK' (positive ints)."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        M, N, K = (int(p) for p in parts)
+        if min(M, N, K) <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is M,N,K (three positive integers), got {text!r}") from None
+    return M, N, K
+
+
+def _grouped(text):
+    """An argparse type: 'T,G,N,K' (positive ints): T rows over G groups, [G, N, K] weights."""
+    try:
+        dims = tuple(int(p) for p in text.split(","))
+        if len(dims) != 4 or min(dims) <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a grouped shape is T,G,N,K (four positive integers), got {text!r}") from None
+    return dims
+
+
+def _ints(text):
+    try:
+        values = tuple(int(v) for v in text.split(","))
+        if not values or min(values) <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}") from None
+    return values
+
+
+def cmd_tune(args):
+    from . import tuning
+    from .cutlass_kernels.configs import MODEL_PRESETS
+    if args.show:
+        entries = tuning.entries()
+        print(f"{tuning.cache_path()}: {len(entries)} entries")
+        if entries:
+            print(tuning.format_entries(entries))
+        return 0
+    modes = {"both": (True, False), "fast": (True,), "full": (False,)}[args.accum]
+    out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.out_dtype]
+    try:
+        shapes = tuning.expand_shapes(args.shapes, model=args.model, tokens=args.tokens)
+        grouped = tuning.expand_grouped(args.grouped)
+        if not shapes and not grouped:
+            raise ValueError("nothing to tune: give M,N,K shapes, --model or --grouped")
+    except (ValueError, TypeError) as e:
+        print(f"python -m scalemm tune: {e} (model presets: {', '.join(MODEL_PRESETS)})", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        from .arch import gpu_skip_reason, kernel_arch
+        arch, num_sms = "sm90", None
+        if gpu_skip_reason() is None:
+            from .arch import gpu_info
+            arch, num_sms = kernel_arch(), gpu_info().num_sms
+        work = tuning.plan(shapes, grouped=grouped, fast_accum=modes, out_dtype=out_dtype, arch=arch, num_sms=num_sms)
+        kernels = {(it["op"], c.compiled(), it["fast_accum"]) for it in work for c in it["candidates"]}
+        print(f"{len(shapes)} shapes, {len(grouped)} grouped -> {len(work)} entries ({arch}), {len(kernels)} "
+              f"candidate kernels; cache: {tuning.cache_path()}")
+        for it in work:
+            if it["op"] == "gemm":
+                M, N, K = it["dims"]
+                what = f"M={M:<6} (bucket {tuning.m_bucket(M)}) N={N:<6} K={K:<6}"
+            else:
+                what = "grouped T={} G={} N={} K={} (rows bucket {})".format(*it["dims"], it["shape"]["rows_bucket"])
+            print(f"  {what} {'fast' if it['fast_accum'] else 'full'}: heuristic {it['heuristic'].label()}, "
+                  f"{len(it['candidates'])} candidates")
+        return 0
+    from .arch import gpu_skip_reason
+    why = gpu_skip_reason()
+    if why is not None:
+        print(f"python -m scalemm tune times kernels on the GPU: {why}", file=sys.stderr)
+        return 1
+    results = tuning.tune(shapes, grouped=grouped, fast_accum=modes, out_dtype=out_dtype, jobs=args.jobs,
+                          runtime_knobs=not args.no_runtime_knobs, min_gain=args.min_gain, save=not args.no_save)
+    if results:
+        gains = [r["speedup_over_heuristic"] for r in results]
+        geo = 1.0
+        for g in gains:
+            geo *= g ** (1 / len(gains))
+        changed = sum(r["label"] != r["heuristic"] for r in results)
+        print(f"tuned {len(results)} entries: {changed} differ from the heuristic; geomean gain {geo:.3f}x, "
+              f"best {max(gains):.3f}x")
+    return 0 if results else 1
+
+
 def _size(multiple=1):
     """An argparse type: a positive int, a multiple of `multiple` (the GEMM's layout rules)."""
     def parse(text):
@@ -260,7 +358,7 @@ def _size(multiple=1):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m scalemm", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", metavar="{demo,build,info,sweep}")
+    sub = p.add_subparsers(dest="cmd", metavar="{demo,build,info,sweep,tune}")
     d = sub.add_parser("demo", help="quantize, run the FP8 GEMM, print errors and timings against torch")
     d.add_argument("-m", type=_size(), default=4096, help="tokens (rows of x), >= 1")
     d.add_argument("-n", type=_size(8), default=4096, help="output features, a multiple of 8")
@@ -272,14 +370,34 @@ def main(argv=None):
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
+    t = sub.add_parser("tune", help="time the FP8 GEMMs' candidate configs per shape and cache the winners",
+                       description="Time the candidate configs of the FP8 GEMMs for each shape on this GPU and "
+                       "store the winners in the tuned-config cache (JIT cache dir/tuning/tuned.json), where "
+                       "scalemm.gemm and scalemm.grouped_gemm look them up before their heuristics. Shapes: M,N,K "
+                       "arguments, --model, --grouped.")
+    t.add_argument("shapes", nargs="*", type=_shape, metavar="M,N,K", help="GEMM shapes (a [M, K] x [N, K]^T)")
+    t.add_argument("--model", help="a preset (llama3-8b, llama3-70b, qwen2.5-7b, qwen2.5-72b), a JSON file or JSON "
+                   "text with hidden, intermediate, heads, kv_heads (head_dim optional): every linear layer's N,K")
+    t.add_argument("--tokens", type=_ints, default=None, help="token counts M for --model (default "
+                   "1,16,32,64,128,1024,4096,16384)")
+    t.add_argument("--grouped", action="append", type=_grouped, default=None, metavar="T,G,N,K",
+                   help="a grouped (MoE) FP8 GEMM: T rows spread evenly over G experts of [N, K] weights (repeatable)")
+    t.add_argument("--accum", choices=("both", "fast", "full"), default="both", help="FP8 accumulation modes")
+    t.add_argument("--out-dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    t.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc builds (default: one per core)")
+    t.add_argument("--min-gain", type=float, default=1.01, help="a candidate must beat the heuristic by this factor")
+    t.add_argument("--no-runtime-knobs", action="store_true", help="skip the raster / swizzle variants")
+    t.add_argument("--no-save", action="store_true", help="time and print, do not write the cache")
+    t.add_argument("--dry-run", action="store_true", help="list the entries and candidates, time nothing (no GPU)")
+    t.add_argument("--show", action="store_true", help="print the cache's entries")
     args = p.parse_args(argv)
     if args.cmd is None:
         p.print_help(sys.stderr)
-        print(f"\n{p.prog}: error: choose a command (demo, build, info, sweep)", file=sys.stderr)
+        print(f"\n{p.prog}: error: choose a command (demo, build, info, sweep, tune)", file=sys.stderr)
         return 2
     if args.cmd == "build" and not args.set:
         args.set = ["default"]
-    return {"demo": cmd_demo, "build": cmd_build, "info": cmd_info, "sweep": cmd_sweep}[args.cmd](args)
+    return {"demo": cmd_demo, "build": cmd_build, "info": cmd_info, "sweep": cmd_sweep, "tune": cmd_tune}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,13 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from .cutlass_kernels.configs import GemmConfig, default_config
+from . import tuning
+from .arch import configs_for, gpu_info, kernel_arch
+from .cutlass_kernels.configs import GemmConfig
 from .jit import KernelSpec, build
 from .formats import FP8Tensor, NVFP4Tensor
 
-__all__ = ["gemm", "gemm_kernel_spec"]
+__all__ = ["gemm", "gemm_kernel_spec", "resolve_config"]
 
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _RASTER = {"m": 0, "n": 1, "auto": 2}
@@ -185,7 +187,8 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         not leaves of the tree, or that scale_a / scale_b / bias feed, are refused.
       out: optional preallocated [M, N] output of `out_dtype`.
       fast_accum: a bool: FP8 fast accumulation (no periodic promotion of the wgmma accumulators).
-      config: None or a cutlass_kernels.configs.GemmConfig to override the tile heuristic.
+      config: None or a cutlass_kernels.configs.GemmConfig to override the tuned cache and the tile
+        heuristic (see `resolve_config`).
 
     Requirements, checked before any launch and the same for CUDA and CPU tensors (CPU tensors run
     the torch reference): a and b on one device, contiguous, 16-byte aligned; K a positive
@@ -250,6 +253,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     if M == 0 or N == 0:
         return out
 
+    kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
     cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
     _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device)
     return out
@@ -283,12 +287,23 @@ def _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device) -> None:
     launch(ctypes.byref(args))
 
 
+def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
+    """The config scalemm.gemm runs on `device` without config=: the winner `scalemm.tune` stored
+    for this GPU, shape bucket, accumulation mode and dtypes (scalemm.tuning), else the heuristic
+    of the GPU's architecture (cutlass_kernels/configs/<arch>.py). NotImplementedError on a GPU
+    scalemm has no kernels for."""
+    configs = configs_for(device)
+    tuned = tuning.lookup("gemm", M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    return tuned or configs.default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
+
+
 @functools.lru_cache(maxsize=4096)
 def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
-    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply."""
+    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply.
+    scalemm.tuning clears it when the tuned configs change."""
     tree = _resolve_epilogue(epilogue, out_dtype)
-    cfg = config or default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
+    cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > abi.kMaxLeaves:
         raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")
@@ -302,6 +317,5 @@ _PER_16_BYTES = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
-@functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return gpu_info(device).num_sms

@@ -18,7 +18,8 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from .cutlass_kernels.configs import GemmConfig, nvfp4_cpp
+from .arch import configs_for, gpu_info
+from .cutlass_kernels.configs import GemmConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp
 from .formats.base import check_host_offsets
 from .gemm import _check_aligned, _check_n
 from .gemm import _check_options as check_gemm_options
@@ -93,16 +94,6 @@ def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
 # configs and kernels
 # ---------------------------------------------------------------------------------------
 
-def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = 132) -> GemmConfig:
-    """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
-    Few tokens get a narrow tile_n (up to 128 tokens: one token tile); more tokens take 256-wide
-    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128). When the
-    tiles cannot fill the GPU, stream-K splits K (1.3-2x faster than data-parallel at decode)."""
-    tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128 if M <= 128 else 256
-    tiles = -(-N // 128) * -(-M // tile_n)
-    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=tiles < num_sms)
-
-
 def nvfp4_gemm_kernel_spec(config: GemmConfig, *, act_dtype: torch.dtype, out_dtype: torch.dtype,
                            epilogue: epi.Node) -> tuple[KernelSpec, epi.Emitted]:
     return _spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
@@ -137,7 +128,7 @@ def _one(device: torch.device) -> torch.Tensor:
 
 
 def _num_sms(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return gpu_info(device).num_sms
 
 
 def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Tensor:
@@ -166,6 +157,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     Validated by the caller (scalemm.gemm)."""
     from .formats import NVFP4Tensor
     device = b.qdata.device
+    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
     if isinstance(a, NVFP4Tensor):
         scale_a = a.alpha
@@ -178,7 +170,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     if M == 0 or N == 0:
         return out
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
-    cfg = config or default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
+    cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
     spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias}
     args = abi.Nvfp4GemmArgs(
@@ -244,13 +236,6 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
 # grouped (MoE)
 # ---------------------------------------------------------------------------------------
 
-def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
-    """Tiles from the mean rows per expert (known on the host from shapes alone)."""
-    per = T / max(G, 1)
-    tile_n = 16 if per <= 16 else 32 if per <= 32 else 64 if per <= 64 else 128 if per <= 128 else 256
-    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True)
-
-
 def nvfp4_grouped_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype, epilogue: epi.Node):
     return _grouped_spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
 
@@ -286,6 +271,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
     from .formats import GroupedNVFP4Tensor
     device = b.qdata.device
+    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
     M, PG, PGV, SH, ONE, NULL = (abi.kLeafPerRow, abi.kLeafPerGroup, abi.kLeafPerGroupVec, abi.kLeafShared,
                                  abi.kLeafOne, abi.kLeafNull)
@@ -302,7 +288,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     scale_b = (b.alpha, PGV if b.scaling == "token" else PG, N)
     bias_leaf = (None, NULL, 0) if bias is None else (bias, PGV if bias.dim() == 2 else SH, N)
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
-    cfg = config or default_nvfp4_grouped_config(T, G, N, K)
+    cfg = config or configs.default_nvfp4_grouped_config(T, G, N, K)
     spec, emitted = nvfp4_grouped_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias_leaf}
     ws = torch.empty(_grouped_workspace_bytes(G), dtype=torch.uint8, device=device)

@@ -14,8 +14,9 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from . import reference
-from .cutlass_kernels.configs import GemmConfig, default_grouped_config, default_wgrad_config
+from . import reference, tuning
+from .arch import configs_for
+from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
 from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
@@ -23,7 +24,7 @@ from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue
 from .jit import KernelSpec, build
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
-           "pad_groups_transposed"]
+           "pad_groups_transposed", "resolve_grouped_config"]
 
 # Each epilogue leaf gets a leaf mode (abi.GroupedLeafMode: abi.kLeafNull, kLeafPerRow, ...), read from
 # scalemm/abi.h at each use: the kernels' setup turns it into one pointer per group.
@@ -283,9 +284,19 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         last = int(layout.group_bounds(offsets, T)[1][-1])  # rows past the last group are not written
         out[:last] = res[:last]
         return out
-    cfg = config or default_grouped_config(T, G, N, K, fast_accum=fast_accum)
+    configs_for(device)  # the capability check, with or without config=
+    cfg = config or resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     _launch(cfg, fast_accum, out_dtype, tree, False, a, b, out, offsets, G, T, N, K, inputs, device)
     return out
+
+
+def resolve_grouped_config(T, G, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
+    """The config scalemm.grouped_gemm runs on `device` without config=: the winner `scalemm.tune(grouped=...)`
+    stored for this GPU, G, rows-per-group bucket, N, K, accumulation mode and dtypes (a memoized lookup),
+    else the heuristic of the GPU's architecture. NotImplementedError on a GPU scalemm has no kernels for."""
+    configs = configs_for(device)
+    tuned = tuning.lookup_grouped(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    return tuned or configs.default_grouped_config(T, G, N, K, fast_accum=fast_accum)
 
 
 def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
@@ -451,6 +462,7 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
         return out
     if device.type == "cpu":
         return out.copy_(_reference(dy_t, x_t, offsets, tree, inputs, out_dtype, wgrad=True))
-    cfg = config or default_wgrad_config(N, K, fast_accum=fast_accum)
+    configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
+    cfg = config or configs.default_wgrad_config(N, K, fast_accum=fast_accum)
     _launch(cfg, fast_accum, out_dtype, tree, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
     return out

@@ -19,6 +19,7 @@ import torch
 
 from . import abi
 from . import reference
+from .arch import kernel_arch
 from .formats import MXFP8, NVFP4
 from .formats.base import check_amax, check_amax_used, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
@@ -140,12 +141,8 @@ def _launcher(dtype: torch.dtype, name: str):
     return build(_spec(dtype)).function(name, [ctypes.POINTER(abi.structs[_ARGS[name]])])
 
 
-@functools.lru_cache(maxsize=None)
 def _check_device(device: torch.device) -> None:
-    cc = torch.cuda.get_device_capability(device)
-    if cc != (9, 0):
-        raise RuntimeError(f"scalemm's quantization kernels are built for sm_90a (H100/H200); "
-                           f"{device} has compute capability {cc[0]}.{cc[1]}")
+    kernel_arch(device)  # NotImplementedError on a GPU scalemm has no kernels for (scalemm/arch.py)
 
 
 def _empty(shape, dtype, device) -> torch.Tensor:

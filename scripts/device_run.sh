@@ -4,8 +4,10 @@
 # and write everything under $OUT (default ./results).
 #
 #   bash scripts/device_run.sh                 # all stages: build test sweep grouped quant
-#   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), nvfp4 (NVFP4 config
-#                                              # exploration), sanitize (compute-sanitizer over every kernel; logs in $OUT),
+#   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), tuned (scalemm.tune
+#                                              # over the sweep's points, then tuned vs heuristic; copies the
+#                                              # tuned-config cache to $OUT), nvfp4 (NVFP4 config exploration),
+#                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
 #                                              # pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
@@ -34,9 +36,10 @@ fi
 if has test; then
   timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE -p no:cacheprovider --continue-on-collection-errors || status=1
 fi
-if has sweep || has tune; then
-  extra=""; has tune && extra="--tune"
+if has sweep || has tune || has tuned; then
+  extra=""; has tune && extra="--tune"; has tuned && extra="$extra --tuned"
   python3 perf/gemm_sweep.py --out "$OUT" $extra || status=1
+  if has tuned; then cp "$SCALEMM_CACHE_DIR/tuning/tuned.json" "$OUT/" || status=1; fi
 fi
 if has grouped; then
   python3 perf/grouped_sweep.py --out "$OUT" || status=1

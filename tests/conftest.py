@@ -1,9 +1,11 @@
 import pytest
-import torch
 
 
-def _has_sm90():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+def _gpu_skip_reason():
+    """None where the GPU tests can run; else why not, as scalemm's ops would say it (scalemm.arch:
+    no CUDA GPU, or one scalemm has no kernels for)."""
+    from scalemm.arch import gpu_skip_reason
+    return gpu_skip_reason()
 
 
 def _has_nvcc():
@@ -18,11 +20,12 @@ def _has_nvcc():
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU of compute capability >= 9.0")
+    gpu_reason = _gpu_skip_reason()
+    skip_gpu = pytest.mark.skip(reason=gpu_reason) if gpu_reason else None
     skip_nvcc = pytest.mark.skip(reason="needs nvcc and the CUTLASS headers (nvidia-cutlass)")
-    gpu, nvcc = _has_sm90(), _has_nvcc()
+    nvcc = _has_nvcc()
     for item in items:
-        if "gpu" in item.keywords and not gpu:
+        if "gpu" in item.keywords and skip_gpu:
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not nvcc:
             item.add_marker(skip_nvcc)
@@ -36,3 +39,21 @@ def fresh_cache(tmp_path, monkeypatch):
     import scalemm.jit as jit
     jit._reset_process_state()  # nothing loaded or verified from another test's cache
     return d
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """fake_gpu(capability=(10, 0), name=..., num_sms=...): scalemm.arch sees such a CUDA device 0 (and
+    the current device is 0); forgotten after the test."""
+    import torch
+    from scalemm import arch
+
+    def install(capability=(9, 0), name="NVIDIA H100 80GB HBM3", num_sms=132):
+        arch._reset()
+        monkeypatch.setattr(arch, "_query", lambda index: arch.GpuInfo(name, tuple(capability), num_sms))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        return arch.gpu_info(0)
+
+    yield install
+    arch._reset()

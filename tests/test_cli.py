@@ -9,7 +9,7 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert main([]) == 2
     err = capsys.readouterr().err
     assert "usage: python -m scalemm" in err and "demo" in err and "build" in err and "info" in err
-    assert "error: choose a command (demo, build, info, sweep)" in err
+    assert "error: choose a command (demo, build, info, sweep, tune)" in err
 
 
 @pytest.mark.parametrize("args,msg", [

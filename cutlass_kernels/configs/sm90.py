@@ -1,13 +1,23 @@
-"""GEMM kernel configurations as data: tile, cluster, schedule -> template parameters and a name.
+"""Hopper (sm_90a: H100, H200) kernel configurations and heuristics.
 
-`default_config(M, N, K, ...)` is the readable heuristic scalemm.gemm uses; pass a
-`GemmConfig` explicitly to override it (perf/gemm_sweep.py --tune compares several).
+A `GemmConfig` is one SM90 CUTLASS kernel shape as data: tile, cluster, schedule -> template
+parameters (cutlass_kernels/templates/*_sm90.cu) and a name. The heuristics pick one from the
+problem's shape alone: `default_config` (dense FP8), `default_grouped_config` /
+`default_wgrad_config` (grouped FP8), `default_nvfp4_config` / `default_nvfp4_grouped_config`
+(NVFP4 weights). `tuning_candidates` lists what `scalemm.tune` times against the heuristic's pick;
+the winners it stores (scalemm/tuning.py) take precedence over the heuristic, and an explicit
+`config=` over both.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..epilogues import CPP_TYPES, Emitted, dtype_name
+from ...epilogues import CPP_TYPES, Emitted, dtype_name
+from .shapes import sweep_points
+
+ARCH = "sm90"          # the name scalemm.arch.kernel_arch gives a compute capability 9.0 GPU
+NVCC_ARCH = "sm90a"    # the KernelSpec target (nvcc -gencode) these configs' kernels build for
+REFERENCE_SMS = 132    # H100 SXM / H200: the GPUs the heuristics' thresholds were measured on
 
 ELEMENTS = {"e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t"}
 
@@ -108,6 +118,11 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     return params
 
 
+def _check_sms(num_sms) -> None:
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms <= 0:
+        raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
+
+
 def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     p = lo
     while p < x and p < hi:
@@ -115,7 +130,7 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     return p
 
 
-def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = 132) -> GemmConfig:
+def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
     - Decode-like M (<= 64): swap A and B so the weight's N fills the 64-row wgmma side and
@@ -128,7 +143,11 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       of 2 along M (TMA multicast of B).
     - Full (non-fast) accumulation never uses 256-wide tiles: CUTLASS's FP8 promotion keeps a
       second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured).
+    - `num_sms`: the M thresholds of the large-tile rules (1024, 2048) were measured on 132 SMs,
+      and what decides them is the number of tiles per SM; they scale with num_sms / 132, so a
+      GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
     """
+    _check_sms(num_sms)
     if M <= 64:
         tile_n = _pow2_at_least(M, 16, 64)
         deep_k = fast_accum and tile_n <= 32  # full accumulation promotes every 128 k: tile_k <= 128
@@ -138,11 +157,31 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     if not fast_accum:
         # Full accumulation keeps a second fp32 accumulator per thread: 256-wide tiles spill.
         return GemmConfig(128, 128, 128, 2, 1, "cooperative")
-    if M <= 1024 and N >= 5120 and K <= 8192:
+    per_sm = num_sms / REFERENCE_SMS
+    if M <= 1024 * per_sm and N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
-    if M >= 2048 and N >= 2048:
+    if M >= 2048 * per_sm and N >= 2048:
         return GemmConfig(128, 256, 128, 2, 1, "cooperative")
     return GemmConfig(128, 128, 128, 2, 1, "cooperative")
+
+
+def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
+    """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
+    Few tokens get a narrow tile_n (up to 128 tokens: one token tile); more tokens take 256-wide
+    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128). When the
+    tiles cannot fill the GPU (fewer than num_sms), stream-K splits K (1.3-2x faster than
+    data-parallel at decode)."""
+    _check_sms(num_sms)
+    tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128 if M <= 128 else 256
+    tiles = -(-N // 128) * -(-M // tile_n)
+    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=tiles < num_sms)
+
+
+def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
+    """Tiles for the grouped NVFP4 kernel from the mean rows per expert (known on the host from shapes alone)."""
+    per = T / max(G, 1)
+    tile_n = 16 if per <= 16 else 32 if per <= 32 else 64 if per <= 64 else 128 if per <= 128 else 256
+    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True)
 
 
 def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> GemmConfig:
@@ -202,29 +241,87 @@ TUNING_CANDIDATES = {
 }
 
 
-# (N, K) of real models' linear layers (nn.Linear weight [N, K]): what perf/gemm_sweep.py times.
-MODEL_LINEAR_SHAPES = {
-    "llama3-8b.qkv": (6144, 4096), "llama3-8b.o": (4096, 4096),
-    "llama3-8b.gate_up": (28672, 4096), "llama3-8b.down": (4096, 14336),
-    "llama3-70b.qkv": (10240, 8192), "llama3-70b.o": (8192, 8192),
-    "llama3-70b.gate_up": (57344, 8192), "llama3-70b.down": (8192, 28672),
-    "dsv3.q_a": (1536, 7168), "dsv3.q_b": (24576, 1536), "dsv3.kv_a": (576, 7168), "dsv3.o": (7168, 16384),
-    "dsv3.shared_gate_up": (4096, 7168), "dsv3.shared_down": (7168, 2048),
-    "qwen3-30b-a3b.qkv": (5120, 2048), "qwen3-30b-a3b.o": (2048, 4096),
-    "qwen3-235b-a22b.qkv": (9216, 4096), "qwen3-235b-a22b.expert_gate_up": (3072, 4096),
-}
-DECODE_M = (1, 16, 32, 64, 128)
-PREFILL_M = (1024, 4096, 16384)
+# ---------------------------------------------------------------------------------------
+# tuning: what scalemm.tune times for a shape (dense FP8)
+# ---------------------------------------------------------------------------------------
+
+def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
+    """fp32 accumulator registers per consumer thread: the tile over 128 threads per warpgroup (a
+    cooperative tile is split between two warpgroups, a ping-pong warpgroup holds a whole tile),
+    doubled without fast accumulation (CUTLASS's FP8 promotion keeps a second accumulator).
+    Above 128 the kernel spills (measured: a 128x256 cooperative tile with full accumulation
+    runs at 0.3x of 128x128)."""
+    per_thread = config.tile_m * config.tile_n // (128 * (2 if config.schedule == "cooperative" else 1))
+    return per_thread * (1 if fast_accum else 2)
 
 
-def sweep_points(max_flop: float = 4e12):
-    """(label, M, N, K) over the model shapes, plus the 8192^3 anchor; skips points over max_flop."""
-    pts = [(f"{name}", M, N, K) for name, (N, K) in MODEL_LINEAR_SHAPES.items()
-           for M in DECODE_M + PREFILL_M if 2 * M * N * K <= max_flop]
-    return pts + [("square", 8192, 8192, 8192)]
+def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
+    """Whether `config` is worth timing for FP8 in this accumulation mode (no spilling tile, and
+    tile_k <= 128 without fast accumulation, which CUTLASS's promotion interval needs)."""
+    return accumulator_registers(config, fast_accum=fast_accum) <= 128 and (fast_accum or config.tile_k <= 128)
+
+
+def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
+                      num_sms: int = REFERENCE_SMS) -> list[GemmConfig]:
+    """The compiled kernels scalemm.tune times for an M x N x K FP8 GEMM, the heuristic's pick first
+    (run-time knobs at their defaults: `runtime_variants` adds those for the fastest).
+
+    Few tokens (M <= 128): swap-AB tiles whose narrow side holds all tokens (or half of them),
+    ping-pong 64-row, cooperative 128-row and cooperative stream-K, plus deep-K (256) ping-pong
+    with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
+    More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; ping-pong 64x128;
+    with fast accumulation also 128x256 (2x1, 1x2, stream-K), ping-pong 64x256 and 256x128.
+    Tiles that would spill in this accumulation mode are left out (`usable`)."""
+    out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
+    coop, pp = "cooperative", "pingpong"
+    if M <= 128:
+        narrow = _pow2_at_least(M, 16, 128)  # tokens on the narrow tile side: one tile, or two
+        for n in sorted({narrow, max(16, narrow // 2)}):
+            out += [GemmConfig(64, n, 128, 1, 1, pp, swap_ab=True), GemmConfig(128, n, 128, 1, 1, coop, swap_ab=True),
+                    GemmConfig(128, n, 128, 1, 1, coop, swap_ab=True, stream_k=True)]
+            if n <= 32:
+                out.append(GemmConfig(64, n, 256, 1, 1, pp, swap_ab=True))
+        out += [GemmConfig(64, 64, 128, 1, 1, pp), GemmConfig(64, 128, 128, 1, 1, pp)]
+    else:
+        out += [GemmConfig(128, 128, 128, 2, 1, coop), GemmConfig(128, 128, 128, 1, 2, coop),
+                GemmConfig(128, 128, 128, 1, 1, coop), GemmConfig(128, 128, 128, 1, 1, coop, stream_k=True),
+                GemmConfig(64, 128, 128, 1, 1, pp),
+                GemmConfig(128, 256, 128, 2, 1, coop), GemmConfig(128, 256, 128, 1, 2, coop),
+                GemmConfig(128, 256, 128, 1, 1, coop, stream_k=True), GemmConfig(64, 256, 128, 1, 1, pp),
+                GemmConfig(256, 128, 128, 2, 1, coop)]
+    return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
+
+
+def grouped_tuning_candidates(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> list[GemmConfig]:
+    """The compiled kernels scalemm.tune times for a grouped FP8 GEMM of G groups, T rows in all (the
+    heuristic's pick first): GROUPED_TUNING_CANDIDATES and, for few rows per group, swap-AB tiles
+    whose narrow side holds them; with full accumulation the deep-K (256) tiles take tile_k 128 and
+    spilling tiles are left out. (Grouped kernels have no stream-K and no run-time tile order knobs.)"""
+    out = [default_grouped_config(T, G, N, K, fast_accum=fast_accum)]
+    narrow = _pow2_at_least(-(-T // max(G, 1)), 16, 128)
+    extra = [GemmConfig(64, narrow, 128, 1, 1, "pingpong", swap_ab=True),
+             GemmConfig(128, narrow, 128, 1, 1, "cooperative", swap_ab=True)]
+    for c in GROUPED_TUNING_CANDIDATES + extra:
+        out.append(c if fast_accum or c.tile_k <= 128 else replace(c, tile_k=128))
+    return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
+
+
+def runtime_variants(config: GemmConfig) -> list[GemmConfig]:
+    """The same compiled kernel with the other run-time tile orders: raster along M or N (or
+    CUTLASS's choice) and swizzle widths 1, 2, 4, 8 (how many tiles of the raster's cross
+    direction run side by side, for L2 reuse). Worth timing when the tiles fill several waves."""
+    base = config.compiled()
+    return [replace(base, raster=r, swizzle=s) for r in ("auto", "m", "n") for s in (1, 2, 4, 8)
+            if (r, s) != ("auto", 1)]
+
+
+def tiles(config: GemmConfig, M: int, N: int) -> int:
+    """Output tiles of an M x N problem under `config` (swap-AB puts N on the tile's M side)."""
+    rows, cols = (N, M) if config.swap_ab else (M, N)
+    return -(-rows // config.tile_m) * -(-cols // config.tile_n)
 
 
 def sweep_configs() -> list[tuple[GemmConfig, bool]]:
-    """(config, fast_accum) pairs the heuristic picks over the sweep."""
+    """(config, fast_accum) pairs the heuristic picks over perf/gemm_sweep.py's points."""
     return sorted({(default_config(M, N, K, fast_accum=fa), fa) for _, M, N, K in sweep_points() for fa in (True, False)},
                   key=lambda c: (c[0].key(), c[1]))

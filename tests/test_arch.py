@@ -1,0 +1,204 @@
+"""Architecture as an axis, on CPU: the one capability check (scalemm.arch), the per-arch configs
+package, and every op that launches kernels refusing a GPU scalemm has no kernels for.
+
+The ops run on fake CUDA tensors (torch's FakeTensorMode: shapes, dtypes and a device, no data,
+no GPU), so each reaches its CUDA path here and must stop at the check, before building or
+launching anything; the GPU itself is faked through scalemm.arch._query (the `fake_gpu` fixture)."""
+import warnings
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import scalemm
+from scalemm import arch
+from scalemm.cutlass_kernels import configs
+from scalemm.formats.base import _Container
+
+E4M3 = torch.float8_e4m3fn
+NO_KERNELS = [((10, 0), "NVIDIA B200", "sm_100"), ((8, 9), "NVIDIA L40S", "sm_89"), ((12, 0), "NVIDIA RTX PRO 6000", "sm_120")]
+
+
+@pytest.mark.parametrize("cc,name,sm", NO_KERNELS)
+def test_kernel_arch_refuses_gpus_without_kernels(fake_gpu, cc, name, sm):
+    fake_gpu(capability=cc, name=name)
+    with pytest.raises(NotImplementedError) as e:
+        arch.kernel_arch(torch.device("cuda", 0))
+    msg = str(e.value)
+    assert msg.startswith(f"scalemm has no kernels for {sm} yet ({name}, compute capability {cc[0]}.{cc[1]})")
+    assert "sm_90: H100, H200" in msg
+    with pytest.raises(NotImplementedError, match=f"no kernels for {sm}"):
+        arch.configs_for("cuda")  # index None: the current device
+
+
+def test_kernel_arch_of_hopper(fake_gpu):
+    fake_gpu(capability=(9, 0), name="NVIDIA H200", num_sms=132)
+    assert arch.kernel_arch(torch.device("cuda", 0)) == "sm90" == arch.kernel_arch()
+    assert arch.configs_for(0) is configs.sm90 is configs.for_arch("sm90")
+    assert arch.gpu_info("cuda:0") == arch.GpuInfo("NVIDIA H200", (9, 0), 132)
+    assert arch.gpu_skip_reason() is None
+
+
+def test_device_properties_are_read_once(fake_gpu, monkeypatch):
+    fake_gpu()
+    calls = []
+    monkeypatch.setattr(arch, "_query", lambda i: calls.append(i) or arch.GpuInfo("G", (9, 0), 100))
+    arch._reset()
+    for _ in range(5):
+        arch.kernel_arch(0)
+    assert calls == [0]
+
+
+def test_configs_package_picks_by_arch():
+    assert configs.archs() == ("sm90",)
+    assert configs.for_arch("sm90").NVCC_ARCH == "sm90a"
+    with pytest.raises(NotImplementedError, match=r"no kernel configs for 'sm100' yet \(it has: sm90\)"):
+        configs.for_arch("sm100")
+    # the public names are sm90's, as before the split
+    from scalemm.cutlass_kernels import GemmConfig, default_config
+    from scalemm.cutlass_kernels.configs import TUNING_CANDIDATES, sweep_points  # noqa: F401
+    assert GemmConfig is configs.sm90.GemmConfig and default_config is configs.sm90.default_config
+    from scalemm.gemm_nvfp4 import default_nvfp4_config
+    assert default_nvfp4_config is configs.sm90.default_nvfp4_config
+
+
+def test_default_config_uses_num_sms():
+    """The large-tile thresholds scale with the SM count (measured on 132): at 132 nothing changes,
+    with fewer SMs the 128x256 tile comes at a smaller M, with more at a larger one."""
+    dc = configs.sm90.default_config
+    assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096) == configs.GemmConfig(128, 128, 128, 2, 1)
+    assert dc(1536, 4096, 4096, num_sms=66).tile_n == 256          # 1536 >= 2048 * 66 / 132
+    assert dc(2048, 4096, 4096, num_sms=132).tile_n == 256
+    assert dc(2048, 4096, 4096, num_sms=264).tile_n == 128         # 2048 < 2048 * 2
+    assert dc(768, 8192, 4096, num_sms=132).schedule == "pingpong"  # M <= 1024: ping-pong 64x256
+    assert dc(768, 8192, 4096, num_sms=66).schedule == "cooperative"  # 768 > 1024 * 66 / 132
+    # decode and full accumulation do not depend on it
+    for sms in (16, 132, 1000):
+        assert dc(16, 4096, 4096, num_sms=sms) == dc(16, 4096, 4096)
+        assert dc(4096, 4096, 4096, fast_accum=False, num_sms=sms) == configs.GemmConfig(128, 128, 128, 2, 1)
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(ValueError, match="num_sms must be a positive int"):
+            dc(16, 4096, 4096, num_sms=bad)
+
+
+def test_default_config_at_132_sms_is_unchanged():
+    """The heuristic at 132 SMs picks what it picked before num_sms was used (over the sweep's points)."""
+    def old(M, N, K, fast_accum):
+        G = configs.GemmConfig
+        if M <= 64:
+            tn = 16 if M <= 16 else 32 if M <= 32 else 64
+            return G(64, tn, 256 if fast_accum and tn <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
+        if M <= 128:
+            return G(64, 128, 128, 1, 1, "pingpong")
+        if not fast_accum:
+            return G(128, 128, 128, 2, 1, "cooperative")
+        if M <= 1024 and N >= 5120 and K <= 8192:
+            return G(64, 256, 128, 1, 1, "pingpong")
+        if M >= 2048 and N >= 2048:
+            return G(128, 256, 128, 2, 1, "cooperative")
+        return G(128, 128, 128, 2, 1, "cooperative")
+    pts = configs.sweep_points(1e20) + [("x", M, 4096, 4096) for M in (129, 1000, 1025, 2047, 2048, 3000)]
+    for _, M, N, K in pts:
+        for fa in (True, False):
+            assert configs.default_config(M, N, K, fast_accum=fa, num_sms=132) == old(M, N, K, fa), (M, N, K, fa)
+
+
+def _fake_cuda(obj):
+    """A fake CUDA copy of a tensor or quantized container (same shapes and dtypes, no data)."""
+    if isinstance(obj, torch.Tensor):
+        return torch.empty(obj.shape, dtype=obj.dtype, device="cuda")
+    if isinstance(obj, _Container):
+        new = object.__new__(type(obj))
+        for name in type(obj).__slots__:
+            setattr(new, name, _fake_cuda(getattr(obj, name)))
+        return new
+    return obj
+
+
+def _containers():
+    """Real CPU NVFP4 containers whose shapes the fake CUDA copies take (made outside the fake mode)."""
+    return {"w4": scalemm.quantize_nvfp4(torch.randn(64, 64), scaling="token"),
+            "ws4": scalemm.quantize_nvfp4_stacked(torch.randn(2, 64, 64), scaling="token"),
+            "x4": scalemm.quantize_nvfp4(torch.randn(32, 64), scaling="token"),
+            "x4g": scalemm.quantize_nvfp4_grouped(torch.randn(32, 64), torch.tensor([16, 32], dtype=torch.int32),
+                                                  scaling="token")}
+
+
+def _ops(real=None):
+    """(name, call) for every public op that launches kernels, on fake CUDA inputs (call it inside the
+    fake mode), in the form that reaches its kernels. (quantize_nvfp4_residual is quantize_nvfp4 twice
+    plus torch ops; prepare_residual_weight has no kernel.)"""
+    def cuda(*shape, dtype=torch.float32):
+        return torch.empty(*shape, dtype=dtype, device="cuda")
+
+    bf16, i32 = torch.bfloat16, torch.int32
+    real = real or {}
+    w4, ws4, x4, x4g = (real.get(k) for k in ("w4", "ws4", "x4", "x4g"))
+    return {
+        "gemm": lambda: scalemm.gemm(cuda(32, 64, dtype=E4M3), cuda(64, 64, dtype=E4M3), cuda(32), cuda(64)),
+        "gemm config=": lambda: scalemm.gemm(cuda(32, 64, dtype=E4M3), cuda(64, 64, dtype=E4M3), cuda(32), cuda(64),
+                                             config=configs.GemmConfig()),
+        "grouped_gemm": lambda: scalemm.grouped_gemm(cuda(32, 64, dtype=E4M3), cuda(2, 64, 64, dtype=E4M3),
+                                                     cuda(2, dtype=i32), cuda(32), cuda(2, 64)),
+        "grouped_gemm_wgrad": lambda: scalemm.grouped_gemm_wgrad(cuda(64, 64, dtype=E4M3), cuda(32, 64, dtype=E4M3),
+                                                                 cuda(2, dtype=i32), cuda(2), cuda(2)),
+        "gemm W4A16": lambda: scalemm.gemm(cuda(32, 64, dtype=bf16), _fake_cuda(w4)),
+        "gemm W4A4": lambda: scalemm.gemm(_fake_cuda(x4), _fake_cuda(w4)),
+        "grouped_gemm W4A16": lambda: scalemm.grouped_gemm(cuda(32, 64, dtype=bf16), _fake_cuda(ws4), cuda(2, dtype=i32)),
+        "grouped_gemm W4A4": lambda: scalemm.grouped_gemm(_fake_cuda(x4g), _fake_cuda(ws4), None),
+        "quantize_fp8": lambda: scalemm.quantize_fp8(cuda(32, 64, dtype=bf16)),
+        "quantize_nvfp4": lambda: scalemm.quantize_nvfp4(cuda(32, 64, dtype=bf16)),
+        "quantize_mxfp8": lambda: scalemm.quantize_mxfp8(cuda(32, 64, dtype=bf16)),
+        "quantize_fp8_grouped": lambda: scalemm.quantize_fp8_grouped(cuda(32, 64, dtype=bf16), cuda(2, dtype=i32)),
+        "quantize_nvfp4_grouped": lambda: scalemm.quantize_nvfp4_grouped(cuda(32, 64, dtype=bf16), cuda(2, dtype=i32)),
+        "quantize_mxfp8_grouped": lambda: scalemm.quantize_mxfp8_grouped(cuda(32, 64, dtype=bf16), cuda(2, dtype=i32)),
+        "quantize_fp8_stacked": lambda: scalemm.quantize_fp8_stacked(cuda(2, 32, 64, dtype=bf16)),
+        "quantize_nvfp4_stacked": lambda: scalemm.quantize_nvfp4_stacked(cuda(2, 32, 64, dtype=bf16)),
+    }
+
+
+OPS = list(_ops())
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("cc,name,sm", NO_KERNELS[:2])
+def test_every_op_refuses_a_gpu_without_kernels(fake_gpu, op, cc, name, sm):
+    fake_gpu(capability=cc, name=name)
+    real = _containers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Accessing the data pointer of FakeTensor is deprecated"
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            call = _ops(real)[op]
+            with pytest.raises(NotImplementedError, match=rf"^scalemm has no kernels for {sm} yet \({name}, "):
+                call()
+
+
+class _Item:
+    def __init__(self, *marks):
+        self.keywords, self.markers = set(marks), []
+
+    def add_marker(self, marker):
+        self.markers.append(marker)
+
+
+@pytest.mark.parametrize("cc,name,sm", NO_KERNELS[:2])
+def test_conftest_skips_gpu_tests_with_the_reason(fake_gpu, cc, name, sm):
+    import conftest
+    fake_gpu(capability=cc, name=name)
+    gpu, cpu = _Item("gpu"), _Item()
+    conftest.pytest_collection_modifyitems(None, [gpu, cpu])
+    reasons = [m.kwargs["reason"] for m in gpu.markers if m.name == "skip"]
+    assert reasons and reasons[0].startswith(f"scalemm has no kernels for {sm} yet ({name}")
+    assert not [m for m in cpu.markers if m.name == "skip" and "kernels" in m.kwargs["reason"]]
+
+
+def test_conftest_runs_gpu_tests_on_hopper_and_skips_without_a_gpu(fake_gpu, monkeypatch):
+    import conftest
+    fake_gpu(capability=(9, 0))
+    gpu = _Item("gpu")
+    conftest.pytest_collection_modifyitems(None, [gpu])
+    assert not [m for m in gpu.markers if "GPU" in m.kwargs.get("reason", "") or "kernels" in m.kwargs.get("reason", "")]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    gpu = _Item("gpu")
+    conftest.pytest_collection_modifyitems(None, [gpu])
+    assert gpu.markers[0].kwargs["reason"] == "needs a CUDA GPU scalemm has kernels for (sm_90: H100, H200); none is available"

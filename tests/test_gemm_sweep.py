@@ -1,0 +1,87 @@
+"""perf/gemm_sweep.py's reporting on CPU: the GPU timings are replaced by made-up numbers, so the table,
+the decode / prefill geomeans per accumulation mode, --tuned and the JSON can be checked without a GPU."""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import scalemm
+
+gemm_module = sys.modules["scalemm.gemm"]  # (scalemm.gemm is the function)
+SWEEP = Path(__file__).resolve().parents[1] / "perf" / "gemm_sweep.py"
+
+
+@pytest.fixture
+def sweep(monkeypatch):
+    spec = importlib.util.spec_from_file_location("gemm_sweep_under_test", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num_sms=132):
+        # scalemm 2x torch at decode, 0.5x at prefill; full accumulation 1.5x slower on both sides;
+        # the tuned config 10% faster than the heuristic's
+        base = 10.0 * (1 if fast_accum else 1.5)
+        ours = base / 2 if M <= 128 else base * 2
+        r = {"scalemm": ours, "torch_rowwise": base, "torch_tensorwise": base, "torch_bf16": 3 * base}
+        if tuned:
+            r["scalemm_tuned"] = ours / 1.1
+        return r
+
+    monkeypatch.setattr(module, "time_point", time_point)
+    monkeypatch.setattr(module, "eager_overhead", lambda: {"scalemm": 20.0, "torch_rowwise": 19.0})
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(name="Fake H100", multi_processor_count=132))
+    monkeypatch.setattr(scalemm, "tune", lambda shapes, fast_accum: tuned_calls.append((list(shapes), fast_accum)))
+    monkeypatch.setattr(gemm_module, "resolve_config",
+                        lambda M, N, K, **kw: scalemm.cutlass_kernels.GemmConfig(128, 256, 128, 1, 2, swizzle=2))
+    tuned_calls = []
+    module.tuned_calls = tuned_calls
+    return module
+
+
+def _run(module, monkeypatch, *args):
+    monkeypatch.setattr(sys, "argv", ["gemm_sweep.py", *args])
+    module.main()
+
+
+def test_sweep_reports_decode_and_prefill_per_mode(sweep, monkeypatch, tmp_path, capsys):
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick")
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "gemm_sweep.json").read_text())
+    fast, full = data["summary"]["fast"], data["summary"]["full"]
+    for s in (fast, full):
+        assert s["decode_geomean_vs_rowwise"] == pytest.approx(2.0)
+        assert s["prefill_geomean_vs_rowwise"] == pytest.approx(0.5)
+        assert s["decode_points"] == 5 and s["prefill_points"] == 4  # llama3-8b.qkv at 1..128, 1024..16384 + square
+    n = fast["decode_points"] + fast["prefill_points"]
+    assert fast["geomean_speedup_vs_rowwise"] == pytest.approx(math.exp((5 * math.log(2) + 4 * math.log(0.5)) / n))
+    assert {r["fast_accum"] for r in data["rows"]} == {True, False} and not data["tuned"]
+    # both modes on one line per point, then a geomean table with a column per mode
+    line = next(x for x in out.splitlines() if x.startswith("llama3-8b.qkv") and " 16 " in x)
+    assert "fast accum" not in line and line.count("|") == 2 and "t64x16x256" in line and "t64x16x128" in line
+    header = next(x for x in out.splitlines() if x.startswith("layer"))
+    assert header.index("fast accum: config") < header.index("full accum: config") < header.index("bf16")
+    table = out[out.index("Geomean speed-up"):]
+    assert "decode (M <= 128)" in table and "prefill (M >= 1024)" in table
+    assert "tuned" not in table
+
+
+def test_sweep_tuned_runs_tune_first_and_compares(sweep, monkeypatch, tmp_path, capsys):
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--tuned", "--no-slow-accum")
+    out = capsys.readouterr().out
+    (shapes, modes), = sweep.tuned_calls
+    assert modes == (True,) and (16, 6144, 4096) in shapes and (8192, 8192, 8192) in shapes
+    data = json.loads((tmp_path / "gemm_sweep.json").read_text())
+    assert data["tuned"] and set(data["summary"]) == {"fast", "eager_us_per_call_M1_4096"}
+    s = data["summary"]["fast"]
+    assert s["tuned_over_heuristic"] == pytest.approx(1.1)
+    assert s["decode_tuned_geomean_vs_rowwise"] == pytest.approx(2.2)
+    assert s["prefill_tuned_geomean_vs_rowwise"] == pytest.approx(0.55)
+    row = data["rows"][0]
+    assert row["tuned_config"] == "t128x256x128_c1x2_coop_s2" and row["us"]["scalemm_tuned"] < row["us"]["scalemm"]
+    assert "tuned over heuristic: decode" in out

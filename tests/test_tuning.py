@@ -1,0 +1,579 @@
+"""The tuned-config cache (scalemm.tuning) on CPU: keys, lookup precedence over the heuristic, the file
+under concurrent writers and corruption, shapes and candidates, the CLI; and one GPU test that tunes a
+small shape and runs it."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import scalemm
+from scalemm import tuning
+from scalemm.cutlass_kernels import configs
+from scalemm.cutlass_kernels.configs import GemmConfig
+
+gemm_module = sys.modules["scalemm.gemm"]  # (scalemm.gemm is the function)
+BF16 = torch.bfloat16
+H100 = "NVIDIA H100 80GB HBM3"
+CUDA0 = torch.device("cuda", 0)
+TUNED = GemmConfig(128, 128, 128, 1, 2, "cooperative", raster="n", swizzle=4)  # no heuristic picks it
+
+
+@pytest.fixture
+def cache(fresh_cache, fake_gpu):
+    """An empty JIT cache (so an empty tuned-config file), an H100 faked, and no plans or table of
+    another test's cache."""
+    fake_gpu(capability=(9, 0), name=H100, num_sms=132)
+    tuning.reload()
+    yield fresh_cache
+    tuning.reload()
+
+
+def _entry(M, N, K, config=TUNED, *, fast_accum=True, out_dtype=BF16, gpu=f"{H100} (132 SMs)", arch="sm90", **rec):
+    return tuning.make_entry("gemm", tuning.gemm_shape(M, N, K), config, gpu=gpu, arch=arch, fast_accum=fast_accum,
+                             out_dtype=out_dtype, **rec)
+
+
+def _resolve(M, N, K, fast_accum=True, out_dtype=BF16):
+    return gemm_module.resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=CUDA0)
+
+
+# ---------------------------------------------------------------------------------------
+# keys
+# ---------------------------------------------------------------------------------------
+
+def test_m_bucket():
+    assert [tuning.m_bucket(M) for M in (1, 2, 3, 4, 5, 16, 17, 64, 65, 128, 129, 1000, 1024, 1025, 4096)] == \
+        [1, 2, 4, 4, 8, 16, 32, 64, 128, 128, 256, 1024, 1024, 2048, 4096]
+    for bad in (0, -1, 1.0, True):
+        with pytest.raises(ValueError):
+            tuning.m_bucket(bad)
+
+
+def test_key_contents(fake_gpu):
+    fake_gpu(name=H100, num_sms=132)
+    fields = tuning.key_fields("gemm", tuning.gemm_shape(33, 6144, 4096), gpu=tuning.gpu_name(CUDA0), arch="sm90",
+                               fast_accum=False, out_dtype=torch.float32)
+    assert fields == {"gpu": "NVIDIA H100 80GB HBM3 (132 SMs)", "arch": "sm90", "scalemm": scalemm.__version__,
+                      "op": "gemm", "dtypes": "e4m3->f32", "accum": "full", "m_bucket": 64, "N": 6144, "K": 4096}
+    key = tuning.entry_key(fields)
+    assert key == (f"gpu=NVIDIA H100 80GB HBM3 (132 SMs) | arch=sm90 | scalemm={scalemm.__version__} | op=gemm | "
+                   "dtypes=e4m3->f32 | accum=full | m_bucket=64 | N=6144 | K=4096")
+    k, e = _entry(33, 6144, 4096, fast_accum=False, out_dtype=torch.float32, us=1.5)
+    assert k == key and e["fields"] == fields and e["us"] == 1.5 and e["label"] == TUNED.label()
+    assert GemmConfig(**e["config"]) == TUNED  # the whole config, run-time knobs included
+
+
+# ---------------------------------------------------------------------------------------
+# lookup precedence
+# ---------------------------------------------------------------------------------------
+
+def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
+    heuristic = configs.default_config(40, 4096, 4096, fast_accum=True)
+    assert _resolve(40, 4096, 4096) == heuristic != TUNED  # empty cache: the heuristic
+    tuning.store(dict([_entry(64, 4096, 4096)]))
+    for M in (33, 40, 64):  # the bucket (32, 64]
+        assert _resolve(M, 4096, 4096) == TUNED
+    # anything else in the key differs: the heuristic
+    assert _resolve(32, 4096, 4096) == configs.default_config(32, 4096, 4096)
+    assert _resolve(65, 4096, 4096) == configs.default_config(65, 4096, 4096)
+    assert _resolve(64, 4096, 4096, fast_accum=False) == configs.default_config(64, 4096, 4096, fast_accum=False)
+    assert _resolve(64, 4096, 4096, out_dtype=torch.float32) == heuristic
+    assert _resolve(64, 4096, 4104) == configs.default_config(64, 4096, 4104)
+    # gemm's plan (what it launches) takes it; an explicit config= wins over it
+    monkeypatch.setattr(gemm_module, "_launcher", lambda spec: ("launcher", spec.name))
+    cfg, _, launch = gemm_module._plan(40, 4096, 4096, True, BF16, None, None, CUDA0)
+    assert cfg == TUNED and TUNED.key() in launch[1]
+    explicit = GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    assert gemm_module._plan(40, 4096, 4096, True, BF16, None, explicit, CUDA0)[0] == explicit
+    # SCALEMM_TUNED=0: the heuristic alone
+    monkeypatch.setenv("SCALEMM_TUNED", "0")
+    assert _resolve(40, 4096, 4096) == heuristic
+
+
+GROUPED_TUNED = GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)
+
+
+def _grouped_entry(T, G, N, K, config=GROUPED_TUNED, *, fast_accum=True, out_dtype=BF16):
+    return tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), config, gpu=f"{H100} (132 SMs)",
+                             arch="sm90", fast_accum=fast_accum, out_dtype=out_dtype)
+
+
+def test_grouped_entry_overrides_the_grouped_heuristic(cache, monkeypatch):
+    grouped_module = sys.modules["scalemm.grouped"]
+
+    def resolve(T, G, N=4096, K=7168, fast_accum=True):
+        return grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=BF16, device=CUDA0)
+
+    heuristic = configs.default_grouped_config(512, 8, 4096, 7168)
+    assert resolve(512, 8) == heuristic != GROUPED_TUNED
+    assert tuning.grouped_shape(512, 8, 4096, 7168) == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
+    assert tuning.grouped_shape(0, 8, 16, 16)["rows_bucket"] == 1 and tuning.grouped_shape(9, 8, 16, 16)["rows_bucket"] == 2
+    tuning.store(dict([_grouped_entry(512, 8, 4096, 7168)]))
+    for T in (257, 400, 512):  # mean rows per group in (32, 64]
+        assert resolve(T, 8) == GROUPED_TUNED
+    assert resolve(256, 8) == configs.default_grouped_config(256, 8, 4096, 7168)  # 32 rows per group
+    assert resolve(1024, 16) == configs.default_grouped_config(1024, 16, 4096, 7168)  # another G
+    assert resolve(512, 8, fast_accum=False) == configs.default_grouped_config(512, 8, 4096, 7168, fast_accum=False)
+    # a dense entry of the same numbers is not a grouped one, and the other way round
+    assert _resolve(64, 4096, 7168) == configs.default_config(64, 4096, 7168)
+    # memoized per key: a call costs no key building after the first of its bucket
+    built = []
+    real = tuning.key_fields
+    monkeypatch.setattr(tuning, "key_fields", lambda *a, **k: built.append(a) or real(*a, **k))
+    for T in (300, 301, 302, 400, 300):
+        resolve(T, 8)
+    assert len(built) == 0  # 257..512 were looked up above
+    resolve(100, 8)
+    assert len(built) == 1
+
+
+def test_entries_are_per_gpu_arch_and_version(cache, fake_gpu):
+    tuning.store(dict([_entry(64, 4096, 4096, gpu="NVIDIA H200 (132 SMs)"),
+                       _entry(64, 4096, 2048, arch="sm100"),
+                       tuning.make_entry("gemm", tuning.gemm_shape(64, 4096, 1024), TUNED, gpu=f"{H100} (132 SMs)",
+                                         arch="sm90", fast_accum=True, out_dtype=BF16)]))
+    assert _resolve(64, 4096, 4096) == configs.default_config(64, 4096, 4096)  # another GPU's entry
+    assert _resolve(64, 4096, 2048) == configs.default_config(64, 4096, 2048)  # another arch's
+    assert _resolve(64, 4096, 1024) == TUNED
+    fake_gpu(capability=(9, 0), name=H100, num_sms=114)  # same name, other SM count (a PCIe card, a MIG slice)
+    tuning.reload()
+    assert _resolve(64, 4096, 1024) == configs.default_config(64, 4096, 1024, num_sms=114)
+    # another scalemm version's entry is kept in the file and not used
+    fake_gpu(capability=(9, 0), name=H100, num_sms=132)
+    key, entry = _entry(64, 4096, 512)
+    entry["fields"]["scalemm"] = "0.0.1"
+    tuning.store({tuning.entry_key(entry["fields"]): entry})
+    assert _resolve(64, 4096, 512) == configs.default_config(64, 4096, 512)
+    assert len(tuning.entries()) == 4
+
+
+def test_lookups_use_the_table_loaded_once(cache, monkeypatch):
+    tuning.store(dict([_entry(64, 4096, 4096)]))
+    assert _resolve(64, 4096, 4096) == TUNED
+    reads = []
+    real = tuning._read_entries
+    monkeypatch.setattr(tuning, "_read_entries", lambda *a: reads.append(a) or real(*a))
+    for M in (33, 48, 64, 1, 4096):
+        _resolve(M, 4096, 4096)
+    assert reads == []  # an in-memory dict after the first load
+    # another process's write is seen after reload()
+    key, entry = _entry(64, 4096, 2048)
+    data = json.loads(tuning.cache_path().read_text())
+    data["entries"][key] = entry
+    tuning.cache_path().write_text(json.dumps(data))
+    assert _resolve(64, 4096, 2048) != TUNED
+    tuning.reload()
+    assert _resolve(64, 4096, 2048) == TUNED and len(reads) == 1
+
+
+def test_nothing_is_tuned_by_a_call(cache, monkeypatch):
+    """gemm never times anything: with an empty cache its plan is the heuristic, and tune is not called."""
+    monkeypatch.setattr(tuning, "tune", lambda *a, **k: pytest.fail("tune called from a GEMM"))
+    monkeypatch.setattr(gemm_module, "_launcher", lambda spec: None)
+    assert gemm_module._plan(7, 4096, 4096, False, BF16, None, None, CUDA0)[0] == \
+        configs.default_config(7, 4096, 4096, fast_accum=False)
+    assert not tuning.cache_path().exists()
+
+
+# ---------------------------------------------------------------------------------------
+# the file: corruption, concurrency, format
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("garbage", ["{not json", "", "[1, 2]", '{"format": 1}', '{"format": 99, "entries": {}}',
+                                     "\x00\xff" * 10])
+def test_corrupted_file_warns_is_ignored_and_rebuilt(cache, garbage):
+    path = tuning.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(garbage.encode("latin-1"))
+    with pytest.warns(RuntimeWarning, match="tuned-config cache .* (is not valid|cannot be read).*ignoring it"):
+        assert _resolve(64, 4096, 4096) == configs.default_config(64, 4096, 4096)  # no crash: the heuristic
+    with pytest.warns(RuntimeWarning, match="rebuilding it"):
+        tuning.store(dict([_entry(64, 4096, 4096)]))
+    data = json.loads(path.read_text())
+    assert data["format"] == tuning.FORMAT and list(data["entries"]) == [_entry(64, 4096, 4096)[0]]
+    assert _resolve(64, 4096, 4096) == TUNED
+
+
+def test_malformed_entries_are_skipped(cache):
+    good_key, good = _entry(64, 4096, 4096)
+    bad_cfg_key, bad_cfg = _entry(64, 4096, 2048)
+    bad_cfg["config"]["tile_m"] = 7
+    data = {"format": tuning.FORMAT, "entries": {good_key: good, bad_cfg_key: bad_cfg, "x": {"fields": {}},
+                                                 "y": [1]}}
+    tuning.cache_path().parent.mkdir(parents=True)
+    tuning.cache_path().write_text(json.dumps(data))
+    with pytest.warns(RuntimeWarning) as record:
+        assert _resolve(64, 4096, 4096) == TUNED
+    messages = " ".join(str(w.message) for w in record)
+    assert "malformed entry 'x'" in messages and "malformed entry 'y'" in messages
+    assert "unusable config" in messages
+    assert _resolve(64, 4096, 2048) == configs.default_config(64, 4096, 2048)
+
+
+def test_file_is_readable_json(cache):
+    tuning.store(dict([_entry(1, 6144, 4096, us=3.25, heuristic_us=3.5), _entry(4096, 6144, 4096)]))
+    text = tuning.cache_path().read_text()
+    data = json.loads(text)
+    assert data["format"] == tuning.FORMAT and "scalemm.gemm" in data["about"]
+    assert text.count("\n") > 20  # indented, one field a line
+    (key, e), = [(k, e) for k, e in data["entries"].items() if e["fields"]["m_bucket"] == 1]
+    assert "m_bucket=1 | N=6144 | K=4096" in key and e["us"] == 3.25 and e["config"]["raster"] == "n"
+    assert not [p for p in tuning.cache_path().parent.iterdir() if p.name != tuning.FILE_NAME]  # no temp files
+
+
+_WRITER = textwrap.dedent("""
+    import sys, torch
+    from scalemm import tuning
+    from scalemm.cutlass_kernels.configs import GemmConfig
+    proc, count = int(sys.argv[1]), int(sys.argv[2])
+    for i in range(count):  # one store per entry: many interleaved read-merge-replace cycles
+        key, entry = tuning.make_entry("gemm", tuning.gemm_shape(1, 8 * (proc + 1), 16 * (i + 1)),
+                                       GemmConfig(swizzle=[1, 2, 4, 8][i % 4]), gpu="G (1 SMs)", arch="sm90",
+                                       fast_accum=True, out_dtype=torch.bfloat16, writer=proc)
+        tuning.store({key: entry})
+""")
+
+
+def test_concurrent_writers_all_land(fresh_cache, tmp_path):
+    procs, count = 6, 8
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    env = dict(os.environ, SCALEMM_CACHE_DIR=str(fresh_cache))
+    running = [subprocess.Popen([sys.executable, str(script), str(p), str(count)], env=env,
+                                stderr=subprocess.PIPE, text=True) for p in range(procs)]
+    for p in running:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    path = fresh_cache / "tuning" / tuning.FILE_NAME
+    data = json.loads(path.read_text())  # valid JSON
+    got = {(e["writer"], e["fields"]["N"], e["fields"]["K"]) for e in data["entries"].values()}
+    assert got == {(p, 8 * (p + 1), 16 * (i + 1)) for p in range(procs) for i in range(count)}
+    assert sorted(x.name for x in path.parent.iterdir()) == [tuning.FILE_NAME]  # no temp files left
+
+
+# ---------------------------------------------------------------------------------------
+# shapes, candidates, plan
+# ---------------------------------------------------------------------------------------
+
+def test_model_presets_expand_to_every_linear_layer(tmp_path):
+    shapes = configs.model_linear_shapes("llama3-8b")
+    assert shapes == {name.split(".")[1]: nk for name, nk in configs.MODEL_LINEAR_SHAPES.items()
+                      if name.startswith("llama3-8b.")}
+    assert configs.model_linear_shapes("llama3-70b")["qkv"] == configs.MODEL_LINEAR_SHAPES["llama3-70b.qkv"]
+    spec = {"hidden": 2048, "intermediate": 5632, "heads": 16, "kv_heads": 4, "head_dim": 64}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(spec))
+    for model in (spec, json.dumps(spec), str(path)):
+        assert configs.model_linear_shapes(model) == {"qkv": (1536, 2048), "o": (2048, 1024), "gate_up": (11264, 2048),
+                                                      "down": (2048, 5632)}
+    assert tuning.expand_shapes(model=spec, tokens=(1, 4096)) == [
+        (1, 1536, 2048), (1, 2048, 1024), (1, 11264, 2048), (1, 2048, 5632),
+        (4096, 1536, 2048), (4096, 2048, 1024), (4096, 11264, 2048), (4096, 2048, 5632)]
+    assert len(tuning.expand_shapes(model="llama3-8b")) == 4 * 8  # default tokens: 1 .. 16384
+    assert tuning.expand_shapes([(16, 4096, 4096), (16, 4096, 4096)], model="llama3-8b", tokens=(16,))[0] == (16, 4096, 4096)
+    for bad, match in ((dict(spec, heads=0), "positive int"), ({"hidden": 1}, "needs 'intermediate'"),
+                       (dict(spec, kv_heads=3), "multiple of kv_heads"), (dict(spec, layers=3), "unknown model keys"),
+                       ("llama9", "neither a preset")):
+        with pytest.raises(ValueError, match=match):
+            configs.model_linear_shapes(bad)
+
+
+@pytest.mark.parametrize("shapes,match", [([(1, 4096, 4100)], "K = 4100 must be a multiple of 16"),
+                                          ([(1, 4100, 4096)], "N = 4100 must be a multiple of 8"),
+                                          ([(0, 4096, 4096)], "M must be a positive int"),
+                                          ([(1, 4096)], r"a shape is \(M, N, K\)")])
+def test_bad_shapes(shapes, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.expand_shapes(shapes)
+    with pytest.raises(ValueError, match="give model="):
+        tuning.expand_shapes([(1, 8, 16)], tokens=(1,))
+
+
+@pytest.mark.parametrize("grouped,match", [([(64, 0, 4096, 4096)], "G must be a positive int"),
+                                           ([(64, 8, 4096, 4100)], "K = 4100 must be a multiple of 16"),
+                                           ([(64, 8, 4096)], r"a grouped shape is \(T, G, N, K\)")])
+def test_bad_grouped_shapes(grouped, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.expand_grouped(grouped)
+
+
+def test_candidates_are_valid_kernels():
+    """Every candidate of every bucket makes template parameters for its mode (CUTLASS's constraints that
+    GemmConfig knows), no spilling tile is timed, and the heuristic's pick comes first."""
+    tree = scalemm.epilogues.scaled("bf16")
+    for M in (1, 7, 16, 32, 48, 64, 100, 128, 129, 512, 1024, 4096, 16384):
+        for N, K in ((6144, 4096), (576, 7168), (57344, 8192)):
+            for fa in (True, False):
+                cands = configs.tuning_candidates(M, N, K, fast_accum=fa)
+                assert cands[0] == configs.default_config(M, N, K, fast_accum=fa)
+                assert len(cands) == len(set(cands)) >= 4
+                for c in cands:
+                    assert configs.sm90.accumulator_registers(c, fast_accum=fa) <= 128
+                    assert c == c.compiled()  # run-time knobs come from runtime_variants
+                    spec, _ = gemm_module.gemm_kernel_spec(c, fast_accum=fa, out_dtype=BF16, epilogue=tree)
+                    spec.render()
+                if not fa:
+                    assert all(c.tile_n * c.tile_m <= 128 * 128 for c in cands if c.schedule == "cooperative")
+    variants = configs.sm90.runtime_variants(GemmConfig(128, 256, 128, 2, 1))
+    assert len(variants) == 11 and len({v.compiled() for v in variants}) == 1
+    assert GemmConfig(128, 256, 128, 2, 1) not in variants
+
+
+def test_grouped_candidates_and_plan():
+    for T, G in ((8, 8), (100, 8), (512, 8), (16384, 256), (3, 64)):
+        for fa in (True, False):
+            cands = configs.grouped_tuning_candidates(T, G, 4096, 7168, fast_accum=fa)
+            assert cands[0] == configs.default_grouped_config(T, G, 4096, 7168, fast_accum=fa)
+            assert len(cands) == len(set(cands)) >= 6 and not any(c.stream_k for c in cands)
+            tree = scalemm.epilogues.scaled("bf16")
+            for c in cands:
+                assert configs.sm90.usable(c, fast_accum=fa)
+                sys.modules["scalemm.grouped"].grouped_gemm_kernel_spec(c, fast_accum=fa, out_dtype=BF16,
+                                                                        epilogue=tree)[0].render()
+    work = tuning.plan([(1, 4096, 7168)], grouped=[(400, 8, 4096, 7168), (512, 8, 4096, 7168), (64, 8, 4096, 7168)],
+                       fast_accum=True)
+    assert [(w["op"], w["dims"]) for w in work] == [("gemm", (1, 4096, 7168)), ("grouped_gemm", (512, 8, 4096, 7168)),
+                                                    ("grouped_gemm", (64, 8, 4096, 7168))]
+    assert work[1]["shape"] == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
+
+
+def test_plan_groups_shapes_by_entry():
+    work = tuning.plan([(33, 4096, 4096), (64, 4096, 4096), (40, 4096, 4096), (4096, 4096, 4096)],
+                       fast_accum=(True, False))
+    assert [(w["dims"][0], w["fast_accum"]) for w in work] == [(64, True), (64, False), (4096, True), (4096, False)]
+    for w in work:
+        assert w["candidates"][0] == w["heuristic"] == configs.default_config(w["dims"][0], 4096, 4096,
+                                                                                fast_accum=w["fast_accum"])
+    mine = [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 256, 128, 2, 1)]
+    work = tuning.plan([(4096, 4096, 4096)], fast_accum=False, candidates=mine)
+    # the heuristic first; the 128x256 tile spills without fast accumulation: not timed
+    assert work[0]["candidates"] == [configs.default_config(4096, 4096, 4096, fast_accum=False), mine[0]]
+
+
+def test_tune_needs_a_gpu_with_kernels(fake_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        scalemm.tune([(16, 4096, 4096)])
+    fake_gpu(capability=(10, 0), name="NVIDIA B200")
+    with pytest.raises(NotImplementedError, match="no kernels for sm_100"):
+        scalemm.tune([(16, 4096, 4096)])
+
+
+# ---------------------------------------------------------------------------------------
+# python -m scalemm tune
+# ---------------------------------------------------------------------------------------
+
+def test_cli_dry_run_and_show(fresh_cache, capsys):
+    from scalemm.__main__ import main
+    assert main(["tune", "--dry-run", "--model", "llama3-8b", "--tokens", "1,4096", "16x4096x4096"]) == 0
+    out = capsys.readouterr().out
+    assert "9 shapes, 0 grouped -> 18 entries (sm90)" in out and "candidate kernels" in out
+    assert "M=4096   (bucket 4096) N=28672  K=4096   full: heuristic t128x128x128_c2x1_coop" in out
+    assert main(["tune", "--dry-run", "--accum", "fast", "1,4096,4096", "--grouped", "512,8,4096,7168"]) == 0
+    out = capsys.readouterr().out
+    assert "1 shapes, 1 grouped -> 2 entries" in out
+    assert "grouped T=512 G=8 N=4096 K=7168 (rows bucket 64) fast: heuristic t64x128x128_c1x1_ping" in out
+    assert main(["tune", "--show"]) == 0
+    assert "tuned.json: 0 entries" in capsys.readouterr().out
+    tuning.store(dict([_entry(64, 4096, 4096, speedup_over_heuristic=1.2, heuristic="h")]))
+    assert main(["tune", "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "1 entries" in out and f"m_bucket=64 N=4096 K=4096: {TUNED.label()} (1.200x over h)" in out
+    tuning.reload()
+
+
+def test_cli_errors(capsys, monkeypatch):
+    from scalemm.__main__ import main
+    with pytest.raises(SystemExit):
+        main(["tune", "4096,4096"])
+    assert "a shape is M,N,K" in capsys.readouterr().err
+    assert main(["tune", "--model", "nope"]) == 2
+    assert "neither a preset" in capsys.readouterr().err
+    assert main(["tune"]) == 2
+    assert "nothing to tune" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tune", "--grouped", "8,4096,4096"])
+    assert "a grouped shape is T,G,N,K" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["tune", "16,4096,4096"]) == 1
+    assert "times kernels on the GPU: needs a CUDA GPU" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# on a GPU
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
+    """Tune a small shape (kernels of the `tests` build set: no long compile), check the winner is what
+    gemm resolves and runs, and that the output matches the exact product."""
+    monkeypatch.setattr(tuning, "cache_path", lambda: tmp_path / "tuning" / tuning.FILE_NAME)
+    tuning.reload()
+    try:
+        M, N, K = 100, 4096, 4096
+        cands = [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(64, 128, 128, 1, 1, "pingpong")]
+        results = scalemm.tune([(M, N, K)], fast_accum=False, candidates=cands, min_gain=1.0)
+        (r,) = results
+        assert r["dims"] == (M, N, K) and r["label"] in {c.label() for c in cands} and r["us"] > 0
+        assert set(r["times"]) >= {c.label() for c in cands}
+        assert json.loads((tmp_path / "tuning" / tuning.FILE_NAME).read_text())["entries"][r["key"]]["label"] == r["label"]
+        dev = torch.device("cuda", torch.cuda.current_device())
+        assert gemm_module.resolve_config(M, N, K, fast_accum=False, out_dtype=BF16, device=dev) == r["config"]
+        # a config that is not the heuristic's, stored by hand, is what gemm runs, and its output is right
+        forced = cands[0]
+        assert forced != configs.default_config(M, N, K, fast_accum=False)
+        tuning.store(dict([tuning.make_entry("gemm", tuning.gemm_shape(M, N, K), forced, gpu=tuning.gpu_name(dev),
+                                             arch="sm90", fast_accum=False, out_dtype=BF16)]))
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(M, device="cuda") + 0.5, torch.rand(N, device="cuda") + 0.5
+        assert gemm_module._plan(M, N, K, False, BF16, None, None, dev)[0] == forced
+        y = scalemm.gemm(a, b, sa, sb)
+        ref = (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
+    finally:
+        monkeypatch.undo()
+        tuning.reload()
+
+
+@pytest.mark.gpu
+def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
+    """The same for a grouped problem (kernels of the `tests` build set), and the grouped output checked."""
+    monkeypatch.setattr(tuning, "cache_path", lambda: tmp_path / "tuning" / tuning.FILE_NAME)
+    tuning.reload()
+    grouped_module = sys.modules["scalemm.grouped"]
+    try:
+        T, G, N, K = 512, 8, 2048, 1024
+        cands = [GemmConfig(128, 128, 128, 1, 1, "cooperative"), GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True)]
+        (r,) = scalemm.tune(grouped=[(T, G, N, K)], fast_accum=False, candidates=cands, min_gain=1.0)
+        assert r["op"] == "grouped_gemm" and r["label"] in {c.label() for c in cands} | {r["heuristic"]}
+        dev = torch.device("cuda", torch.cuda.current_device())
+        assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == r["config"]
+        forced = cands[1]
+        tuning.store(dict([tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), forced,
+                                             gpu=tuning.gpu_name(dev), arch="sm90", fast_accum=False, out_dtype=BF16)]))
+        assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == forced
+        g = torch.Generator(device="cuda").manual_seed(1)
+        a = (torch.randn(T, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        w = (torch.randn(G, N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        offs = torch.arange(1, G + 1, device="cuda", dtype=torch.int32) * (T // G)
+        sa, sb = torch.rand(T, device="cuda") + 0.5, torch.rand(G, N, device="cuda") + 0.5
+        y = scalemm.grouped_gemm(a, w, offs, sa, sb, scale_a_per="token")
+        rows = T // G
+        ref = torch.cat([(a[i * rows:(i + 1) * rows].double() @ w[i].double().T) * sb[i].double()[None, :]
+                         for i in range(G)]) * sa.double()[:, None]
+        assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
+    finally:
+        monkeypatch.undo()
+        tuning.reload()
+
+
+# ---------------------------------------------------------------------------------------
+# tune's control flow on CPU: builds, runs and timings faked
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_tuning(cache, monkeypatch):
+    """scalemm.tune on a faked H100: nvcc, the GPU runs and the timings are replaced. `state` sets which
+    labels fail to build / to run / give a wrong result, and each label's microseconds."""
+    import contextlib
+    import scalemm.jit
+    import scalemm.timing
+    state = SimpleState()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+    def build_many(specs, jobs=None, progress=True):
+        state.built += [s.name for s in specs]
+        return [(s, "nvcc: error") for s in specs if any(k in s.name for k in state.no_build)]
+
+    def problem(item, device):
+        def call(cfg, i, out=None):
+            state.runs.append(cfg.label())
+            if cfg.label() in state.no_run:
+                raise RuntimeError("CUTLASS can_implement refused the problem")
+            return torch.full((4, 4), 2.0 if cfg.label() in state.wrong else 1.0)
+        return call, 2, f"{item['op']} {item['dims']}"
+
+    def bench(fns, copies):
+        state.benched.append(sorted(fns))
+        for fn in fns.values():
+            fn(0)
+        return {k: state.us.get(k, 100.0) for k in fns}
+
+    monkeypatch.setattr(scalemm.jit, "build_many", build_many)
+    monkeypatch.setattr(tuning, "_problem", problem)
+    monkeypatch.setattr(scalemm.timing, "bench", bench)
+    return state
+
+
+class SimpleState:
+    def __init__(self):
+        self.built, self.runs, self.benched = [], [], []
+        self.no_build, self.no_run, self.wrong, self.us = set(), set(), set(), {}
+
+
+def test_tune_picks_the_fastest_checked_candidate_and_stores_it(fake_tuning, capsys):
+    M, N, K = 16, 4096, 4096  # decode: one wave of tiles, no run-time variants
+    cands = configs.tuning_candidates(M, N, K, fast_accum=True)
+    heuristic, fast, broken, wrong, unbuildable = cands[0], cands[1], cands[2], cands[3], cands[4]
+    fake_tuning.us = {heuristic.label(): 10.0, fast.label(): 9.0, broken.label(): 1.0, wrong.label(): 1.0,
+                      unbuildable.label(): 1.0}
+    fake_tuning.no_run, fake_tuning.wrong = {broken.label()}, {wrong.label()}
+    fake_tuning.no_build = {unbuildable.key()}
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True)
+    out = capsys.readouterr().out
+    assert r["config"] == fast and r["us"] == 9.0 and r["heuristic_us"] == 10.0 and r["speedup_over_heuristic"] == 1.1111
+    assert len(fake_tuning.benched) == 1 and broken.label() not in fake_tuning.benched[0]
+    assert wrong.label() not in fake_tuning.benched[0] and unbuildable.label() not in fake_tuning.benched[0]
+    assert f"{broken.label()} fails at" in out and f"{wrong.label()} differs from the heuristic's result" in out
+    assert "does not build, skipped" in out
+    assert _resolve(M, N, K) == fast  # stored, and gemm resolves it
+    entry = next(iter(tuning.entries().values()))
+    assert entry["tuned_shape"] == [M, N, K] and entry["heuristic"] == heuristic.label() and entry["timed"] >= 2
+
+
+def test_tune_keeps_the_heuristic_within_min_gain(fake_tuning):
+    cands = configs.tuning_candidates(16, 4096, 4096, fast_accum=False)
+    fake_tuning.us = {cands[0].label(): 10.0, cands[1].label(): 9.95}
+    (r,) = scalemm.tune([(16, 4096, 4096)], fast_accum=False)
+    assert r["config"] == cands[0] and r["label"] == r["heuristic"]
+    (r,) = scalemm.tune([(16, 4096, 4096)], fast_accum=False, min_gain=1.0, save=False)
+    assert r["config"] == cands[1]
+    assert _resolve(16, 4096, 4096, fast_accum=False) == cands[0]  # save=False wrote nothing
+
+
+def test_tune_times_run_time_variants_of_the_winner_when_tiles_fill_waves(fake_tuning):
+    M, N, K = 4096, 8192, 4096
+    cands = configs.tuning_candidates(M, N, K, fast_accum=True)
+    best = cands[2]
+    variant = configs.sm90.runtime_variants(best)[4]
+    fake_tuning.us = {cands[0].label(): 10.0, best.label(): 9.0, variant.label(): 8.0}
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True)
+    assert len(fake_tuning.benched) == 2
+    assert set(fake_tuning.benched[1]) == {cands[0].label(), best.label()} | {
+        v.label() for v in configs.sm90.runtime_variants(best)}
+    assert r["config"] == variant and _resolve(M, N, K) == variant
+    (r,) = scalemm.tune([(M, N, K)], fast_accum=True, runtime_knobs=False, save=False)
+    assert r["config"] == best
+
+
+def test_tune_grouped_and_a_failing_entry(fake_tuning, capsys):
+    T, G, N, K = 512, 8, 4096, 7168
+    cands = configs.grouped_tuning_candidates(T, G, N, K, fast_accum=True)
+    fake_tuning.us = {cands[0].label(): 10.0, cands[3].label(): 5.0}
+    heuristic_dense = configs.default_config(16, 4096, 4096)
+    fake_tuning.no_run = {heuristic_dense.label()}  # the dense entry's heuristic fails: that entry is reported
+    results = scalemm.tune([(16, 4096, 4096)], grouped=[(T, G, N, K)], fast_accum=True)
+    assert [r["op"] for r in results] == ["grouped_gemm"] and results[0]["config"] == cands[3]
+    assert "FAILED (RuntimeError: CUTLASS can_implement refused the problem)" in capsys.readouterr().out
+    assert len(fake_tuning.benched) == 1  # grouped kernels have no run-time variants
+    grouped_module = sys.modules["scalemm.grouped"]
+    assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=True, out_dtype=BF16, device=CUDA0) == cands[3]
+    assert any(name.startswith("fp8_grouped_") for name in fake_tuning.built)
