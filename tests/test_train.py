@@ -395,7 +395,7 @@ def emulated_grouped(x, offsets, w, b, dy, recipe, seed):
     Xc = xq.columnwise.dequantize(F64, padded=True) if nvfp4 else xq.columnwise.dequantize(F64)
     Dc = dq.columnwise.dequantize(F64, padded=True) if nvfp4 else dq.columnwise.dequantize(F64)
     T = x.shape[0]
-    y, dx, dw = torch.zeros(T, N, dtype=F64), torch.zeros(T, K, dtype=F64), torch.zeros(E, N, K, dtype=F64)
+    y, dx, dw = (torch.zeros(*s, dtype=F64, device=x.device) for s in ((T, N), (T, K), (E, N, K)))
     starts, ends = (v.tolist() for v in layout.group_bounds(offsets, T))
     p = layout.wgrad_column_starts(offsets, T).tolist()
     for g, (s, e) in enumerate(zip(starts, ends)):
