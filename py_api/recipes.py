@@ -118,11 +118,11 @@ def _check_gemm_fields(recipe, allow_fast: bool):
 
 
 @dataclass(frozen=True)
-class FP8Tensorwise(Recipe):
-    """FP8 e4m3 with current scaling, one scale per tensor for x, W and dy (per expert group / per
-    expert in grouped layers). fprop with fast accumulation, dgrad and wgrad with full (promoted)
-    accumulation by default."""
+class _FP8Recipe(Recipe):
+    """What the FP8 recipes share: e4m3 current scaling, fprop with fast accumulation, dgrad and
+    wgrad with full (promoted) accumulation by default; a subclass names its scaling."""
     format: ClassVar[str] = "fp8"
+    _scaling: ClassVar[str]
     fprop: GemmOptions = FAST
     dgrad: GemmOptions = FULL
     wgrad: GemmOptions = FULL
@@ -132,26 +132,24 @@ class FP8Tensorwise(Recipe):
 
     def scaling(self, role: str) -> str:
         _check_role(role)
-        return "tensor"
+        return self._scaling
 
 
 @dataclass(frozen=True)
-class FP8Rowwise(Recipe):
+class FP8Tensorwise(_FP8Recipe):
+    """FP8 e4m3 with current scaling, one scale per tensor for x, W and dy (per expert group / per
+    expert in grouped layers). fprop with fast accumulation, dgrad and wgrad with full (promoted)
+    accumulation by default."""
+    _scaling: ClassVar[str] = "tensor"
+
+
+@dataclass(frozen=True)
+class FP8Rowwise(_FP8Recipe):
     """FP8 e4m3 with current scaling along the GEMMs' outer dimensions: x per token, W per output
     channel, dy per token; their columnwise copies per column (channel), so every GEMM has one
     scale per output row and one per output column, folded into its epilogue. Accumulation as
     FP8Tensorwise."""
-    format: ClassVar[str] = "fp8"
-    fprop: GemmOptions = FAST
-    dgrad: GemmOptions = FULL
-    wgrad: GemmOptions = FULL
-
-    def __post_init__(self):
-        _check_gemm_fields(self, allow_fast=True)
-
-    def scaling(self, role: str) -> str:
-        _check_role(role)
-        return "token"
+    _scaling: ClassVar[str] = "token"
 
 
 @dataclass(frozen=True)
