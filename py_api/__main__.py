@@ -152,9 +152,9 @@ def cmd_info(args):
               + (f"kernels {kernel_arch()} (cutlass_kernels/configs/{kernel_arch()}.py)" if why is None else why))
     else:
         print("GPU: none (scalemm runs its torch reference path on CPU tensors)")
-    from . import tuning
-    n = len(tuning.entries())
-    print(f"tuned configs: {tuning.cache_path()} ({n} entries{'' if tuning.enabled() else ', turned off by SCALEMM_TUNED'})")
+    from . import tuned
+    n = len(tuned.entries())
+    print(f"tuned configs: {tuned.cache_path()} ({n} entries{'' if tuned.enabled() else ', turned off by SCALEMM_TUNED'})")
     return 0
 
 
@@ -287,11 +287,11 @@ def _ints(text):
 
 
 def cmd_tune(args):
-    from . import tuning
+    from . import tuned, tuning
     from .cutlass_kernels.configs import MODEL_PRESETS
     if args.show:
-        entries = tuning.entries()
-        print(f"{tuning.cache_path()}: {len(entries)} entries")
+        entries = tuned.entries()
+        print(f"{tuned.cache_path()}: {len(entries)} entries")
         if entries:
             print(tuning.format_entries(entries))
         return 0
@@ -314,11 +314,11 @@ def cmd_tune(args):
         work = tuning.plan(shapes, grouped=grouped, fast_accum=modes, out_dtype=out_dtype, arch=arch, num_sms=num_sms)
         kernels = {(it["op"], c.compiled(), it["fast_accum"]) for it in work for c in it["candidates"]}
         print(f"{len(shapes)} shapes, {len(grouped)} grouped -> {len(work)} entries ({arch}), {len(kernels)} "
-              f"candidate kernels; cache: {tuning.cache_path()}")
+              f"candidate kernels; cache: {tuned.cache_path()}")
         for it in work:
             if it["op"] == "gemm":
                 M, N, K = it["dims"]
-                what = f"M={M:<6} (bucket {tuning.m_bucket(M)}) N={N:<6} K={K:<6}"
+                what = f"M={M:<6} (bucket {tuned.m_bucket(M)}) N={N:<6} K={K:<6}"
             else:
                 what = "grouped T={} G={} N={} K={} (rows bucket {})".format(*it["dims"], it["shape"]["rows_bucket"])
             print(f"  {what} {'fast' if it['fast_accum'] else 'full'}: heuristic {it['heuristic'].label()}, "

@@ -10,15 +10,15 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from . import tuning
+from . import tuned as tuned_configs
 from .arch import configs_for, gpu_info, kernel_arch
+from .checks import check_aligned, check_k, check_n, check_options
 from .cutlass_kernels.configs import GemmConfig
 from .jit import KernelSpec, build
 from .formats import FP8Tensor, NVFP4Tensor
 
 __all__ = ["gemm", "gemm_kernel_spec", "resolve_config"]
 
-_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _RASTER = {"m": 0, "n": 1, "auto": 2}
 # Stream-K partials (<= 132 SMs x 128x256 fp32 tiles) fit with room. Only stream-K kernels take a
 # workspace; it comes from torch's caching allocator, so concurrent streams and graphs are safe.
@@ -116,28 +116,6 @@ def _dense_epilogue_inputs(tree, given, extra, M, N, device) -> dict:
     return inputs
 
 
-def _check_options(out_dtype, fast_accum, config) -> None:
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {out_dtype}")
-    if not isinstance(fast_accum, bool):
-        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
-    if config is not None and not isinstance(config, GemmConfig):
-        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
-
-
-def _check_k(K, what="K") -> None:
-    """The reduction length: whole 16-byte TMA rows of e4m3, and not empty."""
-    if K <= 0 or K % 16:
-        raise ValueError(f"{what} = {K} must be a positive multiple of 16 (16-byte TMA rows of e4m3)")
-
-
-def _check_n(N, out_dtype, what="N") -> None:
-    """The output row length: whole 16-byte rows of out_dtype (TMA stores)."""
-    per16 = _PER_16_BYTES[out_dtype]
-    if N % per16:
-        raise ValueError(f"{what} = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
-
-
 def _unwrap(x, scale, name):
     if isinstance(x, FP8Tensor):
         if scale is not None:
@@ -161,12 +139,6 @@ def _check_scale(s, length, name, what, device):
     if not s.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
     return s.reshape(-1)
-
-
-def _check_aligned(t, name):
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary (TMA); got a view at offset "
-                         f"{t.data_ptr() % 16} bytes: pass a fresh contiguous tensor")
 
 
 def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16, epilogue=None,
@@ -219,10 +191,10 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     (M, K), (N, Kb) = a.shape, b.shape
     if K != Kb:
         raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [N, K] = {list(b.shape)}: K differs")
-    _check_options(out_dtype, fast_accum, config)
+    check_options(out_dtype, fast_accum, config)
     # the kernels' layout rules, on every device: CPU and CUDA callers get the same errors
-    _check_k(K)
-    _check_n(N, out_dtype)
+    check_k(K)
+    check_n(N, out_dtype)
     if scale_a is None or scale_b is None:
         raise ValueError("scale_a and scale_b are required (float32, one value or a vector)")
     scale_a = _check_scale(scale_a, M, "scale_a", "[M], per token", device)
@@ -241,7 +213,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             raise ValueError(f"out must be a contiguous [{M}, {N}] tensor of {out_dtype} on {device}")
     for t, n in ((a, "a"), (b, "b"), (out, "out")):
         if t is not None:
-            _check_aligned(t, n)
+            check_aligned(t, n)
 
     if device.type == "cpu":
         acc = a.float() @ b.float().T
@@ -289,11 +261,11 @@ def _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device) -> None:
 
 def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
     """The config scalemm.gemm runs on `device` without config=: the winner `scalemm.tune` stored
-    for this GPU, shape bucket, accumulation mode and dtypes (scalemm.tuning), else the heuristic
+    for this GPU, shape bucket, accumulation mode and dtypes (scalemm.tuned), else the heuristic
     of the GPU's architecture (cutlass_kernels/configs/<arch>.py). NotImplementedError on a GPU
     scalemm has no kernels for."""
     configs = configs_for(device)
-    tuned = tuning.lookup("gemm", M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    tuned = tuned_configs.lookup("gemm", M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     return tuned or configs.default_config(M, N, K, fast_accum=fast_accum, num_sms=_num_sms(device))
 
 
@@ -301,7 +273,7 @@ def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfi
 def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply.
-    scalemm.tuning clears it when the tuned configs change."""
+    scalemm.tuned clears it when the tuned configs change (on_reload below)."""
     tree = _resolve_epilogue(epilogue, out_dtype)
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
@@ -313,7 +285,8 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     return cfg, leaves, _launcher(spec)
 
 
-_PER_16_BYTES = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}
+tuned_configs.on_reload(_plan.cache_clear)
+
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 

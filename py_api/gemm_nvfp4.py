@@ -21,8 +21,8 @@ from . import epilogues as epi
 from .arch import configs_for, gpu_info
 from .cutlass_kernels.configs import GemmConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp
 from .formats.base import check_host_offsets
-from .gemm import _check_aligned, _check_n
-from .gemm import _check_options as check_gemm_options
+from .checks import check_aligned, check_n
+from .checks import check_options as check_gemm_options
 from .jit import KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
@@ -349,10 +349,10 @@ def _check_layout(N, K, out_dtype, tensors):
     """The kernels' layout rules, checked on every device (CPU and CUDA callers get the same errors)."""
     if K == 0:
         raise ValueError("K = 0: NVFP4 GEMMs need K >= 16 (one block of 16 along K)")
-    _check_n(N, out_dtype)
+    check_n(N, out_dtype)
     for t, n in tensors:
         if isinstance(t, torch.Tensor):
-            _check_aligned(t, n)
+            check_aligned(t, n)
 
 
 def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat16, epilogue=None,

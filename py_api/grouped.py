@@ -14,13 +14,14 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from . import reference, tuning
+from . import reference
+from . import tuned as tuned_configs
 from .arch import configs_for
 from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
-from .gemm import (_check_aligned, _check_k, _check_n, _check_options, _epilogue_extra, _epilogue_input,
-                   _resolve_epilogue, _unwrap)
+from .checks import check_aligned, check_k, check_n, check_options
+from .gemm import (_epilogue_extra, _epilogue_input, _resolve_epilogue, _unwrap)
 from .jit import KernelSpec, build
 
 __all__ = ["grouped_gemm", "grouped_gemm_wgrad", "grouped_gemm_kernel_spec", "wgrad_column_starts",
@@ -244,10 +245,10 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] on {device}, got "
                          f"{getattr(offsets, 'dtype', type(offsets))} {tuple(getattr(offsets, 'shape', ()))}")
     check_host_offsets(offsets, T, f"T = {T} (the rows of 'a')")
-    _check_options(out_dtype, fast_accum, config)
+    check_options(out_dtype, fast_accum, config)
     # the kernels' layout rules, on every device: CPU and CUDA callers get the same errors
-    _check_k(K)
-    _check_n(N, out_dtype)
+    check_k(K)
+    check_n(N, out_dtype)
     if scale_a is None or scale_b is None:
         raise ValueError("scale_a and scale_b are required (float32)")
     for s, n in ((scale_a, "scale_a"), (scale_b, "scale_b")):
@@ -275,7 +276,7 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
             or out.device != device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{T}, {N}] tensor of {out_dtype} on {device}")
     for t, n in ((a, "a"), (b, "b"), (out, "out")):
-        _check_aligned(t, n)
+        check_aligned(t, n)
     if G == 0 or T == 0 or N == 0:
         return out
 
@@ -295,7 +296,7 @@ def resolve_grouped_config(T, G, N, K, *, fast_accum: bool, out_dtype, device) -
     stored for this GPU, G, rows-per-group bucket, N, K, accumulation mode and dtypes (a memoized lookup),
     else the heuristic of the GPU's architecture. NotImplementedError on a GPU scalemm has no kernels for."""
     configs = configs_for(device)
-    tuned = tuning.lookup_grouped(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    tuned = tuned_configs.lookup_grouped(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     return tuned or configs.default_grouped_config(T, G, N, K, fast_accum=fast_accum)
 
 
@@ -437,8 +438,8 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
         if used > W:
             raise ValueError(f"'offsets' put the groups in {used} wgrad columns (16-aligned starts), more than "
                              f"W = {W}: they do not match dy_t / x_t")
-    _check_options(out_dtype, fast_accum, config)
-    _check_n(K, out_dtype, "K")  # the rows of dW_g
+    check_options(out_dtype, fast_accum, config)
+    check_n(K, out_dtype, "K")  # the rows of dW_g
     given = {"bias": (None, abi.kLeafNull, 0)}
     for s, name, length, leaf in ((scale_dy, "scale_dy", N, "scale_a"), (scale_x, "scale_x", K, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.device != device or not s.is_contiguous():
@@ -457,7 +458,7 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     tree = _resolve_epilogue(None, out_dtype)  # scale_dy[n] * scale_x[k] * acc: the bias leaf stays null
     inputs = _epilogue_leaves(tree, given, {}, N, G, K, device)
     for t, n in ((dy_t, "dy_t"), (x_t, "x_t"), (out, "out")):
-        _check_aligned(t, n)
+        check_aligned(t, n)
     if G == 0 or N == 0 or K == 0:
         return out
     if device.type == "cpu":

@@ -154,17 +154,17 @@ class FP8Linear(torch.nn.Module):
 
 def linear_eligibility(in_features: int, out_features: int) -> Optional[str]:
     """None when a layer of these features can run all three GEMMs of a training step (any recipe),
-    else the reason it cannot. The rules are scalemm.gemm's own (gemm._check_k / _check_n): fprop
+    else the reason it cannot. The rules are scalemm.gemm's own (scalemm.checks: check_k / check_n): fprop
     reduces over in_features and dgrad over out_features, each a positive multiple of 16 (16-byte
     rows of e4m3, NVFP4 blocks of 16); the output rows (out_features for fprop, in_features for dgrad
     and wgrad) then meet the 16-byte rule of every output dtype."""
-    from .gemm import _check_k
+    from .checks import check_k
     for value, name, why in ((in_features, "in_features", "fprop reduces over it"),
                              (out_features, "out_features", "dgrad reduces over it")):
         if isinstance(value, bool) or not isinstance(value, int):
             return f"{name} must be an int, got {type(value).__name__}"
         try:
-            _check_k(value, name)
+            check_k(value, name)
         except ValueError as e:
             return f"{e}; {why}"
     return None

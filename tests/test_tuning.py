@@ -1,4 +1,4 @@
-"""The tuned-config cache (scalemm.tuning) on CPU: keys, lookup precedence over the heuristic, the file
+"""The tuned-config cache (scalemm.tuned) and tuning (scalemm.tuning) on CPU: keys, lookup precedence over the heuristic, the file
 under concurrent writers and corruption, shapes and candidates, the CLI; and one GPU test that tunes a
 small shape and runs it."""
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import scalemm
-from scalemm import tuning
+from scalemm import tuned, tuning
 from scalemm.cutlass_kernels import configs
 from scalemm.cutlass_kernels.configs import GemmConfig
 
@@ -27,13 +27,13 @@ def cache(fresh_cache, fake_gpu):
     """An empty JIT cache (so an empty tuned-config file), an H100 faked, and no plans or table of
     another test's cache."""
     fake_gpu(capability=(9, 0), name=H100, num_sms=132)
-    tuning.reload()
+    tuned.reload()
     yield fresh_cache
-    tuning.reload()
+    tuned.reload()
 
 
 def _entry(M, N, K, config=TUNED, *, fast_accum=True, out_dtype=BF16, gpu=f"{H100} (132 SMs)", arch="sm90", **rec):
-    return tuning.make_entry("gemm", tuning.gemm_shape(M, N, K), config, gpu=gpu, arch=arch, fast_accum=fast_accum,
+    return tuned.make_entry("gemm", tuned.gemm_shape(M, N, K), config, gpu=gpu, arch=arch, fast_accum=fast_accum,
                              out_dtype=out_dtype, **rec)
 
 
@@ -46,20 +46,20 @@ def _resolve(M, N, K, fast_accum=True, out_dtype=BF16):
 # ---------------------------------------------------------------------------------------
 
 def test_m_bucket():
-    assert [tuning.m_bucket(M) for M in (1, 2, 3, 4, 5, 16, 17, 64, 65, 128, 129, 1000, 1024, 1025, 4096)] == \
+    assert [tuned.m_bucket(M) for M in (1, 2, 3, 4, 5, 16, 17, 64, 65, 128, 129, 1000, 1024, 1025, 4096)] == \
         [1, 2, 4, 4, 8, 16, 32, 64, 128, 128, 256, 1024, 1024, 2048, 4096]
     for bad in (0, -1, 1.0, True):
         with pytest.raises(ValueError):
-            tuning.m_bucket(bad)
+            tuned.m_bucket(bad)
 
 
 def test_key_contents(fake_gpu):
     fake_gpu(name=H100, num_sms=132)
-    fields = tuning.key_fields("gemm", tuning.gemm_shape(33, 6144, 4096), gpu=tuning.gpu_name(CUDA0), arch="sm90",
+    fields = tuned.key_fields("gemm", tuned.gemm_shape(33, 6144, 4096), gpu=tuned.gpu_name(CUDA0), arch="sm90",
                                fast_accum=False, out_dtype=torch.float32)
     assert fields == {"gpu": "NVIDIA H100 80GB HBM3 (132 SMs)", "arch": "sm90", "scalemm": scalemm.__version__,
                       "op": "gemm", "dtypes": "e4m3->f32", "accum": "full", "m_bucket": 64, "N": 6144, "K": 4096}
-    key = tuning.entry_key(fields)
+    key = tuned.entry_key(fields)
     assert key == (f"gpu=NVIDIA H100 80GB HBM3 (132 SMs) | arch=sm90 | scalemm={scalemm.__version__} | op=gemm | "
                    "dtypes=e4m3->f32 | accum=full | m_bucket=64 | N=6144 | K=4096")
     k, e = _entry(33, 6144, 4096, fast_accum=False, out_dtype=torch.float32, us=1.5)
@@ -74,7 +74,7 @@ def test_key_contents(fake_gpu):
 def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
     heuristic = configs.default_config(40, 4096, 4096, fast_accum=True)
     assert _resolve(40, 4096, 4096) == heuristic != TUNED  # empty cache: the heuristic
-    tuning.store(dict([_entry(64, 4096, 4096)]))
+    tuned.store(dict([_entry(64, 4096, 4096)]))
     for M in (33, 40, 64):  # the bucket (32, 64]
         assert _resolve(M, 4096, 4096) == TUNED
     # anything else in the key differs: the heuristic
@@ -98,7 +98,7 @@ GROUPED_TUNED = GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)
 
 
 def _grouped_entry(T, G, N, K, config=GROUPED_TUNED, *, fast_accum=True, out_dtype=BF16):
-    return tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), config, gpu=f"{H100} (132 SMs)",
+    return tuned.make_entry("grouped_gemm", tuned.grouped_shape(T, G, N, K), config, gpu=f"{H100} (132 SMs)",
                              arch="sm90", fast_accum=fast_accum, out_dtype=out_dtype)
 
 
@@ -110,9 +110,9 @@ def test_grouped_entry_overrides_the_grouped_heuristic(cache, monkeypatch):
 
     heuristic = configs.default_grouped_config(512, 8, 4096, 7168)
     assert resolve(512, 8) == heuristic != GROUPED_TUNED
-    assert tuning.grouped_shape(512, 8, 4096, 7168) == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
-    assert tuning.grouped_shape(0, 8, 16, 16)["rows_bucket"] == 1 and tuning.grouped_shape(9, 8, 16, 16)["rows_bucket"] == 2
-    tuning.store(dict([_grouped_entry(512, 8, 4096, 7168)]))
+    assert tuned.grouped_shape(512, 8, 4096, 7168) == {"G": 8, "rows_bucket": 64, "N": 4096, "K": 7168}
+    assert tuned.grouped_shape(0, 8, 16, 16)["rows_bucket"] == 1 and tuned.grouped_shape(9, 8, 16, 16)["rows_bucket"] == 2
+    tuned.store(dict([_grouped_entry(512, 8, 4096, 7168)]))
     for T in (257, 400, 512):  # mean rows per group in (32, 64]
         assert resolve(T, 8) == GROUPED_TUNED
     assert resolve(256, 8) == configs.default_grouped_config(256, 8, 4096, 7168)  # 32 rows per group
@@ -122,8 +122,8 @@ def test_grouped_entry_overrides_the_grouped_heuristic(cache, monkeypatch):
     assert _resolve(64, 4096, 7168) == configs.default_config(64, 4096, 7168)
     # memoized per key: a call costs no key building after the first of its bucket
     built = []
-    real = tuning.key_fields
-    monkeypatch.setattr(tuning, "key_fields", lambda *a, **k: built.append(a) or real(*a, **k))
+    real = tuned.key_fields
+    monkeypatch.setattr(tuned, "key_fields", lambda *a, **k: built.append(a) or real(*a, **k))
     for T in (300, 301, 302, 400, 300):
         resolve(T, 8)
     assert len(built) == 0  # 257..512 were looked up above
@@ -132,41 +132,41 @@ def test_grouped_entry_overrides_the_grouped_heuristic(cache, monkeypatch):
 
 
 def test_entries_are_per_gpu_arch_and_version(cache, fake_gpu):
-    tuning.store(dict([_entry(64, 4096, 4096, gpu="NVIDIA H200 (132 SMs)"),
+    tuned.store(dict([_entry(64, 4096, 4096, gpu="NVIDIA H200 (132 SMs)"),
                        _entry(64, 4096, 2048, arch="sm100"),
-                       tuning.make_entry("gemm", tuning.gemm_shape(64, 4096, 1024), TUNED, gpu=f"{H100} (132 SMs)",
+                       tuned.make_entry("gemm", tuned.gemm_shape(64, 4096, 1024), TUNED, gpu=f"{H100} (132 SMs)",
                                          arch="sm90", fast_accum=True, out_dtype=BF16)]))
     assert _resolve(64, 4096, 4096) == configs.default_config(64, 4096, 4096)  # another GPU's entry
     assert _resolve(64, 4096, 2048) == configs.default_config(64, 4096, 2048)  # another arch's
     assert _resolve(64, 4096, 1024) == TUNED
     fake_gpu(capability=(9, 0), name=H100, num_sms=114)  # same name, other SM count (a PCIe card, a MIG slice)
-    tuning.reload()
+    tuned.reload()
     assert _resolve(64, 4096, 1024) == configs.default_config(64, 4096, 1024, num_sms=114)
     # another scalemm version's entry is kept in the file and not used
     fake_gpu(capability=(9, 0), name=H100, num_sms=132)
     key, entry = _entry(64, 4096, 512)
     entry["fields"]["scalemm"] = "0.0.1"
-    tuning.store({tuning.entry_key(entry["fields"]): entry})
+    tuned.store({tuned.entry_key(entry["fields"]): entry})
     assert _resolve(64, 4096, 512) == configs.default_config(64, 4096, 512)
-    assert len(tuning.entries()) == 4
+    assert len(tuned.entries()) == 4
 
 
 def test_lookups_use_the_table_loaded_once(cache, monkeypatch):
-    tuning.store(dict([_entry(64, 4096, 4096)]))
+    tuned.store(dict([_entry(64, 4096, 4096)]))
     assert _resolve(64, 4096, 4096) == TUNED
     reads = []
-    real = tuning._read_entries
-    monkeypatch.setattr(tuning, "_read_entries", lambda *a: reads.append(a) or real(*a))
+    real = tuned._read_entries
+    monkeypatch.setattr(tuned, "_read_entries", lambda *a: reads.append(a) or real(*a))
     for M in (33, 48, 64, 1, 4096):
         _resolve(M, 4096, 4096)
     assert reads == []  # an in-memory dict after the first load
     # another process's write is seen after reload()
     key, entry = _entry(64, 4096, 2048)
-    data = json.loads(tuning.cache_path().read_text())
+    data = json.loads(tuned.cache_path().read_text())
     data["entries"][key] = entry
-    tuning.cache_path().write_text(json.dumps(data))
+    tuned.cache_path().write_text(json.dumps(data))
     assert _resolve(64, 4096, 2048) != TUNED
-    tuning.reload()
+    tuned.reload()
     assert _resolve(64, 4096, 2048) == TUNED and len(reads) == 1
 
 
@@ -176,7 +176,7 @@ def test_nothing_is_tuned_by_a_call(cache, monkeypatch):
     monkeypatch.setattr(gemm_module, "_launcher", lambda spec: None)
     assert gemm_module._plan(7, 4096, 4096, False, BF16, None, None, CUDA0)[0] == \
         configs.default_config(7, 4096, 4096, fast_accum=False)
-    assert not tuning.cache_path().exists()
+    assert not tuned.cache_path().exists()
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,15 +186,15 @@ def test_nothing_is_tuned_by_a_call(cache, monkeypatch):
 @pytest.mark.parametrize("garbage", ["{not json", "", "[1, 2]", '{"format": 1}', '{"format": 99, "entries": {}}',
                                      "\x00\xff" * 10])
 def test_corrupted_file_warns_is_ignored_and_rebuilt(cache, garbage):
-    path = tuning.cache_path()
+    path = tuned.cache_path()
     path.parent.mkdir(parents=True)
     path.write_bytes(garbage.encode("latin-1"))
     with pytest.warns(RuntimeWarning, match="tuned-config cache .* (is not valid|cannot be read).*ignoring it"):
         assert _resolve(64, 4096, 4096) == configs.default_config(64, 4096, 4096)  # no crash: the heuristic
     with pytest.warns(RuntimeWarning, match="rebuilding it"):
-        tuning.store(dict([_entry(64, 4096, 4096)]))
+        tuned.store(dict([_entry(64, 4096, 4096)]))
     data = json.loads(path.read_text())
-    assert data["format"] == tuning.FORMAT and list(data["entries"]) == [_entry(64, 4096, 4096)[0]]
+    assert data["format"] == tuned.FORMAT and list(data["entries"]) == [_entry(64, 4096, 4096)[0]]
     assert _resolve(64, 4096, 4096) == TUNED
 
 
@@ -202,10 +202,10 @@ def test_malformed_entries_are_skipped(cache):
     good_key, good = _entry(64, 4096, 4096)
     bad_cfg_key, bad_cfg = _entry(64, 4096, 2048)
     bad_cfg["config"]["tile_m"] = 7
-    data = {"format": tuning.FORMAT, "entries": {good_key: good, bad_cfg_key: bad_cfg, "x": {"fields": {}},
+    data = {"format": tuned.FORMAT, "entries": {good_key: good, bad_cfg_key: bad_cfg, "x": {"fields": {}},
                                                  "y": [1]}}
-    tuning.cache_path().parent.mkdir(parents=True)
-    tuning.cache_path().write_text(json.dumps(data))
+    tuned.cache_path().parent.mkdir(parents=True)
+    tuned.cache_path().write_text(json.dumps(data))
     with pytest.warns(RuntimeWarning) as record:
         assert _resolve(64, 4096, 4096) == TUNED
     messages = " ".join(str(w.message) for w in record)
@@ -215,26 +215,26 @@ def test_malformed_entries_are_skipped(cache):
 
 
 def test_file_is_readable_json(cache):
-    tuning.store(dict([_entry(1, 6144, 4096, us=3.25, heuristic_us=3.5), _entry(4096, 6144, 4096)]))
-    text = tuning.cache_path().read_text()
+    tuned.store(dict([_entry(1, 6144, 4096, us=3.25, heuristic_us=3.5), _entry(4096, 6144, 4096)]))
+    text = tuned.cache_path().read_text()
     data = json.loads(text)
-    assert data["format"] == tuning.FORMAT and "scalemm.gemm" in data["about"]
+    assert data["format"] == tuned.FORMAT and "scalemm.gemm" in data["about"]
     assert text.count("\n") > 20  # indented, one field a line
     (key, e), = [(k, e) for k, e in data["entries"].items() if e["fields"]["m_bucket"] == 1]
     assert "m_bucket=1 | N=6144 | K=4096" in key and e["us"] == 3.25 and e["config"]["raster"] == "n"
-    assert not [p for p in tuning.cache_path().parent.iterdir() if p.name != tuning.FILE_NAME]  # no temp files
+    assert not [p for p in tuned.cache_path().parent.iterdir() if p.name != tuned.FILE_NAME]  # no temp files
 
 
 _WRITER = textwrap.dedent("""
     import sys, torch
-    from scalemm import tuning
+    from scalemm import tuned
     from scalemm.cutlass_kernels.configs import GemmConfig
     proc, count = int(sys.argv[1]), int(sys.argv[2])
     for i in range(count):  # one store per entry: many interleaved read-merge-replace cycles
-        key, entry = tuning.make_entry("gemm", tuning.gemm_shape(1, 8 * (proc + 1), 16 * (i + 1)),
+        key, entry = tuned.make_entry("gemm", tuned.gemm_shape(1, 8 * (proc + 1), 16 * (i + 1)),
                                        GemmConfig(swizzle=[1, 2, 4, 8][i % 4]), gpu="G (1 SMs)", arch="sm90",
                                        fast_accum=True, out_dtype=torch.bfloat16, writer=proc)
-        tuning.store({key: entry})
+        tuned.store({key: entry})
 """)
 
 
@@ -248,11 +248,11 @@ def test_concurrent_writers_all_land(fresh_cache, tmp_path):
     for p in running:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    path = fresh_cache / "tuning" / tuning.FILE_NAME
+    path = fresh_cache / "tuning" / tuned.FILE_NAME
     data = json.loads(path.read_text())  # valid JSON
     got = {(e["writer"], e["fields"]["N"], e["fields"]["K"]) for e in data["entries"].values()}
     assert got == {(p, 8 * (p + 1), 16 * (i + 1)) for p in range(procs) for i in range(count)}
-    assert sorted(x.name for x in path.parent.iterdir()) == [tuning.FILE_NAME]  # no temp files left
+    assert sorted(x.name for x in path.parent.iterdir()) == [tuned.FILE_NAME]  # no temp files left
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,11 +379,11 @@ def test_cli_dry_run_and_show(fresh_cache, capsys):
     assert "grouped T=512 G=8 N=4096 K=7168 (rows bucket 64) fast: heuristic t64x128x128_c1x1_ping" in out
     assert main(["tune", "--show"]) == 0
     assert "tuned.json: 0 entries" in capsys.readouterr().out
-    tuning.store(dict([_entry(64, 4096, 4096, speedup_over_heuristic=1.2, heuristic="h")]))
+    tuned.store(dict([_entry(64, 4096, 4096, speedup_over_heuristic=1.2, heuristic="h")]))
     assert main(["tune", "--show"]) == 0
     out = capsys.readouterr().out
     assert "1 entries" in out and f"m_bucket=64 N=4096 K=4096: {TUNED.label()} (1.200x over h)" in out
-    tuning.reload()
+    tuned.reload()
 
 
 def test_cli_errors(capsys, monkeypatch):
@@ -411,8 +411,8 @@ def test_cli_errors(capsys, monkeypatch):
 def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
     """Tune a small shape (kernels of the `tests` build set: no long compile), check the winner is what
     gemm resolves and runs, and that the output matches the exact product."""
-    monkeypatch.setattr(tuning, "cache_path", lambda: tmp_path / "tuning" / tuning.FILE_NAME)
-    tuning.reload()
+    monkeypatch.setattr(tuned, "cache_path", lambda: tmp_path / "tuning" / tuned.FILE_NAME)
+    tuned.reload()
     try:
         M, N, K = 100, 4096, 4096
         cands = [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(64, 128, 128, 1, 1, "pingpong")]
@@ -420,13 +420,13 @@ def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
         (r,) = results
         assert r["dims"] == (M, N, K) and r["label"] in {c.label() for c in cands} and r["us"] > 0
         assert set(r["times"]) >= {c.label() for c in cands}
-        assert json.loads((tmp_path / "tuning" / tuning.FILE_NAME).read_text())["entries"][r["key"]]["label"] == r["label"]
+        assert json.loads((tmp_path / "tuning" / tuned.FILE_NAME).read_text())["entries"][r["key"]]["label"] == r["label"]
         dev = torch.device("cuda", torch.cuda.current_device())
         assert gemm_module.resolve_config(M, N, K, fast_accum=False, out_dtype=BF16, device=dev) == r["config"]
         # a config that is not the heuristic's, stored by hand, is what gemm runs, and its output is right
         forced = cands[0]
         assert forced != configs.default_config(M, N, K, fast_accum=False)
-        tuning.store(dict([tuning.make_entry("gemm", tuning.gemm_shape(M, N, K), forced, gpu=tuning.gpu_name(dev),
+        tuned.store(dict([tuned.make_entry("gemm", tuned.gemm_shape(M, N, K), forced, gpu=tuned.gpu_name(dev),
                                              arch="sm90", fast_accum=False, out_dtype=BF16)]))
         g = torch.Generator(device="cuda").manual_seed(0)
         a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
@@ -438,14 +438,14 @@ def test_tune_one_shape_and_use_it(tmp_path, monkeypatch):
         assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
     finally:
         monkeypatch.undo()
-        tuning.reload()
+        tuned.reload()
 
 
 @pytest.mark.gpu
 def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
     """The same for a grouped problem (kernels of the `tests` build set), and the grouped output checked."""
-    monkeypatch.setattr(tuning, "cache_path", lambda: tmp_path / "tuning" / tuning.FILE_NAME)
-    tuning.reload()
+    monkeypatch.setattr(tuned, "cache_path", lambda: tmp_path / "tuning" / tuned.FILE_NAME)
+    tuned.reload()
     grouped_module = sys.modules["scalemm.grouped"]
     try:
         T, G, N, K = 512, 8, 2048, 1024
@@ -455,8 +455,8 @@ def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
         dev = torch.device("cuda", torch.cuda.current_device())
         assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == r["config"]
         forced = cands[1]
-        tuning.store(dict([tuning.make_entry("grouped_gemm", tuning.grouped_shape(T, G, N, K), forced,
-                                             gpu=tuning.gpu_name(dev), arch="sm90", fast_accum=False, out_dtype=BF16)]))
+        tuned.store(dict([tuned.make_entry("grouped_gemm", tuned.grouped_shape(T, G, N, K), forced,
+                                             gpu=tuned.gpu_name(dev), arch="sm90", fast_accum=False, out_dtype=BF16)]))
         assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=False, out_dtype=BF16, device=dev) == forced
         g = torch.Generator(device="cuda").manual_seed(1)
         a = (torch.randn(T, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
@@ -470,7 +470,7 @@ def test_tune_grouped_and_use_it(tmp_path, monkeypatch):
         assert ((y.double() - ref).norm() / ref.norm()).item() < 4e-3
     finally:
         monkeypatch.undo()
-        tuning.reload()
+        tuned.reload()
 
 
 # ---------------------------------------------------------------------------------------
@@ -535,7 +535,7 @@ def test_tune_picks_the_fastest_checked_candidate_and_stores_it(fake_tuning, cap
     assert f"{broken.label()} fails at" in out and f"{wrong.label()} differs from the heuristic's result" in out
     assert "does not build, skipped" in out
     assert _resolve(M, N, K) == fast  # stored, and gemm resolves it
-    entry = next(iter(tuning.entries().values()))
+    entry = next(iter(tuned.entries().values()))
     assert entry["tuned_shape"] == [M, N, K] and entry["heuristic"] == heuristic.label() and entry["timed"] >= 2
 
 

@@ -1,0 +1,38 @@
+"""Argument checks every GEMM entry point shares (FP8 dense and grouped, NVFP4): one owner for
+each rule, so the CPU reference path and the kernels accept exactly the same inputs."""
+from __future__ import annotations
+
+import torch
+
+from .cutlass_kernels.configs import GemmConfig
+
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+PER_16_BYTES = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}  # output elements per 16-byte row piece
+
+
+def check_options(out_dtype, fast_accum, config) -> None:
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype}")
+    if not isinstance(fast_accum, bool):
+        raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
+    if config is not None and not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+
+
+def check_k(K, what="K") -> None:
+    """The reduction length: whole 16-byte TMA rows of e4m3, and not empty."""
+    if K <= 0 or K % 16:
+        raise ValueError(f"{what} = {K} must be a positive multiple of 16 (16-byte TMA rows of e4m3)")
+
+
+def check_n(N, out_dtype, what="N") -> None:
+    """The output row length: whole 16-byte rows of out_dtype (TMA stores)."""
+    per16 = PER_16_BYTES[out_dtype]
+    if N % per16:
+        raise ValueError(f"{what} = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
+
+
+def check_aligned(t, name):
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (TMA); got a view at offset "
+                         f"{t.data_ptr() % 16} bytes: pass a fresh contiguous tensor")
