@@ -151,6 +151,27 @@ def time_block(models: dict, make_step, use_graphs: bool) -> dict:
     return res
 
 
+def profile_steps(label, steps: dict, out: str, top: int = 15) -> None:
+    """One warm step of each contender under torch.profiler: its kernels (or CPU ops in the smoke
+    run) by total time, into <out>/train_profile.txt (appended per block) and printed."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+    key = "self_cuda_time_total" if DEVICE == "cuda" else "self_cpu_time_total"
+    with open(os.path.join(out, "train_profile.txt"), "a") as f:
+        for n, step in steps.items():
+            step()  # warm (kernels built and loaded, caches filled)
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            with profile(activities=acts) as prof:
+                step()
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
+            table = prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=70)
+            text = f"== {label}: {n}\n{table}\n"
+            f.write(text)
+            print(text, flush=True)
+
+
 def sqnr_db(a, ref):
     a, ref = a.double(), ref.double()
     return (10 * torch.log10(ref.norm() ** 2 / (a - ref).norm() ** 2)).item()
@@ -171,6 +192,8 @@ def run_block(label, models, make_input, forward, flop, args):
         ref = forward(models["bf16"], x, extra)
         quality = {n: sqnr_db(forward(m, x, extra), ref) for n, m in models.items() if n != "bf16"}
     ms = time_block(models, make_step, args.graphs)
+    if args.profile:
+        profile_steps(label, {n: make_step(m) for n, m in models.items()}, args.out)
     rows = []
     for n, t in ms.items():
         rows.append({"block": label, "contender": n, "ms": t, "tflops": flop / t / 1e9,
@@ -217,6 +240,8 @@ def main(argv=None):
     p.add_argument("--compile", action="store_true", help="torch.compile every contender")
     p.add_argument("--cache-weight", action="store_true", help="reuse the quantized weights across calls")
     p.add_argument("--only", choices=("mlp", "moe"), default=None)
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one step of each contender (top kernels -> <out>/train_profile.txt)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: a check of the script itself")
     args = p.parse_args(argv)
     global DEVICE

@@ -1,0 +1,27 @@
+"""perf/train_bench.py on CPU (--smoke: tiny shapes, the reference path): the JSON and, with --profile,
+one profiled step per contender in train_profile.txt."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "perf" / "train_bench.py"
+
+
+def test_smoke_run_writes_json_and_profiles(tmp_path):
+    spec = importlib.util.spec_from_file_location("train_bench_under_test", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        spec.loader.exec_module(module)
+        module.main(["--smoke", "--only", "moe", "--profile", "--out", str(tmp_path)])
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    result = json.loads((tmp_path / "train_bench.json").read_text())
+    contenders = [r["contender"] for r in result["rows"]]
+    assert contenders[0] == "bf16" and "scalemm_fp8_rowwise" in contenders and "scalemm_nvfp4" in contenders
+    assert all(r["ms"] > 0 for r in result["rows"])
+    profile = (tmp_path / "train_profile.txt").read_text()
+    for n in contenders:  # one table per contender, with the scalemm ops visible in the scalemm ones
+        assert f"experts, 64 tok: {n}\n" in profile
+    assert "scalemm::train_grouped_gemm" in profile
