@@ -45,7 +45,7 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
                                    StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs,
                                    char* clear, int64_t clear_bytes) {
   int g = blockIdx.x * blockDim.x + threadIdx.x;
-  // CUTLASS's part of the workspace (sm90::clear_workspace says why).
+  // CUTLASS's part of the workspace, when asked for (sm90::workspace_bytes_to_zero says why).
   sm90::clear_workspace(clear, clear_bytes, g, int64_t(gridDim.x) * blockDim.x);
   if (g >= G) return;
   auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
@@ -216,14 +216,15 @@ struct Sm90GroupedGemm {
         sm90::hardware_info(device)};
     int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
     if (cutlass_bytes > workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
-    // One thread per group, and enough blocks to zero CUTLASS's workspace 16 bytes a thread in
-    // at most 8 rounds; the GEMM below reads what the setup kernel writes (stream order).
-    int const blocks = int(std::max<int64_t>((G + 127) / 128, (cutlass_bytes + 16 * 1024 - 1) / (16 * 1024)));
-    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<std::max(blocks, 1), 128, 0, stream>>>(
+    // One thread per group; when zeroing CUTLASS's workspace (sm90::workspace_bytes_to_zero), enough
+    // blocks to do it 16 bytes a thread in at most 8 rounds. The GEMM reads what setup writes (stream order).
+    int64_t const zero_bytes = sm90::workspace_bytes_to_zero(cutlass_bytes);
+    int const blocks = int(std::max<int64_t>({(G + 127) / 128, (zero_bytes + 16 * 1024 - 1) / (16 * 1024), 1}));
+    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<blocks, 128, 0, stream>>>(
         offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
         static_cast<char*>(d), int(sizeof(ElementD)), static_cast<char const*>(zeros), arr.problems,
         arr.ptr_a, arr.ptr_b, arr.ptr_d, arr.stride_a, arr.stride_b, arr.stride_d, leaves,
-        arr.leaf_ptrs, arr.rest, cutlass_bytes);
+        arr.leaf_ptrs, arr.rest, zero_bytes);
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
     return sm90::launch<Gemm>(args, arr.rest, workspace_bytes - arr.bytes, stream);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include "cutlass/cutlass.h"
@@ -45,10 +46,19 @@ inline void set_scheduler_options(Arguments& args, int64_t raster, int64_t swizz
 // write each slot with tensormap.cp_fenceproxy before any TMA reads it, so its old contents never
 // matter. But that copy lowers to per-lane ATOMG.EXCH (32 lanes x 4 bytes a 128-byte slot), whose
 // discarded old value compute-sanitizer's initcheck reports as an uninitialised read whenever the
-// allocation was never written. The grouped setup kernels call this to zero the workspace first
-// (a few rounds of 16-byte stores per thread, inside a launch they make anyway), which keeps
-// initcheck quiet so a real uninitialised read would stand out. `thread` / `threads`: this
-// thread's index in the grid and the grid's size.
+// allocation was never written (thousands of benign reports that would hide a real one). With
+// SCALEMM_ZERO_WORKSPACE=1 in the environment (scripts/device_run.sh's sanitize stage sets it) the
+// grouped setup kernels zero that workspace first; otherwise they skip it, so the GEMMs' hot path
+// pays nothing for a sanitizer's sake. `workspace_bytes_to_zero(n)`: n when asked for, else 0.
+inline int64_t workspace_bytes_to_zero(int64_t bytes) {
+  static bool const on = [] {
+    char const* v = std::getenv("SCALEMM_ZERO_WORKSPACE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on ? bytes : 0;
+}
+
+// `thread` / `threads`: this thread's index in the grid and the grid's size.
 __device__ __forceinline__ void clear_workspace(char* p, int64_t bytes, int64_t thread, int64_t threads) {
   for (int64_t i = thread * 16; i < bytes; i += threads * 16) {
     if (i + 16 <= bytes) {

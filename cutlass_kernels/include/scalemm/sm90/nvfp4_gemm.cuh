@@ -36,16 +36,11 @@ struct Nvfp4Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD,
       kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
 
-  // As many pipeline stages as shared memory holds beside the epilogue's storage.
-  static constexpr int kStageBytes = cute::size<0>(TileShape{}) * cute::size<2>(TileShape{}) / 2 +
-                                     cute::size<1>(TileShape{}) * cute::size<2>(TileShape{}) * int(sizeof(ElementB)) +
-                                     kScaleAtomBytes;
-  static constexpr int kStages =
-      (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes - int(sizeof(typename CollectiveEpilogue::SharedStorage)) -
-       1024) / (kStageBytes + 32);
+  static constexpr int kStages = nvfp4_stages<TileShape, ElementB>(
+      int(sizeof(typename CollectiveEpilogue::SharedStorage)) + 1024);
   static_assert(kStages >= 2, "tile too large for two pipeline stages");
 
-  using CollectiveMainloop = Nvfp4Mainloop<TileShape, ClusterShape, KernelSchedule, ElementB, (kStages > 12 ? 12 : kStages)>;
+  using CollectiveMainloop = Nvfp4Mainloop<TileShape, ClusterShape, KernelSchedule, ElementB, kStages>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

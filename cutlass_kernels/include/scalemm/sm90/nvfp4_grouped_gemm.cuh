@@ -61,7 +61,7 @@ template <class Problem, class StrideD>
 __global__ void __launch_bounds__(kGroupSetupThreads)
 nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* problems, int* row_start, void** ptr_d,
                     StrideD* stride_d, void const** leaf_ptrs, char* clear, int64_t clear_bytes) {
-  clear_workspace(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // CUTLASS's part (see there)
+  clear_workspace(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // see workspace_bytes_to_zero
   __shared__ int64_t warp_max[32];
   __shared__ int64_t ends[kGroupSetupThreads];
   int const* offsets = static_cast<int const*>(a.offsets);
@@ -116,16 +116,13 @@ struct Nvfp4GroupedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
       kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
 
-  static constexpr int kStageBytes = cute::size<0>(TileShape{}) * cute::size<2>(TileShape{}) / 2 +
-                                     cute::size<1>(TileShape{}) * cute::size<2>(TileShape{}) * int(sizeof(ElementB)) +
-                                     kScaleAtomBytes;
-  static constexpr int kStages =
-      (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes - int(sizeof(typename CollectiveEpilogue::SharedStorage)) -
-       int(sizeof(typename CollectiveEpilogue::TensorMapStorage)) - 2048) / (kStageBytes + 32);
+  static constexpr int kStages = nvfp4_stages<TileShape, ElementB>(
+      int(sizeof(typename CollectiveEpilogue::SharedStorage)) +
+      int(sizeof(typename CollectiveEpilogue::TensorMapStorage)) + 2048);
   static_assert(kStages >= 2, "tile too large for two pipeline stages");
 
   using CollectiveMainloop =
-      Nvfp4GroupedMainloop<TileShape, ClusterShape, KernelSchedule, ElementB, (kStages > 12 ? 12 : kStages)>;
+      Nvfp4GroupedMainloop<TileShape, ClusterShape, KernelSchedule, ElementB, kStages>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideD = typename Kernel::InternalStrideD;
@@ -189,7 +186,7 @@ struct Nvfp4GroupedGemm {
     if (cutlass_bytes > a.workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
     nvfp4_grouped_setup<Problem, StrideD><<<1, kGroupSetupThreads, 0, stream>>>(
         a, int(sizeof(ElementD)), arr.problems, arr.row_start, arr.ptr_d, arr.stride_d, arr.leaf_ptrs, arr.rest,
-        cutlass_bytes);
+        workspace_bytes_to_zero(cutlass_bytes));
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
     return launch<Gemm>(args, arr.rest, a.workspace_bytes - arr.bytes, stream);

@@ -51,6 +51,18 @@ struct Nvfp4MainloopPolicy {
 
 constexpr int kScaleAtomRows = 128;   // rows of one 128x4 scale atom
 constexpr int kScaleAtomBytes = 512;  // 128 rows x 4 scales (64 elements of K)
+
+// Pipeline stages of the NVFP4 mainloops: as many as shared memory holds beside `reserved_bytes`
+// (the epilogue's storage and the kernel's own), capped at 12. A stage is the packed FP4 weight
+// tile, the activation tile and one scale atom, plus 32 bytes of barriers.
+template <class TileShape, class ElementB>
+constexpr int nvfp4_stages(int reserved_bytes) {
+  constexpr int stage_bytes = cute::size<0>(TileShape{}) * cute::size<2>(TileShape{}) / 2 +
+                              cute::size<1>(TileShape{}) * cute::size<2>(TileShape{}) * int(sizeof(ElementB)) +
+                              kScaleAtomBytes;
+  int const stages = (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes - reserved_bytes) / (stage_bytes + 32);
+  return stages > 12 ? 12 : stages;
+}
 constexpr int kChunkK = 64;           // elements of K per prepared chunk / per scale atom
 
 // What the dense and grouped mainloops share: tiles, shared memory, the producer's per-k-tile
