@@ -1,6 +1,6 @@
 // scalemm quantization kernels for Hopper: NVFP4 (tensor / token scaling, RHT, SR), FP8
 // current scaling and MXFP8, rowwise [M, K] and columnwise (x.T, [K, M]) copies written
-// from ONE read of x. Numerics: quant_numerics.cuh (bit-exact with py_api/reference.py).
+// from ONE read of x. Numerics: quant_numerics.cuh (bit-exact with py_api/reference/).
 //
 // Two kernels, launched in this order:
 // 1. amax_stats_kernel (only when an amax is not given): one read of x, producing any of

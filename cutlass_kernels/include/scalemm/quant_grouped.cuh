@@ -1,7 +1,7 @@
 // scalemm grouped (MoE) quantization for Hopper: FP8 (per group / per token, rowwise [T, K] and
 // the columnwise copy in the wgrad layout), NVFP4 rowwise with scales "grouped along M",
 // NVFP4 columnwise in the wgrad layout with scales "grouped along K", MXFP8 rowwise.
-// Numerics: quant_numerics.cuh (bit-exact with py_api/reference.py); tile helpers: quant.cuh.
+// Numerics: quant_numerics.cuh (bit-exact with py_api/reference/); tile helpers: quant.cuh.
 //
 // The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is:
 // 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing

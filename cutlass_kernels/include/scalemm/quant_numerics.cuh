@@ -1,5 +1,5 @@
-// Device-side numerics of scalemm's quantizers, bit for bit as shared/NUMERICS.md and
-// py_api/reference.py define them. Everything here is a small __forceinline__ function so
+// Device-side numerics of scalemm's quantizers, bit for bit as docs/numerics.md and
+// py_api/reference/ define them. Everything here is a small __forceinline__ function so
 // that the kernels in quant.cuh read as the spec does.
 //
 // Rules kept throughout (they are what makes the kernels bit-exact with the reference):
