@@ -28,12 +28,21 @@ from gemm_sweep import L2_BYTES, bench  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
+from scalemm.cutlass_kernels.configs.sm90 import SKINNY_M_TILES, SkinnyConfig, default_nvfp4_skinny_config  # noqa: E402
 from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4  # noqa: E402
 
 
-def candidates(M):
-    tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
+def candidates(M, N, K, which="all"):
+    """Configs timed beside the default. Up to 64 tokens: the skinny kernel with each fixed split count
+    (its default fits the split to the GPU) and the CUTLASS kernel's heuristic pick ("cutlass"); with
+    which="all" also every CUTLASS candidate tile."""
     out = []
+    if M <= 16 * SKINNY_M_TILES[-1]:
+        m_tiles = next(t for t in SKINNY_M_TILES if M <= 16 * t)
+        out += [SkinnyConfig(m_tiles, s) for s in (1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
+    if which != "all":
+        return out
+    tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
     for n in tn:
         out += [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True),
                 GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=True)]
@@ -41,7 +50,7 @@ def candidates(M):
             out.append(GemmConfig(128, n, 64, 1, 1, "pingpong", swap_ab=True))
     if M > 128:
         out += [GemmConfig(128, 256, 64, 2, 1, "cooperative", swap_ab=True)]
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _torchao_nvfp4():
@@ -55,7 +64,7 @@ def _torchao_nvfp4():
     return NVFP4Tensor
 
 
-def point(M, N, K, tune=True):
+def point(M, N, K, which="all"):
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K * 0.5625))))
     g = torch.Generator(device="cuda").manual_seed(M + N)
     ws = [scalemm.quantize_nvfp4(torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16), scaling="token")
@@ -77,8 +86,8 @@ def point(M, N, K, tune=True):
             fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao_ws[i])
         except Exception as e:
             print(f"  torchao_w4a16 failed: {str(e).splitlines()[0]}", file=sys.stderr)
-    if tune:
-        for c in candidates(M):
+    if which != "none":
+        for c in candidates(M, N, K, which):
             fn = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
             try:
                 fn(0)
@@ -160,7 +169,11 @@ def save(points, device, out):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="two token counts, no candidates")
+    p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
+    p.add_argument("--candidates", choices=("all", "skinny", "none"), default="all",
+                   help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests)")
+    p.add_argument("--no-grouped", action="store_true")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
     p.add_argument("--from-text", default=None, help="a saved table to turn into JSON + plot")
     args = p.parse_args()
@@ -169,17 +182,19 @@ def main():
         save(parse_text(args.from_text), first.removeprefix("GPU: ").split(",")[0], args.out or ".")
         return
     shapes = [(4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)]
-    ms = [1, 16, 64, 128, 1024, 4096] if not args.quick else [16, 4096]
+    ms = [16, 4096] if args.quick else [int(m) for m in args.ms.split(",")] if args.ms else [1, 16, 64, 128, 1024, 4096]
     device = torch.cuda.get_device_name()
     print(device)
     points = []
     for N, K in shapes:
         for M in ms:
-            r = point(M, N, K, tune=not args.quick)
+            r = point(M, N, K, "none" if args.quick else args.candidates)
             points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
-            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default_nvfp4_config(M, N, K).label()}", r, "torch_bf16"),
+            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={(default_nvfp4_skinny_config(M, N, K) or default_nvfp4_config(M, N, K)).label()}", r, "torch_bf16"),
                   flush=True)
-    for G, per, N, K in ((8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096), (128, 1, 1536, 4096)):
+    grouped = [] if args.no_grouped else [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096),
+                                          (128, 1, 1536, 4096)]
+    for G, per, N, K in grouped:
         r = grouped_point(G, per, N, K)
         points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "us": r})
         print(_row(f"grouped G={G} per={per} N={N} K={K}", r, "torch_grouped_bf16"), flush=True)

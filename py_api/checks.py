@@ -10,13 +10,14 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 PER_16_BYTES = {torch.bfloat16: 8, torch.float16: 8, torch.float32: 4}  # output elements per 16-byte row piece
 
 
-def check_options(out_dtype, fast_accum, config) -> None:
+def check_options(out_dtype, fast_accum, config, config_types=(GemmConfig,)) -> None:
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype}")
     if not isinstance(fast_accum, bool):
         raise TypeError(f"fast_accum must be a bool, got {type(fast_accum).__name__}")
-    if config is not None and not isinstance(config, GemmConfig):
-        raise TypeError(f"config must be a GemmConfig or None, got {type(config).__name__}")
+    if config is not None and not isinstance(config, config_types):
+        names = " or ".join(t.__name__ for t in config_types)
+        raise TypeError(f"config must be a {names} or None, got {type(config).__name__}")
 
 
 def check_k(K, what="K") -> None:

@@ -3,9 +3,12 @@
 W4A16: y = epilogue(x @ dequant(W)^T) with x bf16/fp16 [M, K] and W an NVFP4Tensor [N, K].
 W4A4:  x is an NVFP4Tensor too; its rows are first decoded exactly to bf16 (code x block scale,
        one memory-bound pass), and its global scale joins W's in the epilogue.
-The kernel (scalemm/sm90/nvfp4_mainloop.hpp) reads W in a prepared byte order, made once per
-weight and cached beside it (prepare_sm90_weight), and W's e4m3 scales exactly as the quantizer
-wrote them. Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
+Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
+  - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
+    codes in the quantizer's byte order, K split over a cluster of CTAs;
+  - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
+    order made once per weight and cached beside it (prepare_sm90_weight).
+Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
 """
 from __future__ import annotations
 
@@ -19,14 +22,15 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .arch import configs_for, gpu_info
-from .cutlass_kernels.configs import GemmConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp
+from .cutlass_kernels.configs import (GemmConfig, SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
+                                      nvfp4_cpp, skinny_cpp)
 from .formats.base import check_host_offsets
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
 from .jit import KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
-           "dequant_kernel_spec"]
+           "dequant_kernel_spec", "skinny_kernel_spec"]
 
 CHUNK_K = 64  # elements of K per prepared chunk and per scale atom column group
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
@@ -112,6 +116,49 @@ def dequant_kernel_spec() -> KernelSpec:
     return KernelSpec(name="nvfp4_dequant", template="nvfp4_dequant.cu")
 
 
+def skinny_kernel_spec(config: SkinnyConfig, *, act_dtype: torch.dtype, out_dtype: torch.dtype,
+                       activation: str | None = None) -> KernelSpec:
+    return _skinny_spec(config.compiled(), epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), activation or "none")
+
+
+@functools.lru_cache(maxsize=None)
+def _skinny_spec(config, act_name, out_name, activation):
+    return KernelSpec(name=f"nvfp4_{config.key()}_{act_name}_{out_name}_{activation}", template="nvfp4_skinny_sm90.cu",
+                      params=skinny_cpp(config, act_dtype=act_name, out_dtype=out_name, activation=activation))
+
+
+@functools.lru_cache(maxsize=None)
+def _skinny_launcher(spec: KernelSpec):
+    return build(spec).function("scalemm_nvfp4_skinny_gemm", [ctypes.POINTER(abi.Nvfp4SkinnyGemmArgs)])
+
+
+def skinny_problem(M: int, K: int, config: SkinnyConfig, tensors) -> str | None:
+    """Why the skinny kernel cannot take this problem, or None when it can."""
+    if M > config.max_tokens:
+        return f"M = {M} tokens is more than the {config.key()} kernel's {config.max_tokens}"
+    if K % 32:
+        return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
+    for t, name in tensors:
+        if t.data_ptr() % 16:
+            return f"{name} does not start on a 16-byte boundary"
+    return None
+
+
+def _gemm_skinny(x, b, scale_a, bias, out, cfg: SkinnyConfig, activation):
+    N, K = b.shape
+    M = x.shape[0]
+    spec = skinny_kernel_spec(cfg, act_dtype=x.dtype, out_dtype=out.dtype, activation=activation)
+    device = out.device
+    args = abi.Nvfp4SkinnyGemmArgs(
+        weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(), d=out.data_ptr(),
+        scale_a=scale_a.data_ptr(), scale_a_is_vector=int(scale_a.numel() > 1), scale_b=b.alpha.data_ptr(),
+        scale_b_is_vector=int(b.alpha.numel() > 1), bias=None if bias is None else bias.data_ptr(), n=N, tokens=M, k=K,
+        scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
+        device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
+    _skinny_launcher(spec)(ctypes.byref(args))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _gemm_launcher(spec: KernelSpec):
     return build(spec).function("scalemm_nvfp4_gemm", [ctypes.POINTER(abi.Nvfp4GemmArgs)])
@@ -149,8 +196,11 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
 
 
 def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-               config: GemmConfig | None = None) -> torch.Tensor:
+               config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
+
+    config: None (the skinny kernel up to 64 tokens where it can run, else the CUTLASS kernel's
+    heuristic), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
@@ -159,16 +209,28 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
+    M = a.shape[0]
+    # W4A4 decodes a into a fresh (aligned) bf16 tensor; W4A16 reads a itself
+    operands = [(b.qdata, "b.qdata")] + ([] if isinstance(a, NVFP4Tensor) else [(a, "a")])
+    if isinstance(config, SkinnyConfig):
+        why = skinny_problem(M, K, config, operands)
+        if why:
+            raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
+    elif config is None:
+        skinny = configs.default_nvfp4_skinny_config(M, N, K, num_sms=_num_sms(device))
+        if skinny is not None and skinny_problem(M, K, skinny, operands) is None:
+            config = skinny
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=device)
+    if M == 0 or N == 0:
+        return out
     if isinstance(a, NVFP4Tensor):
         scale_a = a.alpha
         x = dequantize_rows_bf16(a)
     else:
         scale_a, x = _one(device), a
-    M = x.shape[0]
-    if out is None:
-        out = torch.empty((M, N), dtype=out_dtype, device=device)
-    if M == 0 or N == 0:
-        return out
+    if isinstance(config, SkinnyConfig):
+        return _gemm_skinny(x, b, scale_a, bias, out, config, epilogue)
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
     spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
@@ -207,6 +269,9 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                              (128, 1, "pingpong", False), (16, 1, "pingpong", False), (128, 2, "cooperative", False),
                              (128, 1, "cooperative", True)]:
         cases.add((GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk), bf16, f32))
+    for M in (32, 64):  # the CUTLASS kernel's pick at decode, beside the skinny kernel (perf/nvfp4_explore.py)
+        for N, K in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)):
+            cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
     if name in ("explore", "all"):
         for M in (1, 16, 64, 128, 4096):
             for N, K in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)):
@@ -229,6 +294,11 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c, o in sorted(grouped, key=lambda c: (c[0].key(), str(c[1])))]
+    skinny = {(m, bf16, o, None) for m in (1, 2, 4) for o in (bf16, f32)}
+    skinny |= {(1, a, o, "relu") for a in (bf16, f16) for o in (bf16, f16, f32)}
+    skinny |= {(m, f16, f32, None) for m in (1, 4)} | {(1, bf16, bf16, act) for act in ("gelu", "silu")}
+    specs += [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
+              for m, a, o, act in sorted(skinny, key=str)]
     return specs + [dequant_kernel_spec()]
 
 
@@ -314,7 +384,7 @@ _ACTIVATIONS = (None, "relu", "gelu", "silu")
 
 
 def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per=None,
-                   scale_b_per=None):
+                   scale_b_per=None, config_types=(GemmConfig,)):
     if scale_a is not None or scale_b is not None or scale_a_per is not None or scale_b_per is not None:
         raise ValueError("b is an NVFP4 weight: the global scales come from the containers (an NVFP4 a carries its "
                          "own alpha, a bf16/fp16 a has none); pass scale_a=None, scale_b=None, scale_a_per=None, "
@@ -325,7 +395,7 @@ def _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_
         raise TypeError(f"NVFP4 GEMMs take epilogue=None or one of 'relu', 'gelu', 'silu', got {type(epilogue).__name__}")
     if epilogue not in _ACTIVATIONS:
         raise ValueError(f"epilogue activation must be one of 'relu', 'gelu', 'silu', got {epilogue!r}")
-    check_gemm_options(out_dtype, fast_accum, config)
+    check_gemm_options(out_dtype, fast_accum, config, config_types=config_types)
 
 
 def _check_activation_rows(a, name, K):
@@ -361,7 +431,8 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
     tensors, the reference (exact dequantization, fp32 product, the epilogue in fp32)."""
     from .formats import NVFP4Tensor
     from .reference import dequantize_nvfp4
-    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config)
+    _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config,
+                   config_types=(GemmConfig, SkinnyConfig))
     if b.qdata is None or b.rht:
         raise ValueError("b must be an NVFP4Tensor with a rowwise copy and no RHT (quantize_nvfp4(w))")
     N, K = b.shape

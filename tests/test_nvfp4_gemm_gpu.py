@@ -11,6 +11,7 @@ import torch
 import scalemm
 from scalemm import reference as ref
 from scalemm.cutlass_kernels import GemmConfig
+from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config
 from scalemm.gemm_nvfp4 import prepare_sm90_weight, dequantize_rows_bf16
 
 pytestmark = pytest.mark.gpu
@@ -45,8 +46,8 @@ def _exact(a, b, bias=None, act=None):
     r = (alpha_a.reshape(-1, 1) if alpha_a.dim() else alpha_a) * b.alpha.double().reshape(1, -1) * acc
     if bias is not None:
         r = r + bias.double()
-    if act == "relu":
-        r = torch.relu(r)
+    if act is not None:
+        r = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}[act](r)
     return r
 
 
@@ -144,6 +145,89 @@ def test_prepared_weight_is_cached_and_refreshed():
     w.qdata.add_(0)  # an in-place change bumps the version
     assert _prepared_weight(w.qdata) is not p1
     assert torch.equal(_prepared_weight(w.qdata), prepare_sm90_weight(w.qdata))
+
+
+# ---------------------------------------------------------------------------------------
+# the skinny kernel (up to 64 tokens: decode)
+# ---------------------------------------------------------------------------------------
+
+# K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
+SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
+
+
+@pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 64])
+@pytest.mark.parametrize("N,K", SKINNY_NK)
+def test_skinny_matches_exact_dequant(M, N, K):
+    assert default_nvfp4_skinny_config(M, N, K) is not None  # the default path is the skinny kernel
+    w = _weights(N, K, "token", seed=N + K + 1)
+    x = _wide((M, K), seed=M + 100).to(torch.bfloat16)
+    out = _poisoned(M, N, torch.float32)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
+    assert not out.isnan().any(), "unwritten outputs"
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
+@pytest.mark.parametrize("splits", range(0, 9))
+def test_skinny_every_split_is_exact_and_deterministic(splits):
+    M, N, K = 9, 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
+    w = _weights(N, K, "tensor", seed=51)
+    x = _wide((M, K), seed=52).to(torch.bfloat16)
+    cfg = SkinnyConfig(1, splits)
+    out = _poisoned(M, N, torch.float32)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+    assert torch.equal(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), out)
+
+
+@pytest.mark.parametrize("M", [1, 7, 33])
+@pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
+def test_skinny_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
+    N, K = 4096, 2048
+    w = _weights(N, K, w_scaling, seed=61)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
+    out = _poisoned(M, N, torch.float32)
+    scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w)) <= 1e-5
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+def test_skinny_activations(act):
+    M, N, K = 3, 2048, 1024
+    w = _weights(N, K, "token", seed=71)
+    x = _wide((M, K), seed=72).to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = scalemm.gemm(x, w, bias=bias, epilogue=act, out_dtype=torch.bfloat16)
+    assert _rel_err(out, _exact(x, w, bias, act)) <= TOL[torch.bfloat16]
+
+
+def test_skinny_graph_replay_sees_new_tokens():
+    M, N, K = 4, 4096, 4096
+    w = _weights(N, K, "token", seed=81)
+    x = _wide((M, K), seed=82).to(torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.float32, device="cuda")
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out)  # build and warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
+    x.copy_(_wide((M, K), seed=83).to(torch.bfloat16))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, scalemm.gemm(x, w, out_dtype=torch.float32))
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
+def test_skinny_config_refuses_what_it_cannot_run():
+    w = _weights(256, 2064, "tensor", seed=91)  # K % 32 != 0
+    x = torch.randn(4, 2064, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="not a multiple of 32"):
+        scalemm.gemm(x, w, config=SkinnyConfig(1))
+    assert scalemm.gemm(x, w, out_dtype=torch.float32).isfinite().all()  # the default falls back to CUTLASS
+    w = _weights(256, 512, "tensor", seed=92)
+    with pytest.raises(ValueError, match="more than"):
+        scalemm.gemm(torch.randn(17, 512, device="cuda", dtype=torch.bfloat16), w, config=SkinnyConfig(1))
 
 
 # ---------------------------------------------------------------------------------------

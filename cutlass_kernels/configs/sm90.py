@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ... import abi
 from ...epilogues import CPP_TYPES, Emitted, dtype_name
 from .shapes import sweep_points
 
@@ -175,6 +176,56 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
     tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128 if M <= 128 else 256
     tiles = -(-N // 128) * -(-M // tile_n)
     return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=tiles < num_sms)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig:
+    """The NVFP4-weight kernel for few tokens (scalemm/sm90/nvfp4_skinny.cuh): mma.sync over 64 weight
+    rows per CTA, up to 16 * m_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
+    run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it)."""
+    m_tiles: int = 1
+    splits: int = 0
+
+    def __post_init__(self):
+        if self.m_tiles not in SKINNY_M_TILES:
+            raise ValueError(f"m_tiles must be one of {SKINNY_M_TILES}, got {self.m_tiles!r}")
+        if isinstance(self.splits, bool) or not isinstance(self.splits, int) or not 0 <= self.splits <= SKINNY_MAX_SPLITS:
+            raise ValueError(f"splits must be an int in [0, {SKINNY_MAX_SPLITS}] (0: automatic), got {self.splits!r}")
+
+    @property
+    def max_tokens(self) -> int:
+        return 16 * self.m_tiles
+
+    def key(self) -> str:
+        return f"skinny_m{self.m_tiles}"
+
+    def label(self) -> str:
+        return self.key() + (f"_s{self.splits}" if self.splits else "")
+
+    def compiled(self) -> "SkinnyConfig":
+        return replace(self, splits=0)
+
+
+SKINNY_M_TILES = (1, 2, 4)                # compiled token tiles of 16
+SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
+
+
+def default_nvfp4_skinny_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
+    """The skinny kernel for M <= 64 tokens (None above: the CUTLASS kernel's tiles), with the fewest
+    token tiles that hold M. The launcher splits K to fill the GPU (decode streams the weights: every
+    SM must have loads in flight)."""
+    _check_sms(num_sms)
+    if M > 16 * SKINNY_M_TILES[-1]:
+        return None
+    return SkinnyConfig(next(t for t in SKINNY_M_TILES if M <= 16 * t))
+
+
+def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
+    """Template parameters for cutlass_kernels/templates/nvfp4_skinny_sm90.cu."""
+    from ...epilogues import OPS
+    act = OPS["identity" if activation in (None, "none") else activation][0]
+    return {"ELEMENT_X": CPP_TYPES[dtype_name(act_dtype)], "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
+            "M_TILES": str(config.m_tiles), "ACTIVATION": f"{act}<float>"}
 
 
 def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:

@@ -120,6 +120,29 @@ struct Nvfp4GemmArgs {
   void* stream;
 };
 
+// NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), tokens <= 16 x the
+// kernel's token tiles: D [tokens, n] = act(scale_a * scale_b * (x @ dequant(W)^T) + bias), with
+// K split over `splits` CTAs of one cluster.
+constexpr int kSkinnyMaxSplits = 8;  // CTAs along K: one portable cluster
+struct Nvfp4SkinnyGemmArgs {
+  void const* weight;         // packed e2m1 codes uint8 [n, k / 2] exactly as the quantizer wrote them
+  void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, row pitch scale_cols bytes
+  void const* x;              // activations [tokens, k] contiguous, bf16 or fp16 as compiled, 16-byte aligned
+  void* d;                    // output [tokens, n] contiguous
+  void const* scale_a;        // fp32 [tokens] or one value
+  int64_t scale_a_is_vector;
+  void const* scale_b;        // fp32 [n] or one value
+  int64_t scale_b_is_vector;
+  void const* bias;           // [n] of the output type, or null
+  int64_t n;
+  int64_t tokens;
+  int64_t k;                  // a multiple of 32
+  int64_t scale_cols;         // Cp: ceil(k / 16) rounded up to 4
+  int64_t splits;             // CTAs along K per cluster, 1..kSkinnyMaxSplits, or 0: the launcher fits them to the GPU
+  int64_t device;
+  void* stream;
+};
+
 // Grouped (MoE) NVFP4-weight GEMM on SM90 (scalemm/sm90/nvfp4_grouped_gemm.cuh).
 // out[rows of g] = epilogue(x[rows of g] @ dequant(W_g)^T) for each group g of the offsets.
 struct Nvfp4GroupedGemmArgs {

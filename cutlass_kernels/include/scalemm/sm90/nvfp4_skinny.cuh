@@ -1,0 +1,286 @@
+// scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: up to 16 * kMTiles tokens), exact.
+//
+// D [tokens, n] = act(scale_a[t] * scale_b[c] * (X [tokens, k] @ dequant(W [n, k])^T) + bias[c])
+//
+// At decode the GEMM is a stream over the weights (0.5625 bytes per element with the scales):
+// the CUTLASS kernel (nvfp4_mainloop.hpp) keeps only two decoding warpgroups per SM and reached
+// ~40% of the copy bandwidth there. This kernel is built for the stream instead:
+//  - every warp loads its own weight codes straight into registers (16 bytes per lane per
+//    128-element chunk of K, a ring of kPrefetch chunks in flight), with their e4m3 block scales
+//    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
+//    and the codes in the quantizer's byte order: no prepared copy of the weights;
+//  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
+//    bf16/fp16) into the B operand of mma.sync m16n8k16 (8 weight rows per MMA), the tokens
+//    being the A operand (16 per MMA, read through L1: the warps of a CTA share them);
+//  - the K dimension is split over the CTAs of a thread-block cluster (one cluster per 64 weight
+//    rows), which add their fp32 partials through distributed shared memory in a fixed order
+//    (deterministic) before the epilogue: act(fl(fl(scale_a * scale_b) * acc) + bias), cast.
+//
+// Which element goes where. Lane l of a warp is (g = l / 4, q = l % 4). In a 128-element chunk
+// of K, lane (g, q) holds elements [32q, 32q + 32) of weight row g (one uint4 of codes: words
+// j = 0..3 of 8 codes; byte i of a word = elements 2i (low nibble) and 2i + 1). MMA step s = 0..7
+// covers elements 32q + 4s + {0..3} for lane q: its B registers are the decoded pairs (e, e + 1)
+// and (e + 2, e + 3), and its A registers the same elements of tokens g and g + 8. Since A and
+// B use the same assignment of K elements to MMA slots, the product is the GEMM's (the MMA only
+// sums over K). Scale block 2q covers words 0 and 1, block 2q + 1 words 2 and 3.
+#pragma once
+
+#include <cstdint>
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include "cutlass/numeric_conversion.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/thread/activation.h"
+
+#include "scalemm/abi.h"
+#include "scalemm/sm90/launch.cuh"
+#include "scalemm/sm90/nvfp4_numerics.cuh"
+
+namespace scalemm::sm90::skinny {
+
+constexpr int kChunkK = 128;      // K elements per step of the main loop: a lane quad's 4 x 32
+constexpr int kWarps = 4;         // warps per CTA, side by side along n
+constexpr int kN8PerWarp = 2;     // 8-row MMA tiles of weights per warp
+constexpr int kTileN = kWarps * kN8PerWarp * 8;  // weight rows per CTA (64)
+constexpr int kPrefetch = 4;      // chunks of weights in flight per warp
+constexpr int kMaxSplits = kSkinnyMaxSplits;
+
+// Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
+// the tokens, which every warp of the CTA reads).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  if constexpr (kIsHalf<T>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// One chunk of one lane's weights: kN8PerWarp rows x 32 codes and their two block scales each.
+struct WeightChunk {
+  uint4 codes[kN8PerWarp];
+  uint32_t scales[kN8PerWarp];  // bytes 0, 1: e4m3 scales of blocks 2q, 2q + 1
+};
+
+struct Params {
+  const uint8_t* weight;         // [n, k / 2]
+  const uint8_t* weight_scales;  // 128x4 swizzled, row pitch scale_cols
+  const void* x;                 // [tokens, k]
+  void* d;                       // [tokens, n]
+  const float* scale_a;          // [tokens] or one value
+  const float* scale_b;          // [n] or one value
+  const void* bias;              // [n] or null
+  int scale_a_vec, scale_b_vec;
+  int n, tokens, k, scale_cols;
+  int chunks_per_split;
+};
+
+__device__ __forceinline__ void load_weights(WeightChunk& w, Params const& p, int row0, int chunk, int q) {
+  const int k0 = chunk * kChunkK + 32 * q;
+  const bool k_ok = chunk >= 0 && k0 + 32 <= p.k;  // k % 32 == 0: a lane's 32 codes are all in or all out
+#pragma unroll
+  for (int t = 0; t < kN8PerWarp; ++t) {
+    const int row = row0 + 8 * t;
+    w.codes[t] = make_uint4(0, 0, 0, 0);
+    w.scales[t] = 0;
+    if (k_ok && row < p.n) {
+      w.codes[t] = load_stream(p.weight + int64_t(row) * (p.k / 2) + k0 / 2);
+      const int64_t off = int64_t(row / 128) * 128 * p.scale_cols + (chunk * 2 + q / 2) * 512 +
+                          scale_atom_row_offset(row % 128) + 2 * (q & 1);
+      w.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(p.weight_scales + off));
+    }
+  }
+}
+
+// Two codes (bits [3:0] and [19:16]) x the scale pair -> the MMA type's pair, value * s * 2^-8.
+template <class T>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t word, uint32_t shifted, int byte, uint32_t scale_pair) {
+  // byte `byte` of `word` to byte 0 (its low nibble: the even element), the same byte of word >> 4
+  // to byte 2 (the odd element)
+  const uint32_t sel = byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12);
+  return mul2<T>(e2m1x2_tiny<T>(__byte_perm(word, shifted, sel)), scale_pair);
+}
+
+template <class T, int kMTiles>
+__device__ __forceinline__ void mma_chunk(float (&acc)[kMTiles][kN8PerWarp][4], WeightChunk const& w,
+                                          Params const& p, int chunk, int g, int q) {
+  const int k0 = chunk * kChunkK + 32 * q;
+  const bool k_ok = k0 + 32 <= p.k;
+  const T* x = static_cast<const T*>(p.x);
+  uint32_t pairs[kN8PerWarp][4];
+#pragma unroll
+  for (int t = 0; t < kN8PerWarp; ++t) e4m3x4_to_scale_pairs<T>(w.scales[t], pairs[t]);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // word j: elements 8j .. 8j + 7 of the lane's 32
+    uint4 xa[kMTiles][2];         // tokens g + 16m (h = 0) and g + 8 + 16m (h = 1)
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = 16 * m + 8 * h + g;
+        xa[m][h] = make_uint4(0, 0, 0, 0);
+        if (k_ok && tok < p.tokens) xa[m][h] = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * p.k + k0 + 8 * j));
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kN8PerWarp; ++t) {
+      const uint32_t word = j == 0 ? w.codes[t].x : j == 1 ? w.codes[t].y : j == 2 ? w.codes[t].z : w.codes[t].w;
+      const uint32_t shifted = word >> 4;
+      const uint32_t s = pairs[t][j / 2];
+      const uint32_t b0 = decode_pair<T>(word, shifted, 0, s), b1 = decode_pair<T>(word, shifted, 1, s);
+      const uint32_t b2 = decode_pair<T>(word, shifted, 2, s), b3 = decode_pair<T>(word, shifted, 3, s);
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        mma16816<T>(acc[m][t], xa[m][0].x, xa[m][1].x, xa[m][0].y, xa[m][1].y, b0, b1);
+        mma16816<T>(acc[m][t], xa[m][0].z, xa[m][1].z, xa[m][0].w, xa[m][1].w, b2, b3);
+      }
+    }
+  }
+}
+
+// The epilogue of one output element: act(fl(fl(scale_a * scale_b) * acc) + bias), cast (the
+// order of scalemm.epilogues.scaled, CUTLASS's activation functors).
+template <class Out, class Act>
+__device__ __forceinline__ Out epilogue(float acc, Params const& p, int tok, int col) {
+  const float sa = p.scale_a[p.scale_a_vec ? tok : 0], sb = p.scale_b[p.scale_b_vec ? col : 0];
+  float v = (sa * sb) * acc;
+  if (p.bias != nullptr) v = v + float(static_cast<const Out*>(p.bias)[col]);
+  return cutlass::NumericConverter<Out, float, cutlass::FloatRoundStyle::round_to_nearest>{}(Act{}(v));
+}
+
+// Grid (splits, ceil(n / kTileN)), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
+// [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows.
+template <class T, class Out, int kMTiles, class Act>
+__global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
+  namespace cg = cooperative_groups;
+  constexpr int kRows = 16 * kMTiles;
+  constexpr int kPitch = kTileN + 4;  // floats per partial row (+4: spreads the float2 stores' banks)
+  __shared__ __align__(16) float partial[kRows * kPitch];
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int split = blockIdx.x, splits = gridDim.x;
+  const int n0 = blockIdx.y * kTileN, row0 = n0 + warp * (8 * kN8PerWarp) + g;
+  const int chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int c_begin = min(split * p.chunks_per_split, chunks);
+  const int c_end = min(c_begin + p.chunks_per_split, chunks);
+
+  float acc[kMTiles][kN8PerWarp][4] = {};
+  WeightChunk ring[kPrefetch];
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], p, row0, c_begin + i < c_end ? c_begin + i : -1, q);
+  for (int c = c_begin; c < c_end; c += kPrefetch) {
+#pragma unroll
+    for (int i = 0; i < kPrefetch; ++i) {
+      if (c + i < c_end) {
+        const WeightChunk cur = ring[i];
+        const int next = c + i + kPrefetch;
+        load_weights(ring[i], p, row0, next < c_end ? next : -1, q);
+        mma_chunk<T, kMTiles>(acc, cur, p, c + i, g, q);
+      }
+    }
+  }
+
+  // partial sums (x 2^kDecodeShift, exact) -> shared memory, rows = tokens, columns = weight rows
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int t = 0; t < kN8PerWarp; ++t) {
+      const int col = warp * (8 * kN8PerWarp) + 8 * t + 2 * q;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 v = make_float2(acc[m][t][2 * h] * kDecodeUnscale, acc[m][t][2 * h + 1] * kDecodeUnscale);
+        *reinterpret_cast<float2*>(&partial[(16 * m + 8 * h + g) * kPitch + col]) = v;
+      }
+    }
+  }
+  cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
+
+  // CTA `split` finishes every splits-th pair of outputs of the cluster's tile, adding the
+  // partials of CTAs 0, 1, ... in that order.
+  const int tokens = min(p.tokens, kRows);
+  Out* d = static_cast<Out*>(p.d);
+  for (int e = split * blockDim.x + threadIdx.x; e < tokens * (kTileN / 2); e += splits * blockDim.x) {
+    const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
+    float2 sum = make_float2(0.f, 0.f);
+    for (int r = 0; r < splits; ++r) {
+      const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    const int c0 = n0 + col;
+    if (c0 < p.n) d[int64_t(tok) * p.n + c0] = epilogue<Out, Act>(sum.x, p, tok, c0);
+    if (c0 + 1 < p.n) d[int64_t(tok) * p.n + c0 + 1] = epilogue<Out, Act>(sum.y, p, tok, c0 + 1);
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+}
+
+// How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the critical path of
+// an SM, waves x (chunks per CTA + 1) (the + 1: a CTA's prologue and its share of the reduction),
+// with `resident` CTAs per wave (occupancy x SMs). Ties go to fewer splits.
+inline int choose_splits(int64_t tiles, int64_t chunks, int64_t resident) {
+  int best = 1;
+  int64_t best_cost = -1;
+  for (int s = 1; s <= kMaxSplits && s <= chunks; ++s) {
+    const int64_t waves = (tiles * s + resident - 1) / resident, per = (chunks + s - 1) / s;
+    const int64_t cost = waves * (per + 1);
+    if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+// a.splits = 0: choose_splits for this GPU; 1..kMaxSplits: as given.
+template <class T, class Out, int kMTiles, class Act>
+int launch(Nvfp4SkinnyGemmArgs const& a) {
+  cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
+  if (err != cudaSuccess) return static_cast<int>(err);
+  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.tokens > 16 * kMTiles || a.n < 0 ||
+      a.tokens < 0 || a.n > (int64_t(1) << 30) || a.k > (int64_t(1) << 30))
+    return kBadArgument;
+  if (a.n == 0 || a.tokens == 0) return 0;
+  auto kernel = nvfp4_skinny_kernel<T, Out, kMTiles, Act>;
+  static int const per_sm = [&] {
+    int blocks = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, 0);
+    return blocks > 0 ? blocks : 1;
+  }();
+  const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
+  int splits = a.splits > 0 ? int(a.splits) : choose_splits(tiles, chunks, int64_t(per_sm) * sm_count(int(a.device)));
+  const int64_t per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
+  if (per_split > 0) splits = int((chunks + per_split - 1) / per_split);  // no CTA without chunks
+  Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x, a.d,
+           static_cast<const float*>(a.scale_a), static_cast<const float*>(a.scale_b), a.bias,
+           int(a.scale_a_is_vector), int(a.scale_b_is_vector), int(a.n), int(a.tokens), int(a.k),
+           int(a.scale_cols), int(per_split)};
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), 1);
+  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = static_cast<cudaStream_t>(a.stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  err = cudaLaunchKernelEx(&cfg, kernel, p);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
+}  // namespace scalemm::sm90::skinny

@@ -1,0 +1,6 @@
+// One SM90 NVFP4-weight GEMM for few tokens (scalemm/sm90/nvfp4_skinny.cuh), rendered by scalemm.gemm.
+#include "scalemm/sm90/nvfp4_skinny.cuh"
+
+extern "C" int scalemm_nvfp4_skinny_gemm(scalemm::Nvfp4SkinnyGemmArgs const* a) {
+  return scalemm::sm90::skinny::launch<{{ELEMENT_X}}, {{ELEMENT_D}}, {{M_TILES}}, {{ACTIVATION}}>(*a);
+}
