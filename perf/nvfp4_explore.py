@@ -29,17 +29,17 @@ from gemm_sweep import L2_BYTES, bench  # noqa: E402
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
 from scalemm.cutlass_kernels.configs.sm90 import SKINNY_M_TILES, SkinnyConfig, default_nvfp4_skinny_config  # noqa: E402
-from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4  # noqa: E402
+from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4, skinny_by_default  # noqa: E402
 
 
 def candidates(M, N, K, which="all"):
     """Configs timed beside the default. Up to 64 tokens: the skinny kernel with each fixed split count
-    (its default fits the split to the GPU) and the CUTLASS kernel's heuristic pick ("cutlass"); with
+    (0: the launcher fits the split to the GPU) and the CUTLASS kernel's heuristic pick ("cutlass"); with
     which="all" also every CUTLASS candidate tile."""
     out = []
     if M <= 16 * SKINNY_M_TILES[-1]:
         m_tiles = next(t for t in SKINNY_M_TILES if M <= 16 * t)
-        out += [SkinnyConfig(m_tiles, s) for s in (1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
+        out += [SkinnyConfig(m_tiles, s) for s in (0, 1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
     tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
@@ -190,7 +190,7 @@ def main():
         for M in ms:
             r = point(M, N, K, "none" if args.quick else args.candidates)
             points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
-            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={(default_nvfp4_skinny_config(M, N, K) or default_nvfp4_config(M, N, K)).label()}", r, "torch_bf16"),
+            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={((skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)).label()}", r, "torch_bf16"),
                   flush=True)
     grouped = [] if args.no_grouped else [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096),
                                           (128, 1, 1536, 4096)]

@@ -5,7 +5,8 @@ W4A4:  x is an NVFP4Tensor too; its rows are first decoded exactly to bf16 (code
        one memory-bound pass), and its global scale joins W's in the epilogue.
 Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
-    codes in the quantizer's byte order, K split over a cluster of CTAs;
+    codes in the quantizer's byte order, K split over a cluster of CTAs (the default for such calls
+    only with SCALEMM_NVFP4_SKINNY=1 until it has run on a GPU: skinny_by_default);
   - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import os
 import weakref
 
 import torch
@@ -132,6 +134,16 @@ def _skinny_launcher(spec: KernelSpec):
     return build(spec).function("scalemm_nvfp4_skinny_gemm", [ctypes.POINTER(abi.Nvfp4SkinnyGemmArgs)])
 
 
+SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
+
+
+def skinny_by_default() -> bool:
+    """Whether calls without a config take the skinny kernel for <= 64 tokens: only with
+    SCALEMM_NVFP4_SKINNY=1 until the kernel has passed the GPU tests on a device (it was written and
+    compiled without one; perf/NOTES.md). config=SkinnyConfig(...) always selects it."""
+    return os.environ.get(SKINNY_ENV, "0") == "1"
+
+
 def skinny_problem(M: int, K: int, config: SkinnyConfig, tensors) -> str | None:
     """Why the skinny kernel cannot take this problem, or None when it can."""
     if M > config.max_tokens:
@@ -199,8 +211,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
                config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
-    config: None (the skinny kernel up to 64 tokens where it can run, else the CUTLASS kernel's
-    heuristic), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    config: None (the CUTLASS kernel's heuristic; with SCALEMM_NVFP4_SKINNY=1 the skinny kernel up to
+    64 tokens where it can run), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
@@ -216,7 +228,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         why = skinny_problem(M, K, config, operands)
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
-    elif config is None:
+    elif config is None and skinny_by_default():
         skinny = configs.default_nvfp4_skinny_config(M, N, K, num_sms=_num_sms(device))
         if skinny is not None and skinny_problem(M, K, skinny, operands) is None:
             config = skinny

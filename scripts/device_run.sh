@@ -8,6 +8,8 @@
 #                                              # over the sweep's points, then tuned vs heuristic; copies the
 #                                              # tuned-config cache to $OUT), nvfp4 (NVFP4 config exploration),
 #                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
+#                                              # decode (NVFP4 at 1-64 tokens: the skinny kernel's splits against
+#                                              # the CUTLASS kernel and bf16 cuBLAS; kernels of --set tests),
 #                                              # pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
@@ -73,6 +75,10 @@ if has train; then  # training layers: their GPU tests, the convergence run, the
 fi
 if has nvfp4; then
   timeout 300 python3 perf/nvfp4_explore.py ${NVFP4_ARGS:-} || status=1
+fi
+if has decode; then
+  mkdir -p "$OUT/decode"
+  timeout 300 python3 perf/nvfp4_explore.py --ms 1,16,32,64 --candidates skinny --no-grouped --out "$OUT/decode" || status=1
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')

@@ -158,11 +158,11 @@ SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 @pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 64])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
 def test_skinny_matches_exact_dequant(M, N, K):
-    assert default_nvfp4_skinny_config(M, N, K) is not None  # the default path is the skinny kernel
+    cfg = default_nvfp4_skinny_config(M, N, K)
     w = _weights(N, K, "token", seed=N + K + 1)
     x = _wide((M, K), seed=M + 100).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
-    scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any(), "unwritten outputs"
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
@@ -187,7 +187,7 @@ def test_skinny_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
     w = _weights(N, K, w_scaling, seed=61)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
-    scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
+    scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=default_nvfp4_skinny_config(M, N, K))
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -198,8 +198,22 @@ def test_skinny_activations(act):
     w = _weights(N, K, "token", seed=71)
     x = _wide((M, K), seed=72).to(torch.bfloat16)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
-    out = scalemm.gemm(x, w, bias=bias, epilogue=act, out_dtype=torch.bfloat16)
+    out = scalemm.gemm(x, w, bias=bias, epilogue=act, out_dtype=torch.bfloat16, config=SkinnyConfig(1))
     assert _rel_err(out, _exact(x, w, bias, act)) <= TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("M", [1, 16, 300])
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_default_dispatch_with_skinny_enabled(monkeypatch, M, act_dtype, out_dtype):
+    """SCALEMM_NVFP4_SKINNY=1: calls of up to 64 tokens take the skinny kernel (dtypes, bias, relu)."""
+    import scalemm.gemm_nvfp4 as g
+    monkeypatch.setenv(g.SKINNY_ENV, "1")
+    calls = []
+    real = g._gemm_skinny
+    monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[5]) or real(*a))
+    test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
+    assert calls == ([SkinnyConfig(1)] if M <= 16 else [])
 
 
 def test_skinny_graph_replay_sees_new_tokens():
@@ -207,24 +221,27 @@ def test_skinny_graph_replay_sees_new_tokens():
     w = _weights(N, K, "token", seed=81)
     x = _wide((M, K), seed=82).to(torch.bfloat16)
     out = torch.empty(M, N, dtype=torch.float32, device="cuda")
-    scalemm.gemm(x, w, out_dtype=torch.float32, out=out)  # build and warm up outside the capture
+    cfg = SkinnyConfig(1)
+    scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)  # build and warm up outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
+        scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     x.copy_(_wide((M, K), seed=83).to(torch.bfloat16))
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, scalemm.gemm(x, w, out_dtype=torch.float32))
+    assert torch.equal(out, scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg))
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
-def test_skinny_config_refuses_what_it_cannot_run():
+def test_skinny_config_refuses_what_it_cannot_run(monkeypatch):
+    import scalemm.gemm_nvfp4 as g
     w = _weights(256, 2064, "tensor", seed=91)  # K % 32 != 0
     x = torch.randn(4, 2064, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="not a multiple of 32"):
         scalemm.gemm(x, w, config=SkinnyConfig(1))
-    assert scalemm.gemm(x, w, out_dtype=torch.float32).isfinite().all()  # the default falls back to CUTLASS
+    monkeypatch.setenv(g.SKINNY_ENV, "1")  # the default falls back to the CUTLASS kernel
+    assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
     w = _weights(256, 512, "tensor", seed=92)
     with pytest.raises(ValueError, match="more than"):
         scalemm.gemm(torch.randn(17, 512, device="cuda", dtype=torch.bfloat16), w, config=SkinnyConfig(1))

@@ -1,0 +1,210 @@
+"""The skinny NVFP4 kernel's data layout, checked on the CPU by a lane-level model of the kernel.
+
+scalemm/sm90/nvfp4_skinny.cuh decides, for every lane, which bytes of the weight codes and of the
+swizzled scales it loads, how it pairs codes into bf16x2 registers (__byte_perm + e2m1x2_tiny),
+which token elements it loads, and where those registers sit in mma.sync m16n8k16's fragments; the
+CTAs of a cluster then add their partials in a fixed order. The model below repeats those steps,
+line for line, with the PTX fragment layouts of m16n8k16 (A row-major 16x16, B column-major 16x8,
+C 16x8), and must reproduce the exact-dequant GEMM. A wrong offset, selector, pairing or fragment
+slot gives O(1) errors here. (The GPU tests in test_nvfp4_gemm_gpu.py run the kernel itself.)
+"""
+import math
+import struct
+
+import pytest
+import torch
+
+import scalemm
+from scalemm import reference as ref
+
+CHUNK_K, WARPS, N8_PER_WARP = 128, 4, 2  # nvfp4_skinny.cuh: kChunkK, kWarps, kN8PerWarp
+TILE_N = WARPS * N8_PER_WARP * 8
+DECODE_UNSCALE = 256.0                   # 2^kDecodeShift
+
+
+def _u32(b: bytes) -> int:
+    return int.from_bytes(b, "little")
+
+
+def _byte_perm(x: int, y: int, sel: int) -> int:
+    src = x.to_bytes(4, "little") + y.to_bytes(4, "little")
+    return _u32(bytes(src[(sel >> (4 * n)) & 7] for n in range(4)))
+
+
+def _bf16(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+
+
+_E4M3 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double().tolist()
+
+
+def _e2m1x2_tiny(x: int) -> tuple[float, float]:
+    """nvfp4_numerics.cuh e2m1x2_tiny<bf16>: (low half, high half) as values."""
+    r = (((x & 0x000F000F) * 0x1040) & 0xFFFFFFFF) & 0x81C081C0
+    return _bf16(r & 0xFFFF), _bf16(r >> 16)
+
+
+def _scale_pair(byte: int) -> float:
+    """e4m3x4_to_scale_pairs<bf16>: s * 2^(126 - kDecodeShift), as a bf16 value."""
+    return _E4M3[byte] * 2.0 ** 118
+
+
+def _decode_pair(word: int, shifted: int, byte: int, scale: float) -> tuple[float, float]:
+    sel = byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12)
+    lo, hi = _e2m1x2_tiny(_byte_perm(word, shifted, sel))
+    out = (lo * scale, hi * scale)
+    for v in out:  # the kernel's bf16 multiply is exact: the product must be a bf16 value
+        assert v == 0 or math.isnan(v) or _bf16(struct.unpack("<I", struct.pack("<f", v))[0] >> 16) == v
+    return out
+
+
+def _mma(acc, a_regs, b_regs):
+    """mma.sync.m16n8k16 (fp32 += bf16 x bf16) over a warp: a_regs[lane] = 4 registers of 2 values,
+    b_regs[lane] = 2 registers of 2 values, acc[lane] = 4 values; PTX ISA fragment layouts."""
+    A = torch.zeros(16, 16, dtype=torch.float64)
+    B = torch.zeros(16, 8, dtype=torch.float64)
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        (a01, a23, a45, a67), (b01, b23) = a_regs[lane], b_regs[lane]
+        A[g, 2 * q:2 * q + 2] = torch.tensor(a01, dtype=torch.float64)
+        A[g + 8, 2 * q:2 * q + 2] = torch.tensor(a23, dtype=torch.float64)
+        A[g, 2 * q + 8:2 * q + 10] = torch.tensor(a45, dtype=torch.float64)
+        A[g + 8, 2 * q + 8:2 * q + 10] = torch.tensor(a67, dtype=torch.float64)
+        B[2 * q:2 * q + 2, g] = torch.tensor(b01, dtype=torch.float64)
+        B[2 * q + 8:2 * q + 10, g] = torch.tensor(b23, dtype=torch.float64)
+    C = A @ B
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        acc[lane][0] += C[g, 2 * q].item()
+        acc[lane][1] += C[g, 2 * q + 1].item()
+        acc[lane][2] += C[g + 8, 2 * q].item()
+        acc[lane][3] += C[g + 8, 2 * q + 1].item()
+
+
+def skinny_model(x: torch.Tensor, w, m_tiles: int, splits: int) -> torch.Tensor:
+    """The kernel's arithmetic, lane by lane: fp64 [M, N] = x @ dequant(w)^T * alpha_b (no bias)."""
+    M, K = x.shape
+    N = w.shape[0]
+    codes = w.qdata.contiguous().view(-1).tolist()
+    scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
+    xs = x.double()
+    cp = -(-(K // 16) // 4) * 4
+    chunks = -(-K // CHUNK_K)
+    per_split = -(-chunks // splits)
+    splits = -(-chunks // per_split)
+    out = torch.full((M, N), float("nan"), dtype=torch.float64)
+    for tile in range(-(-N // TILE_N)):
+        n0 = tile * TILE_N
+        partial = [torch.zeros(16 * m_tiles, TILE_N, dtype=torch.float64) for _ in range(splits)]
+        for split in range(splits):
+            c_begin = min(split * per_split, chunks)
+            c_end = min(c_begin + per_split, chunks)
+            for warp in range(WARPS):
+                acc = [[[[0.0] * 4 for _ in range(32)] for _ in range(N8_PER_WARP)] for _ in range(m_tiles)]
+                for c in range(c_begin, c_end):
+                    # load_weights, per lane
+                    wcodes, wscales = [], []
+                    for lane in range(32):
+                        g, q = lane // 4, lane % 4
+                        k0 = c * CHUNK_K + 32 * q
+                        k_ok = k0 + 32 <= K
+                        lc, ls = [], []
+                        for t in range(N8_PER_WARP):
+                            row = n0 + warp * (8 * N8_PER_WARP) + g + 8 * t
+                            if k_ok and row < N:
+                                start = row * (K // 2) + k0 // 2
+                                lc.append(bytes(codes[start:start + 16]))
+                                off = ((row // 128) * 128 * cp + (c * 2 + q // 2) * 512
+                                       + (row % 128 % 32) * 16 + (row % 128 // 32) * 4 + 2 * (q & 1))
+                                ls.append((scales[off], scales[off + 1]))
+                            else:
+                                lc.append(bytes(16))
+                                ls.append((0, 0))
+                        wcodes.append(lc)
+                        wscales.append(ls)
+                    # mma_chunk
+                    for j in range(4):
+                        a_regs = [[None] * 2 for _ in range(m_tiles)]
+                        xa = {}
+                        for lane in range(32):
+                            g, q = lane // 4, lane % 4
+                            k0 = c * CHUNK_K + 32 * q
+                            for m in range(m_tiles):
+                                for h in range(2):
+                                    tok = 16 * m + 8 * h + g
+                                    ok = k0 + 32 <= K and tok < M
+                                    xa[lane, m, h] = (xs[tok, k0 + 8 * j:k0 + 8 * j + 8].tolist() if ok else [0.0] * 8)
+                        for t in range(N8_PER_WARP):
+                            b_step = [[], []]
+                            for lane in range(32):
+                                word = _u32(wcodes[lane][t][4 * j:4 * j + 4])
+                                s = _scale_pair(wscales[lane][t][j // 2])
+                                p = [_decode_pair(word, word >> 4, i, s) for i in range(4)]
+                                b_step[0].append((p[0], p[1]))
+                                b_step[1].append((p[2], p[3]))
+                            for m in range(m_tiles):
+                                for step in range(2):
+                                    e = 4 * step  # .x/.y (elements 0..3) then .z/.w (4..7)
+                                    a = [(xa[l, m, 0][e:e + 2], xa[l, m, 1][e:e + 2], xa[l, m, 0][e + 2:e + 4],
+                                          xa[l, m, 1][e + 2:e + 4]) for l in range(32)]
+                                    _mma(acc[m][t], a, b_step[step])
+                for m in range(m_tiles):
+                    for t in range(N8_PER_WARP):
+                        for lane in range(32):
+                            g, q = lane // 4, lane % 4
+                            col = warp * (8 * N8_PER_WARP) + 8 * t + 2 * q
+                            for h in range(2):
+                                partial[split][16 * m + 8 * h + g, col] = acc[m][t][lane][2 * h] * DECODE_UNSCALE
+                                partial[split][16 * m + 8 * h + g, col + 1] = acc[m][t][lane][2 * h + 1] * DECODE_UNSCALE
+        # the cluster's reduction: CTA `rank` takes every splits-th block of 128 output pairs, adding
+        # the partials of all CTAs in split order
+        tokens = min(M, 16 * m_tiles)
+        covered = set()
+        for rank in range(splits):
+            for tid in range(128):
+                for e in range(rank * 128 + tid, tokens * (TILE_N // 2), splits * 128):
+                    tok, col = e // (TILE_N // 2), 2 * (e % (TILE_N // 2))
+                    assert (tok, col) not in covered
+                    covered.add((tok, col))
+                    for cc in (col, col + 1):
+                        if n0 + cc < N:
+                            total = sum(partial[r][tok, cc].item() for r in range(splits))
+                            out[tok, n0 + cc] = total * w.alpha.double().reshape(-1)[(n0 + cc) % w.alpha.numel()]
+        assert len(covered) == tokens * TILE_N // 2
+    return out
+
+
+def _exact(x, w):
+    wd = ref.dequantize_nvfp4(w, torch.float32, apply_alpha=False).double()
+    return (x.double() @ wd.T) * w.alpha.double().reshape(1, -1)
+
+
+@pytest.mark.parametrize("M,N,K,m_tiles,splits", [
+    (3, 72, 288, 1, 2),    # a partial last chunk (288 = 2 x 128 + 32), a CTA tile past N
+    (16, 64, 256, 1, 1),   # one full token tile, one CTA
+    (17, 8, 416, 2, 3),    # the second token tile; one MMA's 8 rows of N; 4 chunks in 2 CTAs of 2
+    (5, 136, 96, 1, 1),    # K shorter than a chunk; rows 128..135 in the second 128-row scale block
+])
+def test_lane_model_reproduces_the_exact_gemm(M, N, K, m_tiles, splits):
+    g = torch.Generator().manual_seed(M * 1000 + N + K)
+    wf = torch.randn(N, K, generator=g) * torch.rand(N, 1, generator=g).mul(6).sub(3).exp2()
+    w = scalemm.quantize_nvfp4(wf.to(torch.bfloat16), scaling="token")
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    got = skinny_model(x, w, m_tiles, splits)
+    want = _exact(x, w)
+    assert not got.isnan().any(), "outputs the model never wrote"
+    assert ((got - want).norm() / want.norm()).item() < 1e-12
+
+
+def test_lane_model_catches_a_wrong_pairing(monkeypatch):
+    """The model is sensitive: swap the odd/even codes of each pair and it no longer matches."""
+    M, N, K = 2, 8, 128
+    g = torch.Generator().manual_seed(5)
+    w = scalemm.quantize_nvfp4(torch.randn(N, K, generator=g).to(torch.bfloat16), scaling="tensor")
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    right = skinny_model(x, w, 1, 1)
+    real = _decode_pair
+    monkeypatch.setitem(globals(), "_decode_pair", lambda *a: real(*a)[::-1])
+    wrong = skinny_model(x, w, 1, 1)
+    assert ((right - _exact(x, w)).norm() / _exact(x, w).norm()).item() < 1e-12
+    assert ((wrong - _exact(x, w)).norm() / _exact(x, w).norm()).item() > 1e-3
