@@ -23,6 +23,7 @@
 // and (e + 2, e + 3), and its A registers the same elements of tokens g and g + 8. Since A and
 // B use the same assignment of K elements to MMA slots, the product is the GEMM's (the MMA only
 // sums over K). Scale block 2q covers words 0 and 1, block 2q + 1 words 2 and 3.
+// tests/test_nvfp4_skinny_layout.py models these steps lane by lane on the CPU: keep it in step.
 #pragma once
 
 #include <cstdint>
