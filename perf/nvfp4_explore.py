@@ -28,7 +28,7 @@ from gemm_sweep import L2_BYTES, bench  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import SKINNY_M_TILES, SkinnyConfig, default_nvfp4_skinny_config  # noqa: E402
+from scalemm.cutlass_kernels.configs.sm90 import SKINNY_TOKEN_TILES, SkinnyConfig, default_nvfp4_skinny_config  # noqa: E402
 from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4, skinny_by_default  # noqa: E402
 
 
@@ -37,9 +37,9 @@ def candidates(M, N, K, which="all"):
     (0: the launcher fits the split to the GPU) and the CUTLASS kernel's heuristic pick ("cutlass"); with
     which="all" also every CUTLASS candidate tile."""
     out = []
-    if M <= 16 * SKINNY_M_TILES[-1]:
-        m_tiles = next(t for t in SKINNY_M_TILES if M <= 16 * t)
-        out += [SkinnyConfig(m_tiles, s) for s in (0, 1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
+    if M <= 8 * SKINNY_TOKEN_TILES[-1]:
+        tiles = next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t)
+        out += [SkinnyConfig(tiles, s) for s in (0, 1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
     tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]

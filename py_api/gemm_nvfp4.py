@@ -144,12 +144,14 @@ def skinny_by_default() -> bool:
     return os.environ.get(SKINNY_ENV, "0") == "1"
 
 
-def skinny_problem(M: int, K: int, config: SkinnyConfig, tensors) -> str | None:
+def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors) -> str | None:
     """Why the skinny kernel cannot take this problem, or None when it can."""
     if M > config.max_tokens:
         return f"M = {M} tokens is more than the {config.key()} kernel's {config.max_tokens}"
     if K % 32:
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
+    if N > 65535 * 64:
+        return f"N = {N} is more than 65535 tiles of 64 rows"
     for t, name in tensors:
         if t.data_ptr() % 16:
             return f"{name} does not start on a 16-byte boundary"
@@ -223,14 +225,14 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     N, K = b.shape
     M = a.shape[0]
     # W4A4 decodes a into a fresh (aligned) bf16 tensor; W4A16 reads a itself
-    operands = [(b.qdata, "b.qdata")] + ([] if isinstance(a, NVFP4Tensor) else [(a, "a")])
+    operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + ([] if isinstance(a, NVFP4Tensor) else [(a, "a")])
     if isinstance(config, SkinnyConfig):
-        why = skinny_problem(M, K, config, operands)
+        why = skinny_problem(M, N, K, config, operands)
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
         skinny = configs.default_nvfp4_skinny_config(M, N, K, num_sms=_num_sms(device))
-        if skinny is not None and skinny_problem(M, K, skinny, operands) is None:
+        if skinny is not None and skinny_problem(M, N, K, skinny, operands) is None:
             config = skinny
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=device)
@@ -306,9 +308,9 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c, o in sorted(grouped, key=lambda c: (c[0].key(), str(c[1])))]
-    skinny = {(m, bf16, o, None) for m in (1, 2, 4) for o in (bf16, f32)}
-    skinny |= {(1, a, o, "relu") for a in (bf16, f16) for o in (bf16, f16, f32)}
-    skinny |= {(m, f16, f32, None) for m in (1, 4)} | {(1, bf16, bf16, act) for act in ("gelu", "silu")}
+    skinny = {(t, bf16, o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)}
+    skinny |= {(t, a, o, "relu") for t in (1, 2) for a in (bf16, f16) for o in (bf16, f16, f32)}
+    skinny |= {(t, f16, f32, None) for t in (1, 8)} | {(1, bf16, bf16, act) for act in ("gelu", "silu")}
     specs += [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
               for m, a, o, act in sorted(skinny, key=str)]
     return specs + [dequant_kernel_spec()]

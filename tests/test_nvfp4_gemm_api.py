@@ -142,10 +142,11 @@ def test_grouped_bad_offsets_and_weights():
 def test_skinny_config_and_heuristic():
     from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config
     picks = {M: default_nvfp4_skinny_config(M, 4096, 4096) for M in (1, 16, 17, 32, 33, 64, 65, 4096)}
-    assert picks == {1: SkinnyConfig(1), 16: SkinnyConfig(1), 17: SkinnyConfig(2), 32: SkinnyConfig(2),
-                     33: SkinnyConfig(4), 64: SkinnyConfig(4), 65: None, 4096: None}
-    assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_m2_s5"
-    for bad in (dict(m_tiles=3), dict(splits=9), dict(splits=-1), dict(splits=True), dict(splits=2.0)):
+    assert picks == {1: SkinnyConfig(1), 16: SkinnyConfig(2), 17: SkinnyConfig(4), 32: SkinnyConfig(4),
+                     33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None, 4096: None}
+    assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_t2_s5"
+    for bad in (dict(token_tiles=3), dict(token_tiles=16), dict(splits=9), dict(splits=-1), dict(splits=True),
+                dict(splits=2.0)):
         with pytest.raises(ValueError):
             SkinnyConfig(**bad)
 
@@ -154,10 +155,11 @@ def test_skinny_problem_says_why():
     from scalemm.cutlass_kernels.configs import SkinnyConfig
     from scalemm.gemm_nvfp4 import skinny_problem
     x = _data(4, 64)
-    assert skinny_problem(4, 64, SkinnyConfig(1), [(x, "a")]) is None
-    assert "more than" in skinny_problem(17, 64, SkinnyConfig(1), [(x, "a")])
-    assert "multiple of 32" in skinny_problem(4, 48, SkinnyConfig(1), [(x, "a")])
-    assert "16-byte" in skinny_problem(4, 32, SkinnyConfig(1), [(_data(4 * 64 + 1)[1:], "a")])
+    assert skinny_problem(4, 16, 64, SkinnyConfig(1), [(x, "a")]) is None
+    assert "more than" in skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")])
+    assert "multiple of 32" in skinny_problem(4, 16, 48, SkinnyConfig(1), [(x, "a")])
+    assert "tiles" in skinny_problem(4, 65536 * 64, 64, SkinnyConfig(1), [(x, "a")])
+    assert "16-byte" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4 * 64 + 1)[1:], "a")])
 
 
 def test_skinny_config_is_for_the_dense_gemm_only():

@@ -155,7 +155,7 @@ def test_prepared_weight_is_cached_and_refreshed():
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 
-@pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 64])
+@pytest.mark.parametrize("M", [1, 5, 8, 9, 16, 17, 33, 64])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
 def test_skinny_matches_exact_dequant(M, N, K):
     cfg = default_nvfp4_skinny_config(M, N, K)
@@ -172,7 +172,7 @@ def test_skinny_every_split_is_exact_and_deterministic(splits):
     M, N, K = 9, 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
     w = _weights(N, K, "tensor", seed=51)
     x = _wide((M, K), seed=52).to(torch.bfloat16)
-    cfg = SkinnyConfig(1, splits)
+    cfg = SkinnyConfig(2, splits)  # 9 tokens: two tiles of 8
     out = _poisoned(M, N, torch.float32)
     scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any()
@@ -213,7 +213,7 @@ def test_default_dispatch_with_skinny_enabled(monkeypatch, M, act_dtype, out_dty
     real = g._gemm_skinny
     monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[5]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
-    assert calls == ([SkinnyConfig(1)] if M <= 16 else [])
+    assert calls == ([SkinnyConfig(1 if M <= 8 else 2)] if M <= 16 else [])
 
 
 def test_skinny_graph_replay_sees_new_tokens():
@@ -244,7 +244,7 @@ def test_skinny_config_refuses_what_it_cannot_run(monkeypatch):
     assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
     w = _weights(256, 512, "tensor", seed=92)
     with pytest.raises(ValueError, match="more than"):
-        scalemm.gemm(torch.randn(17, 512, device="cuda", dtype=torch.bfloat16), w, config=SkinnyConfig(1))
+        scalemm.gemm(torch.randn(9, 512, device="cuda", dtype=torch.bfloat16), w, config=SkinnyConfig(1))
 
 
 # ---------------------------------------------------------------------------------------

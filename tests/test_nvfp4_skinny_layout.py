@@ -81,10 +81,11 @@ def _mma(acc, a_regs, b_regs):
         acc[lane][3] += C[g + 8, 2 * q + 1].item()
 
 
-def skinny_model(x: torch.Tensor, w, m_tiles: int, splits: int) -> torch.Tensor:
+def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Tensor:
     """The kernel's arithmetic, lane by lane: fp64 [M, N] = x @ dequant(w)^T * alpha_b (no bias)."""
     M, K = x.shape
     N = w.shape[0]
+    assert M <= 8 * token_tiles
     codes = w.qdata.contiguous().view(-1).tolist()
     scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
     xs = x.double()
@@ -92,30 +93,31 @@ def skinny_model(x: torch.Tensor, w, m_tiles: int, splits: int) -> torch.Tensor:
     chunks = -(-K // CHUNK_K)
     per_split = -(-chunks // splits)
     splits = -(-chunks // per_split)
+    tokens = 8 * token_tiles
     out = torch.full((M, N), float("nan"), dtype=torch.float64)
     for tile in range(-(-N // TILE_N)):
         n0 = tile * TILE_N
-        partial = [torch.zeros(16 * m_tiles, TILE_N, dtype=torch.float64) for _ in range(splits)]
+        partial = [torch.zeros(TILE_N, tokens, dtype=torch.float64) for _ in range(splits)]
         for split in range(splits):
             c_begin = min(split * per_split, chunks)
             c_end = min(c_begin + per_split, chunks)
             for warp in range(WARPS):
-                acc = [[[[0.0] * 4 for _ in range(32)] for _ in range(N8_PER_WARP)] for _ in range(m_tiles)]
+                acc = [[[0.0] * 4 for _ in range(32)] for _ in range(token_tiles)]
                 for c in range(c_begin, c_end):
-                    # load_weights, per lane
+                    # load_weights, per lane (Lane: rows r0 + g (t = 0) and r0 + g + 8 (t = 1), addresses
+                    # of chunk 0 plus c * 64 bytes of codes, c * 1024 bytes of scales)
                     wcodes, wscales = [], []
                     for lane in range(32):
                         g, q = lane // 4, lane % 4
-                        k0 = c * CHUNK_K + 32 * q
-                        k_ok = k0 + 32 <= K
+                        chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
                         lc, ls = [], []
                         for t in range(N8_PER_WARP):
                             row = n0 + warp * (8 * N8_PER_WARP) + g + 8 * t
-                            if k_ok and row < N:
-                                start = row * (K // 2) + k0 // 2
+                            if c < chunks_ok and row < N:
+                                start = row * (K // 2) + 16 * q + c * (CHUNK_K // 2)
                                 lc.append(bytes(codes[start:start + 16]))
-                                off = ((row // 128) * 128 * cp + (c * 2 + q // 2) * 512
-                                       + (row % 128 % 32) * 16 + (row % 128 // 32) * 4 + 2 * (q & 1))
+                                off = ((row // 128) * 128 * cp + (q // 2) * 512 + (row % 128 % 32) * 16
+                                       + (row % 128 // 32) * 4 + 2 * (q & 1)) + c * 1024
                                 ls.append((scales[off], scales[off + 1]))
                             else:
                                 lc.append(bytes(16))
@@ -124,53 +126,52 @@ def skinny_model(x: torch.Tensor, w, m_tiles: int, splits: int) -> torch.Tensor:
                         wscales.append(ls)
                     # mma_chunk
                     for j in range(4):
-                        a_regs = [[None] * 2 for _ in range(m_tiles)]
-                        xa = {}
+                        xb, a = {}, {}
                         for lane in range(32):
                             g, q = lane // 4, lane % 4
-                            k0 = c * CHUNK_K + 32 * q
-                            for m in range(m_tiles):
-                                for h in range(2):
-                                    tok = 16 * m + 8 * h + g
-                                    ok = k0 + 32 <= K and tok < M
-                                    xa[lane, m, h] = (xs[tok, k0 + 8 * j:k0 + 8 * j + 8].tolist() if ok else [0.0] * 8)
-                        for t in range(N8_PER_WARP):
-                            b_step = [[], []]
-                            for lane in range(32):
+                            chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
+                            tile_ok = (M - g + 7) // 8 if g < M else 0
+                            base = g * K + 32 * q + c * CHUNK_K  # Lane.x + chunk * 128, in elements
+                            for m in range(token_tiles):
+                                if c < chunks_ok and m < tile_ok:
+                                    e0 = base + m * 8 * K + 8 * j
+                                    xb[lane, m] = xs.reshape(-1)[e0:e0 + 8].tolist()
+                                else:
+                                    xb[lane, m] = [0.0] * 8
+                            for t in range(N8_PER_WARP):
                                 word = _u32(wcodes[lane][t][4 * j:4 * j + 4])
                                 s = _scale_pair(wscales[lane][t][j // 2])
-                                p = [_decode_pair(word, word >> 4, i, s) for i in range(4)]
-                                b_step[0].append((p[0], p[1]))
-                                b_step[1].append((p[2], p[3]))
-                            for m in range(m_tiles):
-                                for step in range(2):
-                                    e = 4 * step  # .x/.y (elements 0..3) then .z/.w (4..7)
-                                    a = [(xa[l, m, 0][e:e + 2], xa[l, m, 1][e:e + 2], xa[l, m, 0][e + 2:e + 4],
-                                          xa[l, m, 1][e + 2:e + 4]) for l in range(32)]
-                                    _mma(acc[m][t], a, b_step[step])
-                for m in range(m_tiles):
-                    for t in range(N8_PER_WARP):
-                        for lane in range(32):
-                            g, q = lane // 4, lane % 4
-                            col = warp * (8 * N8_PER_WARP) + 8 * t + 2 * q
-                            for h in range(2):
-                                partial[split][16 * m + 8 * h + g, col] = acc[m][t][lane][2 * h] * DECODE_UNSCALE
-                                partial[split][16 * m + 8 * h + g, col + 1] = acc[m][t][lane][2 * h + 1] * DECODE_UNSCALE
+                                for i in range(4):
+                                    a[lane, t, i] = _decode_pair(word, word >> 4, i, s)
+                        for m in range(token_tiles):
+                            for st in range(2):  # elements 8j + 4st .. 8j + 4st + 3
+                                a_regs = [(a[l, 0, 2 * st], a[l, 1, 2 * st], a[l, 0, 2 * st + 1], a[l, 1, 2 * st + 1])
+                                          for l in range(32)]
+                                b_regs = [(xb[l, m][4 * st:4 * st + 2], xb[l, m][4 * st + 2:4 * st + 4]) for l in range(32)]
+                                _mma(acc[m], a_regs, b_regs)
+                # partials: [weight row of the tile][token]
+                for m in range(token_tiles):
+                    for lane in range(32):
+                        g, q = lane // 4, lane % 4
+                        for h in range(2):
+                            row = warp * (8 * N8_PER_WARP) + 8 * h + g
+                            partial[split][row, 8 * m + 2 * q] = acc[m][lane][2 * h] * DECODE_UNSCALE
+                            partial[split][row, 8 * m + 2 * q + 1] = acc[m][lane][2 * h + 1] * DECODE_UNSCALE
         # the cluster's reduction: CTA `rank` takes every splits-th block of 128 output pairs, adding
         # the partials of all CTAs in split order
-        tokens = min(M, 16 * m_tiles)
+        ntok = min(M, tokens)
         covered = set()
         for rank in range(splits):
             for tid in range(128):
-                for e in range(rank * 128 + tid, tokens * (TILE_N // 2), splits * 128):
+                for e in range(rank * 128 + tid, ntok * (TILE_N // 2), splits * 128):
                     tok, col = e // (TILE_N // 2), 2 * (e % (TILE_N // 2))
                     assert (tok, col) not in covered
                     covered.add((tok, col))
                     for cc in (col, col + 1):
                         if n0 + cc < N:
-                            total = sum(partial[r][tok, cc].item() for r in range(splits))
+                            total = sum(partial[r][cc, tok].item() for r in range(splits))
                             out[tok, n0 + cc] = total * w.alpha.double().reshape(-1)[(n0 + cc) % w.alpha.numel()]
-        assert len(covered) == tokens * TILE_N // 2
+        assert len(covered) == ntok * TILE_N // 2
     return out
 
 
@@ -179,18 +180,18 @@ def _exact(x, w):
     return (x.double() @ wd.T) * w.alpha.double().reshape(1, -1)
 
 
-@pytest.mark.parametrize("M,N,K,m_tiles,splits", [
+@pytest.mark.parametrize("M,N,K,token_tiles,splits", [
     (3, 72, 288, 1, 2),    # a partial last chunk (288 = 2 x 128 + 32), a CTA tile past N
-    (16, 64, 256, 1, 1),   # one full token tile, one CTA
-    (17, 8, 416, 2, 3),    # the second token tile; one MMA's 8 rows of N; 4 chunks in 2 CTAs of 2
+    (16, 64, 256, 2, 1),   # two full token tiles, one CTA
+    (17, 8, 416, 4, 3),    # a partial third token tile; 8 rows of N; 4 chunks in 2 CTAs of 2
     (5, 136, 96, 1, 1),    # K shorter than a chunk; rows 128..135 in the second 128-row scale block
 ])
-def test_lane_model_reproduces_the_exact_gemm(M, N, K, m_tiles, splits):
+def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits):
     g = torch.Generator().manual_seed(M * 1000 + N + K)
     wf = torch.randn(N, K, generator=g) * torch.rand(N, 1, generator=g).mul(6).sub(3).exp2()
     w = scalemm.quantize_nvfp4(wf.to(torch.bfloat16), scaling="token")
     x = torch.randn(M, K, generator=g).to(torch.bfloat16)
-    got = skinny_model(x, w, m_tiles, splits)
+    got = skinny_model(x, w, token_tiles, splits)
     want = _exact(x, w)
     assert not got.isnan().any(), "outputs the model never wrote"
     assert ((got - want).norm() / want.norm()).item() < 1e-12

@@ -181,23 +181,23 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
 @dataclass(frozen=True)
 class SkinnyConfig:
     """The NVFP4-weight kernel for few tokens (scalemm/sm90/nvfp4_skinny.cuh): mma.sync over 64 weight
-    rows per CTA, up to 16 * m_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
+    rows per CTA, up to 8 * token_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it)."""
-    m_tiles: int = 1
+    token_tiles: int = 1
     splits: int = 0
 
     def __post_init__(self):
-        if self.m_tiles not in SKINNY_M_TILES:
-            raise ValueError(f"m_tiles must be one of {SKINNY_M_TILES}, got {self.m_tiles!r}")
+        if self.token_tiles not in SKINNY_TOKEN_TILES:
+            raise ValueError(f"token_tiles must be one of {SKINNY_TOKEN_TILES}, got {self.token_tiles!r}")
         if isinstance(self.splits, bool) or not isinstance(self.splits, int) or not 0 <= self.splits <= SKINNY_MAX_SPLITS:
             raise ValueError(f"splits must be an int in [0, {SKINNY_MAX_SPLITS}] (0: automatic), got {self.splits!r}")
 
     @property
     def max_tokens(self) -> int:
-        return 16 * self.m_tiles
+        return 8 * self.token_tiles
 
     def key(self) -> str:
-        return f"skinny_m{self.m_tiles}"
+        return f"skinny_t{self.token_tiles}"
 
     def label(self) -> str:
         return self.key() + (f"_s{self.splits}" if self.splits else "")
@@ -206,18 +206,18 @@ class SkinnyConfig:
         return replace(self, splits=0)
 
 
-SKINNY_M_TILES = (1, 2, 4)                # compiled token tiles of 16
+SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
     """The skinny kernel for M <= 64 tokens (None above: the CUTLASS kernel's tiles), with the fewest
-    token tiles that hold M. The launcher splits K to fill the GPU (decode streams the weights: every
-    SM must have loads in flight)."""
+    8-token tiles that hold M. The launcher splits K to fill the GPU (decode streams the weights:
+    every SM must have loads in flight)."""
     _check_sms(num_sms)
-    if M > 16 * SKINNY_M_TILES[-1]:
+    if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return None
-    return SkinnyConfig(next(t for t in SKINNY_M_TILES if M <= 16 * t))
+    return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
@@ -225,7 +225,7 @@ def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | 
     from ...epilogues import OPS
     act = OPS["identity" if activation in (None, "none") else activation][0]
     return {"ELEMENT_X": CPP_TYPES[dtype_name(act_dtype)], "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
-            "M_TILES": str(config.m_tiles), "ACTIVATION": f"{act}<float>"}
+            "TOKEN_TILES": str(config.token_tiles), "ACTIVATION": f"{act}<float>"}
 
 
 def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:

@@ -120,7 +120,7 @@ struct Nvfp4GemmArgs {
   void* stream;
 };
 
-// NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), tokens <= 16 x the
+// NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), tokens <= 8 x the
 // kernel's token tiles: D [tokens, n] = act(scale_a * scale_b * (x @ dequant(W)^T) + bias), with
 // K split over `splits` CTAs of one cluster.
 constexpr int kSkinnyMaxSplits = 8;  // CTAs along K: one portable cluster

@@ -1,4 +1,4 @@
-// scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: up to 16 * kMTiles tokens), exact.
+// scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: up to 8 * kTokenTiles tokens), exact.
 //
 // D [tokens, n] = act(scale_a[t] * scale_b[c] * (X [tokens, k] @ dequant(W [n, k])^T) + bias[c])
 //
@@ -10,19 +10,22 @@
 //    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
 //    and the codes in the quantizer's byte order: no prepared copy of the weights;
 //  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
-//    bf16/fp16) into the B operand of mma.sync m16n8k16 (8 weight rows per MMA), the tokens
-//    being the A operand (16 per MMA, read through L1: the warps of a CTA share them);
+//    bf16/fp16) into the A operand of mma.sync m16n8k16 (a warp's 16 weight rows per MMA), the
+//    tokens being the B operand (8 per MMA, read through L1: the warps of a CTA share them);
 //  - the K dimension is split over the CTAs of a thread-block cluster (one cluster per 64 weight
 //    rows), which add their fp32 partials through distributed shared memory in a fixed order
 //    (deterministic) before the epilogue: act(fl(fl(scale_a * scale_b) * acc) + bias), cast.
 //
-// Which element goes where. Lane l of a warp is (g = l / 4, q = l % 4). In a 128-element chunk
-// of K, lane (g, q) holds elements [32q, 32q + 32) of weight row g (one uint4 of codes: words
-// j = 0..3 of 8 codes; byte i of a word = elements 2i (low nibble) and 2i + 1). MMA step s = 0..7
-// covers elements 32q + 4s + {0..3} for lane q: its B registers are the decoded pairs (e, e + 1)
-// and (e + 2, e + 3), and its A registers the same elements of tokens g and g + 8. Since A and
-// B use the same assignment of K elements to MMA slots, the product is the GEMM's (the MMA only
-// sums over K). Scale block 2q covers words 0 and 1, block 2q + 1 words 2 and 3.
+// Which element goes where. Lane l of a warp is (g = l / 4, q = l % 4); the warp owns weight rows
+// r0 + g and r0 + g + 8 (the MMA's A rows g and g + 8). In a 128-element chunk of K, lane (g, q)
+// holds elements [32q, 32q + 32) of both rows (one uint4 of codes each: words j = 0..3 of 8 codes;
+// byte i of a word = elements 2i (low nibble) and 2i + 1). MMA step (j, s), s = 0, 1, covers
+// elements e = 32q + 8j + 4s + {0..3} for lane q: its A registers are the decoded pairs (e, e + 1)
+// of rows g, g + 8 (a0a1, a2a3) and (e + 2, e + 3) of rows g, g + 8 (a4a5, a6a7); its B registers
+// are the same elements of token g of the 8-token tile: (e, e + 1) and (e + 2, e + 3), i.e. two
+// consecutive 32-bit words of one 16-byte load of that token's row. Since A and B use the same
+// assignment of K elements to MMA slots, the product is the GEMM's (the MMA only sums over K).
+// Scale block 2q covers words 0 and 1, block 2q + 1 words 2 and 3.
 // tests/test_nvfp4_skinny_layout.py models these steps lane by lane on the CPU: keep it in step.
 #pragma once
 
@@ -42,7 +45,7 @@ namespace scalemm::sm90::skinny {
 
 constexpr int kChunkK = 128;      // K elements per step of the main loop: a lane quad's 4 x 32
 constexpr int kWarps = 4;         // warps per CTA, side by side along n
-constexpr int kN8PerWarp = 2;     // 8-row MMA tiles of weights per warp
+constexpr int kN8PerWarp = 2;     // a warp's weight rows in groups of 8: rows g and g + 8 of one MMA
 constexpr int kTileN = kWarps * kN8PerWarp * 8;  // weight rows per CTA (64)
 constexpr int kPrefetch = 4;      // chunks of weights in flight per warp
 constexpr int kMaxSplits = kSkinnyMaxSplits;
@@ -51,7 +54,7 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 // the tokens, which every warp of the CTA reads).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"  // not volatile: free to schedule
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
@@ -91,19 +94,44 @@ struct Params {
   int chunks_per_split;
 };
 
-__device__ __forceinline__ void load_weights(WeightChunk& w, Params const& p, int row0, int chunk, int q) {
-  const int k0 = chunk * kChunkK + 32 * q;
-  const bool k_ok = chunk >= 0 && k0 + 32 <= p.k;  // k % 32 == 0: a lane's 32 codes are all in or all out
+// What a lane reads, fixed for the whole main loop (addresses of chunk 0; chunk c adds c * 64
+// bytes of codes, c * 1024 bytes of scales = two 512-byte atoms, c * 128 token elements).
+template <class T>
+struct Lane {
+  const uint8_t* codes[kN8PerWarp];   // weight rows r0 + g + 8t: codes of elements [32q, 32q + 32)
+  const uint8_t* scales[kN8PerWarp];  // their scales of blocks 2q, 2q + 1
+  bool row_ok[kN8PerWarp];            // the row exists (< n)
+  const T* x;                         // token g: elements [32q, 32q + 32); token tile m adds 8m rows
+  int64_t x_tile_stride;              // 8 * k elements
+  int tile_ok;                        // token tiles m < tile_ok hold token 8m + g (< tokens)
+  int chunks_ok;                      // chunks c < chunks_ok hold all 32 of the lane's elements (k % 32 == 0)
+
+  __device__ Lane(Params const& p, int row0, int g, int q) {
+#pragma unroll
+    for (int t = 0; t < kN8PerWarp; ++t) {
+      const int row = row0 + 8 * t;
+      row_ok[t] = row < p.n;
+      codes[t] = p.weight + int64_t(row) * (p.k / 2) + 16 * q;
+      scales[t] = p.weight_scales + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 +
+                  scale_atom_row_offset(row % 128) + 2 * (q & 1);
+    }
+    x = static_cast<const T*>(p.x) + int64_t(g) * p.k + 32 * q;
+    x_tile_stride = int64_t(8) * p.k;
+    tile_ok = g < p.tokens ? (p.tokens - g + 7) / 8 : 0;
+    chunks_ok = p.k >= 32 * q + 32 ? (p.k - 32 * q - 32) / kChunkK + 1 : 0;
+  }
+};
+
+template <class T>
+__device__ __forceinline__ void load_weights(WeightChunk& w, Lane<T> const& l, int chunk) {
+  const bool ok = chunk >= 0 && chunk < l.chunks_ok;
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) {
-    const int row = row0 + 8 * t;
     w.codes[t] = make_uint4(0, 0, 0, 0);
     w.scales[t] = 0;
-    if (k_ok && row < p.n) {
-      w.codes[t] = load_stream(p.weight + int64_t(row) * (p.k / 2) + k0 / 2);
-      const int64_t off = int64_t(row / 128) * 128 * p.scale_cols + (chunk * 2 + q / 2) * 512 +
-                          scale_atom_row_offset(row % 128) + 2 * (q & 1);
-      w.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(p.weight_scales + off));
+    if (ok && l.row_ok[t]) {
+      w.codes[t] = load_stream(l.codes[t] + int64_t(chunk) * (kChunkK / 2));
+      w.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(l.scales[t] + int64_t(chunk) * 1024));
     }
   }
 }
@@ -117,39 +145,34 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t word, uint32_t shifted,
   return mul2<T>(e2m1x2_tiny<T>(__byte_perm(word, shifted, sel)), scale_pair);
 }
 
-template <class T, int kMTiles>
-__device__ __forceinline__ void mma_chunk(float (&acc)[kMTiles][kN8PerWarp][4], WeightChunk const& w,
-                                          Params const& p, int chunk, int g, int q) {
-  const int k0 = chunk * kChunkK + 32 * q;
-  const bool k_ok = k0 + 32 <= p.k;
-  const T* x = static_cast<const T*>(p.x);
+template <class T, int kTokenTiles>
+__device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T> const& l,
+                                          int chunk) {
+  const bool k_ok = chunk < l.chunks_ok;
+  const T* x = l.x + int64_t(chunk) * kChunkK;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) e4m3x4_to_scale_pairs<T>(w.scales[t], pairs[t]);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {  // word j: elements 8j .. 8j + 7 of the lane's 32
-    uint4 xa[kMTiles][2];         // tokens g + 16m (h = 0) and g + 8 + 16m (h = 1)
+    uint4 xb[kTokenTiles];        // token 8m + g: elements 8j .. 8j + 7
 #pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int tok = 16 * m + 8 * h + g;
-        xa[m][h] = make_uint4(0, 0, 0, 0);
-        if (k_ok && tok < p.tokens) xa[m][h] = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * p.k + k0 + 8 * j));
-      }
+    for (int m = 0; m < kTokenTiles; ++m) {
+      xb[m] = make_uint4(0, 0, 0, 0);
+      if (k_ok && m < l.tile_ok) xb[m] = __ldg(reinterpret_cast<const uint4*>(x + m * l.x_tile_stride + 8 * j));
     }
+    uint32_t a[kN8PerWarp][4];  // [row g, row g + 8][pair of bytes 0..3]
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
       const uint32_t word = j == 0 ? w.codes[t].x : j == 1 ? w.codes[t].y : j == 2 ? w.codes[t].z : w.codes[t].w;
       const uint32_t shifted = word >> 4;
-      const uint32_t s = pairs[t][j / 2];
-      const uint32_t b0 = decode_pair<T>(word, shifted, 0, s), b1 = decode_pair<T>(word, shifted, 1, s);
-      const uint32_t b2 = decode_pair<T>(word, shifted, 2, s), b3 = decode_pair<T>(word, shifted, 3, s);
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        mma16816<T>(acc[m][t], xa[m][0].x, xa[m][1].x, xa[m][0].y, xa[m][1].y, b0, b1);
-        mma16816<T>(acc[m][t], xa[m][0].z, xa[m][1].z, xa[m][0].w, xa[m][1].w, b2, b3);
-      }
+      for (int i = 0; i < 4; ++i) a[t][i] = decode_pair<T>(word, shifted, i, pairs[t][j / 2]);
+    }
+#pragma unroll
+    for (int m = 0; m < kTokenTiles; ++m) {
+      mma16816<T>(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], xb[m].x, xb[m].y);  // elements 8j + 0..3
+      mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], xb[m].z, xb[m].w);  // elements 8j + 4..7
     }
   }
 }
@@ -166,12 +189,12 @@ __device__ __forceinline__ Out epilogue(float acc, Params const& p, int tok, int
 
 // Grid (splits, ceil(n / kTileN)), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows.
-template <class T, class Out, int kMTiles, class Act>
+template <class T, class Out, int kTokenTiles, class Act>
 __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
   namespace cg = cooperative_groups;
-  constexpr int kRows = 16 * kMTiles;
-  constexpr int kPitch = kTileN + 4;  // floats per partial row (+4: spreads the float2 stores' banks)
-  __shared__ __align__(16) float partial[kRows * kPitch];
+  constexpr int kTokens = 8 * kTokenTiles;
+  constexpr int kPitch = kTokens + 4;  // floats per partial row (one row per weight row of the tile)
+  __shared__ __align__(16) float partial[kTileN * kPitch];
 
   cg::cluster_group cluster = cg::this_cluster();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
@@ -181,52 +204,50 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   const int c_begin = min(split * p.chunks_per_split, chunks);
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
 
-  float acc[kMTiles][kN8PerWarp][4] = {};
+  const Lane<T> lane_src(p, row0, g, q);
+  float acc[kTokenTiles][4] = {};
   WeightChunk ring[kPrefetch];
 #pragma unroll
-  for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], p, row0, c_begin + i < c_end ? c_begin + i : -1, q);
+  for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
   for (int c = c_begin; c < c_end; c += kPrefetch) {
 #pragma unroll
     for (int i = 0; i < kPrefetch; ++i) {
       if (c + i < c_end) {
         const WeightChunk cur = ring[i];
         const int next = c + i + kPrefetch;
-        load_weights(ring[i], p, row0, next < c_end ? next : -1, q);
-        mma_chunk<T, kMTiles>(acc, cur, p, c + i, g, q);
+        load_weights(ring[i], lane_src, next < c_end ? next : -1);
+        mma_chunk<T, kTokenTiles>(acc, cur, lane_src, c + i);
       }
     }
   }
 
-  // partial sums (x 2^kDecodeShift, exact) -> shared memory, rows = tokens, columns = weight rows
+  // partial sums (x 2^kDecodeShift, exact) -> shared memory [weight row of the tile][token]: the
+  // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
 #pragma unroll
-  for (int m = 0; m < kMTiles; ++m) {
+  for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
-    for (int t = 0; t < kN8PerWarp; ++t) {
-      const int col = warp * (8 * kN8PerWarp) + 8 * t + 2 * q;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 v = make_float2(acc[m][t][2 * h] * kDecodeUnscale, acc[m][t][2 * h + 1] * kDecodeUnscale);
-        *reinterpret_cast<float2*>(&partial[(16 * m + 8 * h + g) * kPitch + col]) = v;
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
+      const float2 v = make_float2(acc[m][2 * h] * kDecodeUnscale, acc[m][2 * h + 1] * kDecodeUnscale);
+      *reinterpret_cast<float2*>(&partial[row * kPitch + 8 * m + 2 * q]) = v;
     }
   }
   cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
 
-  // CTA `split` finishes every splits-th pair of outputs of the cluster's tile, adding the
-  // partials of CTAs 0, 1, ... in that order.
-  const int tokens = min(p.tokens, kRows);
+  // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
+  // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
+  const int tokens = min(p.tokens, kTokens);
   Out* d = static_cast<Out*>(p.d);
   for (int e = split * blockDim.x + threadIdx.x; e < tokens * (kTileN / 2); e += splits * blockDim.x) {
     const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-    float2 sum = make_float2(0.f, 0.f);
+    float sum0 = 0.f, sum1 = 0.f;
     for (int r = 0; r < splits; ++r) {
-      const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
-      sum.x += v.x;
-      sum.y += v.y;
+      sum0 += *cluster.map_shared_rank(&partial[col * kPitch + tok], r);
+      sum1 += *cluster.map_shared_rank(&partial[(col + 1) * kPitch + tok], r);
     }
     const int c0 = n0 + col;
-    if (c0 < p.n) d[int64_t(tok) * p.n + c0] = epilogue<Out, Act>(sum.x, p, tok, c0);
-    if (c0 + 1 < p.n) d[int64_t(tok) * p.n + c0 + 1] = epilogue<Out, Act>(sum.y, p, tok, c0 + 1);
+    if (c0 < p.n) d[int64_t(tok) * p.n + c0] = epilogue<Out, Act>(sum0, p, tok, c0);
+    if (c0 + 1 < p.n) d[int64_t(tok) * p.n + c0 + 1] = epilogue<Out, Act>(sum1, p, tok, c0 + 1);
   }
   cluster.sync();  // no CTA leaves while another still reads its shared memory
 }
@@ -246,15 +267,15 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t resident) {
 }
 
 // a.splits = 0: choose_splits for this GPU; 1..kMaxSplits: as given.
-template <class T, class Out, int kMTiles, class Act>
+template <class T, class Out, int kTokenTiles, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
-  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.tokens > 16 * kMTiles || a.n < 0 ||
-      a.tokens < 0 || a.n > (int64_t(1) << 30) || a.k > (int64_t(1) << 30))
+  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.tokens > 8 * kTokenTiles || a.n < 0 ||
+      a.tokens < 0 || a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30))  // grid y <= 65535
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  auto kernel = nvfp4_skinny_kernel<T, Out, kMTiles, Act>;
+  auto kernel = nvfp4_skinny_kernel<T, Out, kTokenTiles, Act>;
   static int const per_sm = [&] {
     int blocks = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, 0);
