@@ -58,6 +58,13 @@ def nvfp4_gemms(dev):
         x = torch.randn(M, 2064, device=dev, dtype=torch.bfloat16)
         scalemm.gemm(x, w, out_dtype=torch.float32)
         scalemm.gemm(scalemm.quantize_nvfp4(x, scaling="token"), w)
+    # the skinny kernel: a partial last chunk (K = 2080), N past its 64-row tile, every split count
+    from scalemm.cutlass_kernels.configs import SkinnyConfig
+    ws = scalemm.quantize_nvfp4(torch.randn(200, 2080, device=dev, dtype=torch.bfloat16), scaling="token")
+    for M, tiles in ((1, 1), (9, 2), (33, 8)):
+        x = torch.randn(M, 2080, device=dev, dtype=torch.bfloat16)
+        for splits in (0, 1, 3, 8):
+            scalemm.gemm(x, ws, out_dtype=torch.float32, config=SkinnyConfig(tiles, splits))
     sizes = [5, 0, 130, 1, 0, 17]
     T, G = sum(sizes), len(sizes)
     offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
