@@ -547,8 +547,9 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
 
         def make(t):
             wd = w.detach()
-            out = list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))
-            return out + (list(torch.ops.scalemm.train_quantize_stacked(wd, key, True)) if t else [])
+            if t:  # both copies, from one pass over w where the recipe allows (training.quantize_stacked_pair)
+                return list(torch.ops.scalemm.train_quantize_stacked_pair(wd, key))
+            return list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))
         if not self.cache_weight:
             return make(transposed)
         tensors = self._wcache.get(w, key, transposed, make)

@@ -233,6 +233,22 @@ def _(w, recipe, transposed):
     return [w.new_empty(s, dtype=d) for s, d in training.stacked_shapes(_recipe(recipe), E, N, K)]
 
 
+@torch.library.custom_op("scalemm::train_quantize_stacked_pair", mutates_args=())
+def train_quantize_stacked_pair(w: torch.Tensor, recipe: str) -> list[torch.Tensor]:
+    """scalemm.training.quantize_stacked_pair: the W [E, N, K] and W^T copies, w read once where it can be."""
+    from . import training
+    wq, wt = training.quantize_stacked_pair(w, _recipe(recipe))
+    return _distinct(training.flatten(wq, grouped=True) + training.flatten(wt, grouped=True))
+
+
+@train_quantize_stacked_pair.register_fake
+def _(w, recipe):
+    from . import training
+    E, N, K = w.shape
+    r = _recipe(recipe)
+    return [w.new_empty(s, dtype=d) for s, d in training.stacked_shapes(r, E, N, K) + training.stacked_shapes(r, E, K, N)]
+
+
 @torch.library.custom_op("scalemm::train_grouped_gemm", mutates_args=())
 def train_grouped_gemm(which: str, a: list[torch.Tensor], b: list[torch.Tensor], offsets: torch.Tensor,
                        bias: Optional[torch.Tensor], recipe: str, out_dtype: torch.dtype, T: int) -> torch.Tensor:

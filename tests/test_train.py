@@ -353,9 +353,10 @@ def test_train_ops_fakes_match_real_shapes(name):
         gq = ops.train_quantize_grouped(xo, offs, key, "input", True, True)
         sq = ops.train_quantize_stacked(we, key, False)
         tq = ops.train_quantize_stacked(we, key, True)
+        pq = ops.train_quantize_stacked_pair(we, key)
         gd = ops.train_quantize_grouped(torch.randn(40, 48), offs, key, "grad", True, True)
         m = training.field_count(recipe, grouped=True)
-        outs += [*gq, *sq, *tq, ops.train_grouped_gemm("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
+        outs += [*gq, *sq, *tq, *pq, ops.train_grouped_gemm("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
                  ops.train_grouped_gemm("dgrad", gd[:m], tq, offs, None, key, torch.float32, 40),
                  ops.train_grouped_gemm("wgrad", gd[m:], gq[m:], offs, None, key, torch.float32, 40)]
         return outs
@@ -363,6 +364,25 @@ def test_train_ops_fakes_match_real_shapes(name):
     with FakeTensorMode(allow_non_fake_inputs=True):
         fake = run()
     assert [(tuple(t.shape), t.dtype) for t in fake] == [(tuple(t.shape), t.dtype) for t in real]
+
+
+@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("E,N,K", [(4, 128, 192), (3, 48, 80), (1, 16, 32)])
+def test_stacked_pair_is_the_two_passes(name, E, N, K):
+    """quantize_stacked_pair (W and W^T from one pass over w where the format allows) gives the bytes of
+    quantize_stacked(w) and quantize_stacked(w, transposed=True)."""
+    recipe = RECIPES[name]
+    g = torch.Generator().manual_seed(E * N + K)
+    w = (torch.randn(E, N, K, generator=g) * torch.rand(E, N, 1, generator=g).mul(8).exp2()).to(torch.bfloat16)
+    w[0, 1] = 0  # a zero row of W (a zero scale block of W^T's columns)
+    want = [training.quantize_stacked(w, recipe), training.quantize_stacked(w, recipe, transposed=True)]
+    got = training.quantize_stacked_pair(w, recipe)
+    for a, b in zip(got, want):
+        assert (a.group_rows, a.shape, a.scaling, a.layout) == (b.group_rows, b.shape, b.scaling, b.layout)
+        assert torch.equal(a.offsets, b.offsets)
+        for x, y in zip(training.flatten(a, grouped=True), training.flatten(b, grouped=True)):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)) if x.element_size() == 1 else torch.equal(x, y)
 
 
 def test_decode_wgrad_matches_the_host_dequantization():
@@ -577,7 +597,8 @@ def test_train_ops_pass_opcheck(name):
     offs, xo, we = torch.tensor([5, 5, 40], dtype=torch.int32), torch.randn(40, 64), torch.randn(3, 48, 64)
     for op, args in ((ops.train_quantize, (x, key, "input", True, True)),
                      (ops.train_quantize_grouped, (xo, offs, key, "input", True, True)),
-                     (ops.train_quantize_stacked, (we, key, True))):
+                     (ops.train_quantize_stacked, (we, key, True)),
+                     (ops.train_quantize_stacked_pair, (we, key))):
         torch.library.opcheck(op.default, args)
     xq, wq = ops.train_quantize(x, key, "input", True, True), ops.train_quantize(w, key, "weight", True, True)
     gq, sq = ops.train_quantize_grouped(xo, offs, key, "input", True, False), ops.train_quantize_stacked(we, key, False)
