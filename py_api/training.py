@@ -301,10 +301,25 @@ def decode_wgrad_bf16(t: GroupedNVFP4Tensor) -> torch.Tensor:
     Rp = layout.round_up(K, layout.SF_TILE_ROWS)
     idx = Rp * sf[g][None, :] + layout.swizzle_offset(k, local[None, :], cp[g][None, :])
     idx = torch.where(owned[None, :], idx, 0)
-    scales = t.scales.view(torch.uint8).reshape(-1)[idx.reshape(-1)].view(torch.float8_e4m3fn).to(torch.float32)
+    scales = t.scales.view(torch.uint8).reshape(-1)[idx.reshape(-1)].view(torch.float8_e4m3fn).to(torch.bfloat16)
     scales = torch.where(owned[None, :], scales.reshape(K, -1), 0.0)
-    values = e2m1_decode(unpack_fp4(t.qdata)).reshape(K, W // bs, bs) * scales[..., None]
-    return values.reshape(K, W).to(torch.bfloat16)
+    # a byte -> its two values (low nibble first) by table, then x block scale in bf16: the product
+    # of a code's value and an e4m3 scale is exact in bf16 (docs/numerics.md section 4), so this is
+    # the exact decode in three passes over the codes instead of an fp32 computation per bit field
+    values = _byte_pairs_bf16(dev)[t.qdata.to(torch.int32)].reshape(K, W // bs, bs) * scales[..., None]
+    return values.reshape(K, W)
+
+
+_PAIRS: dict = {}
+
+
+def _byte_pairs_bf16(device) -> torch.Tensor:
+    """bf16 [256, 2]: the values of the two E2M1 codes of a packed byte (low nibble first)."""
+    key = str(device)
+    if key not in _PAIRS:
+        _PAIRS[key] = e2m1_decode(unpack_fp4(torch.arange(256, dtype=torch.uint8)[:, None])).to(
+            torch.bfloat16).to(device)
+    return _PAIRS[key]
 
 
 def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets, T, out_dtype):
@@ -318,8 +333,9 @@ def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets,
     has_rows = (stops > starts)[:, None, None]
     ar = dy.alpha[:, None, None] if dy.alpha.dim() == 1 else dy.alpha[:, :, None]
     ac = x.alpha[:, None, None] if x.alpha.dim() == 1 else x.alpha[:, None, :]
-    out = (ar * ac) * acc.to(torch.float32)
-    return torch.where(has_rows, out, 0.0).to(out_dtype).reshape(G, a.shape[0], b.shape[0])
+    out = torch.empty(acc.shape, dtype=out_dtype, device=acc.device)
+    torch.mul(acc, ar * ac, out=out)  # fl(alpha_dy * alpha_x) * acc in fp32, rounded once to out_dtype
+    return out.masked_fill_(~has_rows, 0.0).reshape(G, a.shape[0], b.shape[0])
 
 
 # ---------------------------------------------------------------------------

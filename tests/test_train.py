@@ -394,6 +394,15 @@ def test_decode_wgrad_matches_the_host_dequantization():
         q = scalemm.quantize_nvfp4_grouped(x, offsets, scaling=scaling, columnwise=True, rht=True).columnwise
         want = dequantize_nvfp4_grouped(q, padded=True, apply_alpha=False)
         assert torch.equal(training.decode_wgrad_bf16(q).float(), want)
+    # NaN blocks (scale 0x7F), negative zeros, empty and zero groups: the same bits
+    x = torch.randn(300, 64) * torch.rand(300, 1).mul(10).exp2()
+    x[7, 3], x[20:40], x[50] = float("nan"), 0.0, -0.0
+    offsets = torch.tensor([0, 17, 17, 200, 300], dtype=torch.int32)
+    q = scalemm.quantize_nvfp4_grouped(x.to(torch.bfloat16), offsets, scaling="tensor", columnwise=True).columnwise
+    got, want = training.decode_wgrad_bf16(q).float(), dequantize_nvfp4_grouped(q, padded=True, apply_alpha=False)
+    assert got.isnan().any() and torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
+    assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan())
 
 
 # ---------------------------------------------------------------------------
