@@ -38,7 +38,6 @@
 #include "cutlass/epilogue/thread/activation.h"
 
 #include "scalemm/abi.h"
-#include "scalemm/sm90/launch.cuh"
 #include "scalemm/sm90/nvfp4_numerics.cuh"
 
 namespace scalemm::sm90::skinny {
@@ -254,53 +253,71 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
 
 // How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the critical path of
 // an SM, waves x (chunks per CTA + 1) (the + 1: a CTA's prologue and its share of the reduction),
-// with `resident` CTAs per wave (occupancy x SMs). Ties go to fewer splits.
-inline int choose_splits(int64_t tiles, int64_t chunks, int64_t resident) {
+// where resident[s] CTAs fit on the GPU at once in clusters of s. Ties go to fewer splits.
+inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident)[kMaxSplits + 1]) {
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= kMaxSplits && s <= chunks; ++s) {
-    const int64_t waves = (tiles * s + resident - 1) / resident, per = (chunks + s - 1) / s;
+    const int64_t fit = resident[s] > 0 ? resident[s] : s;
+    const int64_t waves = (tiles * s + fit - 1) / fit, per = (chunks + s - 1) / s;
     const int64_t cost = waves * (per + 1);
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;
 }
 
-// a.splits = 0: choose_splits for this GPU; 1..kMaxSplits: as given.
+// Grid (splits, tiles) in clusters of (splits, 1, 1); `attr` must outlive the config.
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, cudaStream_t stream, cudaLaunchAttribute& attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), 1);
+  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(splits);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
+// asked once per device); 1..kMaxSplits: as given.
 template <class T, class Out, int kTokenTiles, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
   if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.tokens > 8 * kTokenTiles || a.n < 0 ||
-      a.tokens < 0 || a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30))  // grid y <= 65535
-    return kBadArgument;
+      a.tokens < 0 || a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.device < 0 || a.device >= 64)
+    return kBadArgument;  // grid y <= 65535
   if (a.n == 0 || a.tokens == 0) return 0;
   auto kernel = nvfp4_skinny_kernel<T, Out, kTokenTiles, Act>;
-  static int const per_sm = [&] {
-    int blocks = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, 0);
-    return blocks > 0 ? blocks : 1;
-  }();
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
-  int splits = a.splits > 0 ? int(a.splits) : choose_splits(tiles, chunks, int64_t(per_sm) * sm_count(int(a.device)));
+  int splits = int(a.splits);
+  if (splits == 0) {
+    static int64_t resident[64][kMaxSplits + 1] = {};  // [device][cluster size]: CTAs that fit at once
+    int64_t(&fit)[kMaxSplits + 1] = resident[a.device];
+    if (fit[1] == 0) {
+      for (int s = 1; s <= kMaxSplits; ++s) {
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, nullptr, attr);
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
+        fit[s] = int64_t(clusters) * s;
+      }
+      cudaGetLastError();  // a failed query leaves fit[s] = 0 (choose_splits then assumes one cluster)
+    }
+    splits = choose_splits(tiles, chunks, fit);
+  }
   const int64_t per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   if (per_split > 0) splits = int((chunks + per_split - 1) / per_split);  // no CTA without chunks
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x, a.d,
            static_cast<const float*>(a.scale_a), static_cast<const float*>(a.scale_b), a.bias,
            int(a.scale_a_is_vector), int(a.scale_b_is_vector), int(a.n), int(a.tokens), int(a.k),
            int(a.scale_cols), int(per_split)};
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), 1);
-  cfg.blockDim = dim3(kWarps * 32, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = static_cast<cudaStream_t>(a.stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, static_cast<cudaStream_t>(a.stream), attr);
   err = cudaLaunchKernelEx(&cfg, kernel, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
