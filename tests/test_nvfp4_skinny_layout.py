@@ -4,8 +4,8 @@ scalemm/sm90/nvfp4_skinny.cuh decides, for every lane, which bytes of the weight
 swizzled scales it loads, how it pairs codes into bf16x2 registers (__byte_perm + e2m1x2_tiny),
 which token elements it loads, and where those registers sit in mma.sync m16n8k16's fragments; the
 CTAs of a cluster then add their partials in a fixed order. The model below repeats those steps,
-line for line, with the PTX fragment layouts of m16n8k16 (A row-major 16x16, B column-major 16x8,
-C 16x8), and must reproduce the exact-dequant GEMM. A wrong offset, selector, pairing or fragment
+line for line, with the fragment layouts of mma.sync m16n8k16 taken from CUTLASS's CuTe traits
+(A 16x16, B 16x8, C 16x8), and must reproduce the exact-dequant GEMM. A wrong offset, selector, pairing or fragment
 slot gives O(1) errors here. (The GPU tests in test_nvfp4_gemm_gpu.py run the kernel itself.)
 """
 import math
@@ -58,27 +58,50 @@ def _decode_pair(word: int, shifted: int, byte: int, scale: float) -> tuple[floa
     return out
 
 
+def _cute(thread_shape, thread_stride, value_shape, value_stride, t, v):
+    """A CuTe (thread, value) -> index layout, evaluated: thread t and value v split colexicographically."""
+    idx = 0
+    for extent, stride in zip(thread_shape, thread_stride):
+        idx, t = idx + (t % extent) * stride, t // extent
+    for extent, stride in zip(value_shape, value_stride):
+        idx, v = idx + (v % extent) * stride, v // extent
+    return idx
+
+
+# mma.sync m16n8k16 fragments, copied from CUTLASS (cute/atom/mma_traits_sm80.hpp,
+# MMA_Traits<SM80_16x8x16_F16F16F16F16_TN>): A (M16 x K16), B (N8 x K16), C (M16 x N8), column-major
+def _a_coord(t, v):
+    i = _cute((4, 8), (32, 1), (2, 2, 2), (16, 8, 128), t, v)
+    return i % 16, i // 16  # (m, k)
+
+
+def _b_coord(t, v):
+    i = _cute((4, 8), (16, 1), (2, 2), (8, 64), t, v)
+    return i % 8, i // 8  # (n, k)
+
+
+def _c_coord(t, v):
+    i = _cute((4, 8), (32, 1), (2, 2), (16, 8), t, v)
+    return i % 16, i // 16  # (m, n)
+
+
 def _mma(acc, a_regs, b_regs):
     """mma.sync.m16n8k16 (fp32 += bf16 x bf16) over a warp: a_regs[lane] = 4 registers of 2 values,
-    b_regs[lane] = 2 registers of 2 values, acc[lane] = 4 values; PTX ISA fragment layouts."""
+    b_regs[lane] = 2 registers of 2 values, acc[lane] = 4 values; register r holds values 2r, 2r + 1."""
     A = torch.zeros(16, 16, dtype=torch.float64)
     B = torch.zeros(16, 8, dtype=torch.float64)
     for lane in range(32):
-        g, q = lane // 4, lane % 4
-        (a01, a23, a45, a67), (b01, b23) = a_regs[lane], b_regs[lane]
-        A[g, 2 * q:2 * q + 2] = torch.tensor(a01, dtype=torch.float64)
-        A[g + 8, 2 * q:2 * q + 2] = torch.tensor(a23, dtype=torch.float64)
-        A[g, 2 * q + 8:2 * q + 10] = torch.tensor(a45, dtype=torch.float64)
-        A[g + 8, 2 * q + 8:2 * q + 10] = torch.tensor(a67, dtype=torch.float64)
-        B[2 * q:2 * q + 2, g] = torch.tensor(b01, dtype=torch.float64)
-        B[2 * q + 8:2 * q + 10, g] = torch.tensor(b23, dtype=torch.float64)
+        for r, pair in enumerate(a_regs[lane]):
+            for h in range(2):
+                A[_a_coord(lane, 2 * r + h)] = pair[h]
+        for r, pair in enumerate(b_regs[lane]):
+            for h in range(2):
+                n, k = _b_coord(lane, 2 * r + h)
+                B[k, n] = pair[h]
     C = A @ B
     for lane in range(32):
-        g, q = lane // 4, lane % 4
-        acc[lane][0] += C[g, 2 * q].item()
-        acc[lane][1] += C[g, 2 * q + 1].item()
-        acc[lane][2] += C[g + 8, 2 * q].item()
-        acc[lane][3] += C[g + 8, 2 * q + 1].item()
+        for v in range(4):
+            acc[lane][v] += C[_c_coord(lane, v)].item()
 
 
 def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Tensor:
