@@ -6,7 +6,11 @@ For every (model layer, M) point it times, in one process:
   torch._scaled_mm per-tensor (cuBLASLt FP8 with scalar scales)
   torch.matmul bf16
 in both FP8 accumulation modes (fast accumulation on / off; torch's use_fast_accum follows), shown
-side by side. Timings are medians of CUDA-graph replays (each graph holds several calls, rotating
+side by side. NVFP4 rows (--formats nvfp4, on by default) time, at the same points, scalemm's
+NVFP4-weight GEMM as scalemm.gemm picks it (W4A16 with bf16 activations, W4A4 with NVFP4 ones), the
+skinny kernel explicitly where it can run (<= 64 tokens), scalemm's FP8 GEMM (fast accumulation),
+bf16 torch.matmul (the anchor) and torchao's NVFP4 weight-only linear where torchao imports; their
+summary gives geomeans vs bf16 for decode (M <= 16, N and K >= 4096), M = 64 and prefill (M >= 4096). Timings are medians of CUDA-graph replays (each graph holds several calls, rotating
 among weight copies so L2 does not serve repeats: scalemm.timing). Prints a table and the geomean
 speed-ups over all points, decode (M <= 128) and prefill (M >= 1024) per mode; writes
 gemm_sweep.json and gemm_sweep.png.
@@ -16,6 +20,7 @@ gemm_sweep.json and gemm_sweep.png.
                                                       # tuned-config cache), then tuned vs heuristic
   python perf/gemm_sweep.py --out results/ --tune     # + time every TUNING_CANDIDATES entry per point
   python perf/gemm_sweep.py --out results/ --quick    # a few points
+  python perf/gemm_sweep.py --out results/ --formats nvfp4   # only the NVFP4 rows
 """
 from __future__ import annotations
 
@@ -73,6 +78,136 @@ def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num
         w16 = [b.to(torch.bfloat16) for b in bs]
         fns["torch_bf16"] = lambda i: torch.matmul(a16, w16[i].T)
     return bench(fns, copies)
+
+
+def torchao_nvfp4():
+    """torchao's NVFP4Tensor class (prototype.mx_formats), or None where torchao does not import."""
+    try:
+        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
+    except Exception as e:  # not installed, or built for another torch
+        print(f"  torchao NVFP4 not available: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return None
+    return NVFP4Tensor
+
+
+NVFP4_ANCHOR = "torch_bf16"
+
+
+def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
+    """Microseconds per call at one point: scalemm.gemm on NVFP4 weights as it resolves the call
+    ("nvfp4_w4a16" with bf16 activations, "nvfp4_w4a4" with NVFP4 ones), the skinny kernel where it can
+    run ("nvfp4_skinny"), scalemm's FP8 GEMM ("scalemm_fp8", fast accumulation), bf16 torch.matmul and,
+    given torchao's NVFP4Tensor class, torchao's weight-only NVFP4 linear ("torchao_w4a16")."""
+    from scalemm.cutlass_kernels.configs import default_nvfp4_config, default_nvfp4_skinny_config
+    from scalemm.gemm_nvfp4 import skinny_problem
+    copies = l2_copies(int(N * K * 0.5625))
+    g = torch.Generator(device="cuda").manual_seed(M * 7 + N + 1)
+    w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
+    wq = [scalemm.quantize_nvfp4(w, scaling="token") for w in w16]
+    x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    xq = scalemm.quantize_nvfp4(x, scaling="token")
+    out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+    a8, bs8, sa, sb = operands(M, N, K, copies)
+    fp8 = default_config(M, N, K, fast_accum=True, num_sms=num_sms)
+    fns = {"nvfp4_w4a16": lambda i: scalemm.gemm(x, wq[i], out=out),
+           "nvfp4_w4a4": lambda i: scalemm.gemm(xq, wq[i], out=out),
+           "scalemm_fp8": lambda i: scalemm.gemm(a8, bs8[i], sa, sb, out=out, fast_accum=True, config=fp8),
+           NVFP4_ANCHOR: lambda i: torch.matmul(x, w16[i].T)}
+    skinny = default_nvfp4_skinny_config(M, N, K, num_sms=num_sms)
+    if skinny is not None and skinny_problem(M, N, K, skinny, [(x, "a"), (wq[0].qdata, "b.qdata")]) is None:
+        fns["nvfp4_skinny"] = lambda i: scalemm.gemm(x, wq[i], out=out, config=skinny)
+    for i in range(copies):  # the CUTLASS kernel's prepared weight copies are made before any capture
+        scalemm.gemm(x, wq[i], out=out, config=default_nvfp4_config(M, N, K, num_sms=num_sms))
+    if torchao is not None:
+        try:
+            ao = [torchao.to_nvfp4(w) for w in w16]
+            torch.nn.functional.linear(x, ao[0])
+            fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao[i])
+        except Exception as e:
+            print(f"  torchao_w4a16 failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
+    return bench(fns, copies)
+
+
+NVFP4_GROUPS = {  # the issue's targets: (what, rows it covers)
+    "decode": lambda r: r["M"] <= 16 and r["N"] >= 4096 and r["K"] >= 4096,
+    "m64": lambda r: r["M"] == 64,
+    "prefill": lambda r: r["M"] >= 4096,
+    "all": lambda r: True,
+}
+
+
+def summarize_nvfp4(rows):
+    """Per contender: geomean and min speed-up over bf16 torch.matmul per group of points; and the
+    geomean of torchao's time over scalemm's W4A16 where torchao ran."""
+    out = {}
+    names = sorted({k for r in rows for k in r["us"] if k != NVFP4_ANCHOR})
+    for group, keep in NVFP4_GROUPS.items():
+        sel = [r for r in rows if keep(r)]
+        g = {"points": len(sel)}
+        for name in names:
+            ratios = [r["us"][NVFP4_ANCHOR] / r["us"][name] for r in sel if r["us"].get(name)]
+            if ratios:
+                g[name] = {"geomean_vs_bf16": geomean(ratios), "min_vs_bf16": min(ratios)}
+        ao = [r["us"]["torchao_w4a16"] / r["us"]["nvfp4_w4a16"] for r in sel if r["us"].get("torchao_w4a16")]
+        if ao:
+            g["w4a16_speedup_vs_torchao"] = {"geomean": geomean(ao), "min": min(ao)}
+        out[group] = g
+    return out
+
+
+def run_nvfp4(points, sms, out_dir):
+    """The NVFP4 rows: table, summary, nvfp4 part of the JSON, gemm_sweep_nvfp4.png."""
+    ao = torchao_nvfp4()
+    names = ["nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_skinny", "scalemm_fp8", "torchao_w4a16"]
+    print("\nNVFP4-weight GEMM: us per call, and (x) bf16 torch.matmul time / that time")
+    hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} {'bf16':>9} " + " ".join(f"{n:>22}" for n in names)
+    print(hdr + "\n" + "-" * len(hdr), flush=True)
+    rows = []
+    for label, M, N, K in points:
+        us = time_point_nvfp4(M, N, K, num_sms=sms, torchao=ao)
+        rows.append({"layer": label, "M": M, "N": N, "K": K, "us": us})
+        base = us[NVFP4_ANCHOR]
+        cells = [f"{us[n]:>12.1f} ({base / us[n]:>5.2f}x)" if us.get(n) else f"{'-':>22}" for n in names]
+        print(f"{label:<28}{M:>6}{N:>7}{K:>7} {base:>9.1f} " + " ".join(cells), flush=True)
+    summary = summarize_nvfp4(rows)
+    print("\nNVFP4 geomean speed-up over bf16 torch.matmul (min in brackets)")
+    print(f"{'':<14}" + "".join(f"{n:>22}" for n in names[:-1] + ["torchao_w4a16"]))
+    for group in NVFP4_GROUPS:
+        g = summary[group]
+        print(f"{group + ' (' + str(g['points']) + ')':<14}" + "".join(
+            f"{g[n]['geomean_vs_bf16']:>14.2f} ({g[n]['min_vs_bf16']:>4.2f})" if n in g else f"{'-':>22}"
+            for n in names))
+        if "w4a16_speedup_vs_torchao" in g:
+            t = g["w4a16_speedup_vs_torchao"]
+            print(f"{'':<14}scalemm W4A16 vs torchao: geomean {t['geomean']:.2f}x, min {t['min']:.2f}x")
+    plot_nvfp4(rows, os.path.join(out_dir, "gemm_sweep_nvfp4.png"))
+    return {"rows": rows, "summary": summary}
+
+
+def plot_nvfp4(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for name, mark in (("nvfp4_w4a16", "o"), ("nvfp4_w4a4", "s"), ("nvfp4_skinny", "^"), ("scalemm_fp8", "x"),
+                       ("torchao_w4a16", "v")):
+        pts = [(r["M"], r["us"][NVFP4_ANCHOR] / r["us"][name]) for r in rows if r["us"].get(name)]
+        if pts:
+            ax.scatter(*zip(*pts), marker=mark, s=16, label=name)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("bf16 torch.matmul time / time")
+    ax.set_title("NVFP4-weight GEMMs vs bf16 cuBLAS (same run)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
 
 
 def eager_overhead(n=300):
@@ -167,7 +302,11 @@ def main():
     p.add_argument("--no-slow-accum", action="store_true", help="only the fast-accumulation mode")
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--m-min", type=int, default=1, help="only points with M >= this")
+    p.add_argument("--formats", default="fp8,nvfp4", help="fp8 (the FP8 rows), nvfp4 (the NVFP4 rows), or both")
     args = p.parse_args()
+    formats = set(args.formats.split(","))
+    if not formats or formats - {"fp8", "nvfp4"}:
+        raise SystemExit(f"--formats takes fp8, nvfp4 or fp8,nvfp4, got {args.formats!r}")
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
@@ -177,6 +316,12 @@ def main():
     points = [pt for pt in points if pt[1] >= args.m_min]
     modes = (True,) if args.no_slow_accum else (True, False)
     print(f"GPU: {props.name} ({sms} SMs), torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
+    if "fp8" not in formats:
+        nvfp4 = run_nvfp4(points, sms, args.out)
+        with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:
+            json.dump({"gpu": props.name, "sms": sms, "torch": torch.__version__, "scalemm": scalemm.__version__,
+                       "nvfp4": nvfp4}, f, indent=1)
+        return
     if args.tuned:
         t0 = time.time()
         scalemm.tune([(M, N, K) for _, M, N, K in points], fast_accum=modes)
@@ -237,6 +382,8 @@ def main():
     summary["eager_us_per_call_M1_4096"] = eager
     result = {"gpu": props.name, "sms": sms, "torch": torch.__version__,
               "scalemm": scalemm.__version__, "tuned": args.tuned, "rows": rows, "summary": summary}
+    if "nvfp4" in formats:
+        result["nvfp4"] = run_nvfp4(points, sms, args.out)
     with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:
         json.dump(result, f, indent=1)
     print_summary(summary, modes, args.tuned)

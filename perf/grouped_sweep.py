@@ -6,8 +6,11 @@ inter 8192); both projections (gate_up: N = 2 * inter, K = hidden; down: N = hid
 decode (few tokens) and prefill; token counts per expert drawn from a skewed (Zipf-like) routing
 so some experts are hot and some get nothing. Same process, same GPU, CUDA-graph timings
 interleaved round-robin (perf/gemm_sweep.py's bench). Writes grouped_sweep.json and .png.
+With --formats nvfp4 (on by default) each point also times scalemm.grouped_gemm on stacked NVFP4
+expert weights (the same values as the bf16 anchor's), W4A16 and W4A4, against bf16 _grouped_mm.
 
   python perf/grouped_sweep.py --out results/
+  python perf/grouped_sweep.py --out results/ --formats nvfp4   # only the NVFP4 contenders (and the torch anchors)
 """
 from __future__ import annotations
 
@@ -65,7 +68,11 @@ def main():
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tune", action="store_true", help="also time GROUPED_TUNING_CANDIDATES at every point")
+    p.add_argument("--formats", default="fp8,nvfp4", help="fp8, nvfp4 or both: which scalemm contenders to time")
     args = p.parse_args()
+    formats = set(args.formats.split(","))
+    if not formats or formats - {"fp8", "nvfp4"}:
+        raise SystemExit(f"--formats takes fp8, nvfp4 or fp8,nvfp4, got {args.formats!r}")
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
     print(f"GPU: {props.name}, torch {torch.__version__}")
@@ -88,12 +95,18 @@ def main():
         a16 = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
         b16 = bs[0].to(torch.bfloat16)
         fns = {
-            "scalemm": lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
-                                                      scale_a_per="token"),
             "torch_scaled_grouped_mm": lambda j: torch._scaled_grouped_mm(
                 a, bs[j].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True),
             "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs),
         }
+        if "fp8" in formats:
+            fns["scalemm"] = lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
+                                                            scale_a_per="token")
+        if "nvfp4" in formats:  # one weight set: every model's NVFP4 expert stack is larger than L2
+            wq = scalemm.quantize_nvfp4_stacked(b16, scaling="token")
+            xq = scalemm.quantize_nvfp4_grouped(a16, offs, scaling="token")
+            fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
+            fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
         if args.tune:
             for cfg in GROUPED_TUNING_CANDIDATES:
                 fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
@@ -109,22 +122,36 @@ def main():
                "empty_groups": int((sizes == 0).sum()), "max_group": int(sizes.max()),
                "config": default_grouped_config(T, G, N, K).key(), "us": us,
                "tflops": {k2: flop / v / 1e6 for k2, v in us.items()},
-               "speedup": us["torch_scaled_grouped_mm"] / us["scalemm"]}
+               "speedup": us["torch_scaled_grouped_mm"] / us["scalemm"] if "scalemm" in us else None}
+        for name in ("nvfp4_w4a16", "nvfp4_w4a4"):
+            if name in us:
+                row[f"{name}_vs_bf16"] = us["torch_grouped_mm_bf16"] / us[name]
         if args.tune:
             cands = {k2: v for k2, v in us.items() if not k2.startswith("torch")}
             row["best"] = min(cands, key=cands.get)
             row["best_speedup"] = us["torch_scaled_grouped_mm"] / cands[row["best"]]
         rows.append(row)
         print(f"{model:<15}{phase:<8}{tokens:>6} {proj:<8}{G:>4}{T:>7}{N:>6}{K:>6} {row['empty_groups']:>5} "
-              f"{row['config']:<28}{us['scalemm']:>9.1f}{us['torch_scaled_grouped_mm']:>9.1f}"
-              f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup']:>7.3f}"
+              f"{row['config']:<28}{us.get('scalemm', float('nan')):>9.1f}{us['torch_scaled_grouped_mm']:>9.1f}"
+              f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup'] or float('nan'):>7.3f}"
+              + "".join(f"  {n} {us[n]:.1f} us ({row[n + '_vs_bf16']:.2f}x bf16)" for n in ("nvfp4_w4a16", "nvfp4_w4a4")
+                        if n in us)
               + (f"  best {row['best']} {row['best_speedup']:.3f}" if args.tune else ""), flush=True)
         del a, bs, a16, b16, out, fns
+        wq = xq = None
         torch.cuda.empty_cache()  # 256 experts x 4096 x 7168 weights: keep an 80 GB H100 in bounds
-    summary = {"geomean_speedup_vs_scaled_grouped_mm": geomean([r["speedup"] for r in rows]),
-               "min_speedup": min(r["speedup"] for r in rows),
-               "decode_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "decode"]),
-               "prefill_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "prefill"])}
+    summary = {}
+    if "fp8" in formats:
+        summary.update({"geomean_speedup_vs_scaled_grouped_mm": geomean([r["speedup"] for r in rows]),
+                        "min_speedup": min(r["speedup"] for r in rows),
+                        "decode_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "decode"]),
+                        "prefill_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "prefill"])})
+    for name in ("nvfp4_w4a16", "nvfp4_w4a4"):  # vs bf16 torch._grouped_mm, per phase
+        for phase in TOKENS:
+            ratios = [r[f"{name}_vs_bf16"] for r in rows if r["phase"] == phase and f"{name}_vs_bf16" in r]
+            if ratios:
+                summary[f"{name}_{phase}_geomean_vs_bf16"] = geomean(ratios)
+                summary[f"{name}_{phase}_min_vs_bf16"] = min(ratios)
     print(json.dumps(summary, indent=1))
     with open(os.path.join(args.out, "grouped_sweep.json"), "w") as f:
         json.dump({"gpu": props.name, "torch": torch.__version__, "rows": rows, "summary": summary}, f, indent=1)
@@ -134,12 +161,18 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(12, 4.5))
         labels = [f"{r['model']}\n{r['proj']} {r['tokens']}" for r in rows]
-        ax.bar(range(len(rows)), [r["speedup"] for r in rows],
-               color=["tab:blue" if r["phase"] == "decode" else "tab:green" for r in rows])
+        series = [(key, title) for key, title in (("speedup", "FP8 vs torch._scaled_grouped_mm"),
+                                                  ("nvfp4_w4a16_vs_bf16", "NVFP4 W4A16 vs bf16 _grouped_mm"),
+                                                  ("nvfp4_w4a4_vs_bf16", "NVFP4 W4A4 vs bf16 _grouped_mm"))
+                  if any(r.get(key) for r in rows)]
+        width = 0.8 / max(1, len(series))
+        for i, (key, title) in enumerate(series):
+            ax.bar([x + i * width for x in range(len(rows))], [r.get(key) or 0 for r in rows], width, label=title)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
-        ax.set_ylabel("torch._scaled_grouped_mm time / scalemm time")
-        ax.set_title(f"scalemm grouped FP8 GEMM on {props.name} (blue decode, green prefill)")
+        ax.set_ylabel("anchor time / scalemm time")
+        ax.legend(fontsize=7)
+        ax.set_title(f"scalemm grouped GEMMs on {props.name} (decode points first within each model)")
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, "grouped_sweep.png"), dpi=110)
     except ImportError:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_sweep import L2_BYTES, bench  # noqa: E402
+from gemm_sweep import L2_BYTES, bench, torchao_nvfp4  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
@@ -53,17 +53,6 @@ def candidates(M, N, K, which="all"):
     return list(dict.fromkeys(out))
 
 
-def _torchao_nvfp4():
-    """torchao's NVFP4Tensor class, or None where torchao is not installed."""
-    try:
-        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
-    except Exception as e:  # not installed, or built for another torch
-        print(f"  torchao NVFP4 not available: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-              file=sys.stderr)
-        return None
-    return NVFP4Tensor
-
-
 def point(M, N, K, which="all"):
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K * 0.5625))))
     g = torch.Generator(device="cuda").manual_seed(M + N)
@@ -78,7 +67,7 @@ def point(M, N, K, which="all"):
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
            "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out),
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out)}
-    ao = _torchao_nvfp4()
+    ao = torchao_nvfp4()
     if ao is not None:
         try:
             ao_ws = [ao.to_nvfp4(w) for w in w16]

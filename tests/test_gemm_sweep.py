@@ -32,7 +32,20 @@ def sweep(monkeypatch):
             r["scalemm_tuned"] = ours / 1.1
         return r
 
+    def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
+        # bf16 30 us; W4A16 3x faster at decode, 0.9x at prefill; W4A4 a little slower; skinny only <= 64
+        bf16 = 30.0
+        r = {"torch_bf16": bf16, "nvfp4_w4a16": bf16 / (3 if M <= 64 else 0.9),
+             "nvfp4_w4a4": bf16 / (2.5 if M <= 64 else 0.85), "scalemm_fp8": bf16 / 2}
+        if M <= 64:
+            r["nvfp4_skinny"] = bf16 / 4
+        if M <= 16:
+            r["torchao_w4a16"] = bf16 * 2
+        return r
+
     monkeypatch.setattr(module, "time_point", time_point)
+    monkeypatch.setattr(module, "time_point_nvfp4", time_point_nvfp4)
+    monkeypatch.setattr(module, "torchao_nvfp4", lambda: None)
     monkeypatch.setattr(module, "eager_overhead", lambda: {"scalemm": 20.0, "torch_rowwise": 19.0})
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: SimpleNamespace(name="Fake H100", multi_processor_count=132))
@@ -50,7 +63,7 @@ def _run(module, monkeypatch, *args):
 
 
 def test_sweep_reports_decode_and_prefill_per_mode(sweep, monkeypatch, tmp_path, capsys):
-    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick")
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--formats", "fp8")
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "gemm_sweep.json").read_text())
     fast, full = data["summary"]["fast"], data["summary"]["full"]
@@ -72,7 +85,7 @@ def test_sweep_reports_decode_and_prefill_per_mode(sweep, monkeypatch, tmp_path,
 
 
 def test_sweep_tuned_runs_tune_first_and_compares(sweep, monkeypatch, tmp_path, capsys):
-    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--tuned", "--no-slow-accum")
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--tuned", "--no-slow-accum", "--formats", "fp8")
     out = capsys.readouterr().out
     (shapes, modes), = sweep.tuned_calls
     assert modes == (True,) and (16, 6144, 4096) in shapes and (8192, 8192, 8192) in shapes
@@ -85,3 +98,31 @@ def test_sweep_tuned_runs_tune_first_and_compares(sweep, monkeypatch, tmp_path, 
     row = data["rows"][0]
     assert row["tuned_config"] == "t128x256x128_c1x2_coop_s2" and row["us"]["scalemm_tuned"] < row["us"]["scalemm"]
     assert "tuned over heuristic: decode" in out
+
+
+def test_sweep_nvfp4_rows_and_targets(sweep, monkeypatch, tmp_path, capsys):
+    """--formats fp8,nvfp4 (the default): the NVFP4 table after the FP8 one, geomeans vs bf16 per target
+    group (decode M <= 16 with N, K >= 4096; M = 64; prefill M >= 4096) and W4A16 vs torchao."""
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--no-slow-accum")
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "gemm_sweep.json").read_text())
+    assert data["rows"] and data["nvfp4"]["rows"]
+    s = data["nvfp4"]["summary"]
+    assert s["decode"]["points"] == 2  # llama3-8b.qkv (6144 x 4096) at M = 1, 16
+    assert s["decode"]["nvfp4_w4a16"]["geomean_vs_bf16"] == pytest.approx(3.0)
+    assert s["decode"]["nvfp4_skinny"]["min_vs_bf16"] == pytest.approx(4.0)
+    assert s["decode"]["w4a16_speedup_vs_torchao"]["geomean"] == pytest.approx(6.0)
+    assert s["m64"]["points"] == 1 and "torchao_w4a16" not in s["m64"]
+    assert s["prefill"]["nvfp4_w4a4"]["geomean_vs_bf16"] == pytest.approx(0.85)
+    assert "nvfp4_skinny" not in s["prefill"]
+    assert (tmp_path / "gemm_sweep_nvfp4.png").exists()
+    assert out.index("NVFP4-weight GEMM") < out.index("NVFP4 geomean speed-up")
+    assert "scalemm W4A16 vs torchao: geomean 6.00x" in out
+
+
+def test_sweep_nvfp4_only(sweep, monkeypatch, tmp_path, capsys):
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--quick", "--formats", "nvfp4")
+    data = json.loads((tmp_path / "gemm_sweep.json").read_text())
+    assert "rows" not in data and data["nvfp4"]["summary"]["all"]["points"] == len(data["nvfp4"]["rows"])
+    with pytest.raises(SystemExit):
+        _run(sweep, monkeypatch, "--out", str(tmp_path), "--formats", "int4")
