@@ -97,7 +97,7 @@ NVFP4_ANCHOR = "torch_bf16"
 def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
     """Microseconds per call at one point: scalemm.gemm on NVFP4 weights as it resolves the call
     ("nvfp4_w4a16" with bf16 activations, "nvfp4_w4a4" with NVFP4 ones), the skinny kernel where it can
-    run ("nvfp4_skinny"), scalemm's FP8 GEMM ("scalemm_fp8", fast accumulation), bf16 torch.matmul and,
+    run ("nvfp4_skinny", "nvfp4_w4a4_skinny"), scalemm's FP8 GEMM ("scalemm_fp8", fast accumulation), bf16 torch.matmul and,
     given torchao's NVFP4Tensor class, torchao's weight-only NVFP4 linear ("torchao_w4a16")."""
     from scalemm.cutlass_kernels.configs import default_nvfp4_config, default_nvfp4_skinny_config
     from scalemm.gemm_nvfp4 import skinny_problem
@@ -117,6 +117,7 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
     skinny = default_nvfp4_skinny_config(M, N, K, num_sms=num_sms)
     if skinny is not None and skinny_problem(M, N, K, skinny, [(x, "a"), (wq[0].qdata, "b.qdata")]) is None:
         fns["nvfp4_skinny"] = lambda i: scalemm.gemm(x, wq[i], out=out, config=skinny)
+        fns["nvfp4_w4a4_skinny"] = lambda i: scalemm.gemm(xq, wq[i], out=out, config=skinny)
     for i in range(copies):  # the CUTLASS kernel's prepared weight copies are made before any capture
         scalemm.gemm(x, wq[i], out=out, config=default_nvfp4_config(M, N, K, num_sms=num_sms))
     if torchao is not None:
@@ -159,7 +160,7 @@ def summarize_nvfp4(rows):
 def run_nvfp4(points, sms, out_dir):
     """The NVFP4 rows: table, summary, nvfp4 part of the JSON, gemm_sweep_nvfp4.png."""
     ao = torchao_nvfp4()
-    names = ["nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_skinny", "scalemm_fp8", "torchao_w4a16"]
+    names = ["nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_skinny", "nvfp4_w4a4_skinny", "scalemm_fp8", "torchao_w4a16"]
     print("\nNVFP4-weight GEMM: us per call, and (x) bf16 torch.matmul time / that time")
     hdr = f"{'layer':<28}{'M':>6}{'N':>7}{'K':>7} {'bf16':>9} " + " ".join(f"{n:>22}" for n in names)
     print(hdr + "\n" + "-" * len(hdr), flush=True)
@@ -193,8 +194,8 @@ def plot_nvfp4(rows, path):
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(9, 5))
-    for name, mark in (("nvfp4_w4a16", "o"), ("nvfp4_w4a4", "s"), ("nvfp4_skinny", "^"), ("scalemm_fp8", "x"),
-                       ("torchao_w4a16", "v")):
+    for name, mark in (("nvfp4_w4a16", "o"), ("nvfp4_w4a4", "s"), ("nvfp4_skinny", "^"), ("nvfp4_w4a4_skinny", "<"),
+                       ("scalemm_fp8", "x"), ("torchao_w4a16", "v")):
         pts = [(r["M"], r["us"][NVFP4_ANCHOR] / r["us"][name]) for r in rows if r["us"].get(name)]
         if pts:
             ax.scatter(*zip(*pts), marker=mark, s=16, label=name)

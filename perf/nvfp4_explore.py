@@ -75,6 +75,9 @@ def point(M, N, K, which="all"):
             fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao_ws[i])
         except Exception as e:
             print(f"  torchao_w4a16 failed: {str(e).splitlines()[0]}", file=sys.stderr)
+    skinny = default_nvfp4_skinny_config(M, N, K)
+    if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
+        fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
     if which != "none":
         for c in candidates(M, N, K, which):
             fn = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)

@@ -1,8 +1,9 @@
 """NVFP4-weight GEMMs on Hopper: exact emulation on bf16 tensor cores (docs/numerics.md section 4).
 
 W4A16: y = epilogue(x @ dequant(W)^T) with x bf16/fp16 [M, K] and W an NVFP4Tensor [N, K].
-W4A4:  x is an NVFP4Tensor too; its rows are first decoded exactly to bf16 (code x block scale,
-       one memory-bound pass), and its global scale joins W's in the epilogue.
+W4A4:  x is an NVFP4Tensor too; the CUTLASS kernel takes its rows decoded exactly to bf16 first (code x
+       block scale, one memory-bound pass), the skinny kernel decodes them in registers; its global
+       scale joins W's in the epilogue.
 Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
     codes in the quantizer's byte order, K split over a cluster of CTAs (the default for such calls
@@ -118,9 +119,12 @@ def dequant_kernel_spec() -> KernelSpec:
     return KernelSpec(name="nvfp4_dequant", template="nvfp4_dequant.cu")
 
 
-def skinny_kernel_spec(config: SkinnyConfig, *, act_dtype: torch.dtype, out_dtype: torch.dtype,
+def skinny_kernel_spec(config: SkinnyConfig, *, act_dtype, out_dtype: torch.dtype,
                        activation: str | None = None) -> KernelSpec:
-    return _skinny_spec(config.compiled(), epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), activation or "none")
+    """act_dtype: torch.bfloat16 / torch.float16 (W4A16) or "nvfp4" (W4A4: the kernel decodes the
+    activations' codes and block scales itself)."""
+    act_name = "nvfp4" if act_dtype == "nvfp4" else epi.dtype_name(act_dtype)
+    return _skinny_spec(config.compiled(), act_name, epi.dtype_name(out_dtype), activation or "none")
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,13 +162,18 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors) -> str
     return None
 
 
-def _gemm_skinny(x, b, scale_a, bias, out, cfg: SkinnyConfig, activation):
+def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation):
+    """a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor (W4A4, its codes and scales read by the kernel)."""
+    from .formats import NVFP4Tensor
     N, K = b.shape
-    M = x.shape[0]
-    spec = skinny_kernel_spec(cfg, act_dtype=x.dtype, out_dtype=out.dtype, activation=activation)
+    M = a.shape[0]
+    x4 = isinstance(a, NVFP4Tensor)
+    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4 else a.dtype, out_dtype=out.dtype, activation=activation)
     device = out.device
+    scale_a = a.alpha if x4 else _one(device)
     args = abi.Nvfp4SkinnyGemmArgs(
-        weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(), d=out.data_ptr(),
+        weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
+        x_scales=a.scales.data_ptr() if x4 else None, d=out.data_ptr(),
         scale_a=scale_a.data_ptr(), scale_a_is_vector=int(scale_a.numel() > 1), scale_b=b.alpha.data_ptr(),
         scale_b_is_vector=int(b.alpha.numel() > 1), bias=None if bias is None else bias.data_ptr(), n=N, tokens=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
@@ -224,8 +233,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
     M = a.shape[0]
-    # W4A4 decodes a into a fresh (aligned) bf16 tensor; W4A16 reads a itself
-    operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + ([] if isinstance(a, NVFP4Tensor) else [(a, "a")])
+    operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + (
+        [(a.qdata, "a.qdata"), (a.scales, "a.scales")] if isinstance(a, NVFP4Tensor) else [(a, "a")])
     if isinstance(config, SkinnyConfig):
         why = skinny_problem(M, N, K, config, operands)
         if why:
@@ -238,13 +247,13 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         out = torch.empty((M, N), dtype=out_dtype, device=device)
     if M == 0 or N == 0:
         return out
+    if isinstance(config, SkinnyConfig):  # W4A4 included: the skinny kernel decodes NVFP4 activations itself
+        return _gemm_skinny(a, b, bias, out, config, epilogue)
     if isinstance(a, NVFP4Tensor):
         scale_a = a.alpha
         x = dequantize_rows_bf16(a)
     else:
         scale_a, x = _one(device), a
-    if isinstance(config, SkinnyConfig):
-        return _gemm_skinny(x, b, scale_a, bias, out, config, epilogue)
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
     spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
@@ -311,6 +320,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     skinny = {(t, bf16, o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)}
     skinny |= {(t, a, o, "relu") for t in (1, 2) for a in (bf16, f16) for o in (bf16, f16, f32)}
     skinny |= {(t, f16, f32, None) for t in (1, 8)} | {(1, bf16, bf16, act) for act in ("gelu", "silu")}
+    skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs += [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
               for m, a, o, act in sorted(skinny, key=str)]
     return specs + [dequant_kernel_spec()]

@@ -182,12 +182,20 @@ def test_skinny_every_split_is_exact_and_deterministic(splits):
 
 @pytest.mark.parametrize("M", [1, 7, 33])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
-def test_skinny_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
+@pytest.mark.parametrize("via", ["config", "env"])
+def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
+    """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
+    import scalemm.gemm_nvfp4 as g
     N, K = 4096, 2048
     w = _weights(N, K, w_scaling, seed=61)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
-    scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=default_nvfp4_skinny_config(M, N, K))
+    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
+    if via == "env":
+        monkeypatch.setenv(g.SKINNY_ENV, "1")
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
+    else:
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=default_nvfp4_skinny_config(M, N, K))
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 

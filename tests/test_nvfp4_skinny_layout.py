@@ -104,19 +104,27 @@ def _mma(acc, a_regs, b_regs):
             acc[lane][v] += C[_c_coord(lane, v)].item()
 
 
-def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Tensor:
-    """The kernel's arithmetic, lane by lane: fp64 [M, N] = x @ dequant(w)^T * alpha_b (no bias)."""
+def skinny_model(x, w, token_tiles: int, splits: int) -> torch.Tensor:
+    """The kernel's arithmetic, lane by lane: fp64 [M, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
+    bias); x bf16 [M, K] (W4A16) or an NVFP4Tensor (W4A4: kX4, decoded by the lanes like the weights)."""
+    x4 = not isinstance(x, torch.Tensor)
     M, K = x.shape
     N = w.shape[0]
     assert M <= 8 * token_tiles
     codes = w.qdata.contiguous().view(-1).tolist()
     scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
-    xs = x.double()
+    if x4:
+        xcodes = x.qdata.contiguous().view(-1).tolist()
+        xscales = x.scales.contiguous().view(torch.uint8).view(-1).tolist()
+    else:
+        xs = x.double()
     cp = -(-(K // 16) // 4) * 4
     chunks = -(-K // CHUNK_K)
     per_split = -(-chunks // splits)
     splits = -(-chunks // per_split)
     tokens = 8 * token_tiles
+    unscale = DECODE_UNSCALE ** (2 if x4 else 1)
+    alpha_a = x.alpha.double().reshape(-1) if x4 else torch.ones(1, dtype=torch.float64)
     out = torch.full((M, N), float("nan"), dtype=torch.float64)
     for tile in range(-(-N // TILE_N)):
         n0 = tile * TILE_N
@@ -154,10 +162,18 @@ def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Ten
                             g, q = lane // 4, lane % 4
                             chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
                             tile_ok = (M - g + 7) // 8 if g < M else 0
-                            base = g * K + 32 * q + c * CHUNK_K  # Lane.x + chunk * 128, in elements
                             for m in range(token_tiles):
-                                if c < chunks_ok and m < tile_ok:
-                                    e0 = base + m * 8 * K + 8 * j
+                                ok = c < chunks_ok and m < tile_ok
+                                if x4:  # Lane.xq / Lane.xs: 16 bytes of codes, a scale pair, per token and chunk
+                                    start = (8 * m + g) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
+                                    off = ((q // 2) * 512 + 2 * (q & 1) + ((8 * m + g) % 32) * 16
+                                           + ((8 * m + g) // 32) * 4 + c * 1024)
+                                    xword = _u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])) if ok else 0
+                                    xsc = _scale_pair(xscales[off + j // 2] if ok else 0)
+                                    pairs = [_decode_pair(xword, xword >> 4, i, xsc) for i in range(4)]
+                                    xb[lane, m] = [v for pr in pairs for v in pr]
+                                elif ok:  # Lane.x + chunk * 128 + tile * 8 rows, in elements
+                                    e0 = (8 * m + g) * K + 32 * q + c * CHUNK_K + 8 * j
                                     xb[lane, m] = xs.reshape(-1)[e0:e0 + 8].tolist()
                                 else:
                                     xb[lane, m] = [0.0] * 8
@@ -178,8 +194,8 @@ def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Ten
                         g, q = lane // 4, lane % 4
                         for h in range(2):
                             row = warp * (8 * N8_PER_WARP) + 8 * h + g
-                            partial[split][row, 8 * m + 2 * q] = acc[m][lane][2 * h] * DECODE_UNSCALE
-                            partial[split][row, 8 * m + 2 * q + 1] = acc[m][lane][2 * h + 1] * DECODE_UNSCALE
+                            partial[split][row, 8 * m + 2 * q] = acc[m][lane][2 * h] * unscale
+                            partial[split][row, 8 * m + 2 * q + 1] = acc[m][lane][2 * h + 1] * unscale
         # the cluster's reduction: CTA `rank` takes every splits-th block of 128 output pairs, adding
         # the partials of all CTAs in split order
         ntok = min(M, tokens)
@@ -193,13 +209,17 @@ def skinny_model(x: torch.Tensor, w, token_tiles: int, splits: int) -> torch.Ten
                     for cc in (col, col + 1):
                         if n0 + cc < N:
                             total = sum(partial[r][cc, tok].item() for r in range(splits))
-                            out[tok, n0 + cc] = total * w.alpha.double().reshape(-1)[(n0 + cc) % w.alpha.numel()]
+                            out[tok, n0 + cc] = (total * alpha_a[tok % alpha_a.numel()]
+                                                 * w.alpha.double().reshape(-1)[(n0 + cc) % w.alpha.numel()])
         assert len(covered) == ntok * TILE_N // 2
     return out
 
 
 def _exact(x, w):
     wd = ref.dequantize_nvfp4(w, torch.float32, apply_alpha=False).double()
+    if not isinstance(x, torch.Tensor):  # NVFP4 activations: their exact values, their alpha per row
+        xa = x.alpha.double().reshape(-1, 1)
+        x = ref.dequantize_nvfp4(x, torch.float32, apply_alpha=False).double() * xa
     return (x.double() @ wd.T) * w.alpha.double().reshape(1, -1)
 
 
@@ -217,6 +237,23 @@ def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits):
     got = skinny_model(x, w, token_tiles, splits)
     want = _exact(x, w)
     assert not got.isnan().any(), "outputs the model never wrote"
+    assert ((got - want).norm() / want.norm()).item() < 1e-12
+
+
+@pytest.mark.parametrize("M,N,K,token_tiles,splits,scaling", [
+    (3, 72, 288, 1, 2, "token"),   # a partial last chunk, per-token activation alphas
+    (17, 64, 160, 4, 1, "tensor"),  # tokens 8..23: scale rows past the first 32-row group of the atom
+    (40, 8, 96, 8, 1, "token"),    # tokens 32..39: the second 32-row group of the scale atom
+])
+def test_lane_model_w4a4_reproduces_the_exact_gemm(M, N, K, token_tiles, splits, scaling):
+    """kX4: the tokens' codes and scale pairs read and decoded like the weights'."""
+    g = torch.Generator().manual_seed(M + N + K)
+    w = scalemm.quantize_nvfp4((torch.randn(N, K, generator=g) * 3).to(torch.bfloat16), scaling="token")
+    xf = torch.randn(M, K, generator=g) * torch.rand(M, 1, generator=g).mul(6).sub(3).exp2()
+    x = scalemm.quantize_nvfp4(xf.to(torch.bfloat16), scaling=scaling)
+    got = skinny_model(x, w, token_tiles, splits)
+    want = _exact(x, w)
+    assert not got.isnan().any()
     assert ((got - want).norm() / want.norm()).item() < 1e-12
 
 

@@ -221,11 +221,14 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, *, num_sms: int = REFERE
 
 
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
-    """Template parameters for cutlass_kernels/templates/nvfp4_skinny_sm90.cu."""
+    """Template parameters for cutlass_kernels/templates/nvfp4_skinny_sm90.cu; act_dtype a float dtype (name)
+    or "nvfp4"."""
     from ...epilogues import OPS
     act = OPS["identity" if activation in (None, "none") else activation][0]
-    return {"ELEMENT_X": CPP_TYPES[dtype_name(act_dtype)], "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
-            "TOKEN_TILES": str(config.token_tiles), "ACTIVATION": f"{act}<float>"}
+    x4 = act_dtype == "nvfp4"  # NVFP4 activations (W4A4), decoded in the kernel to bf16 operands
+    return {"ELEMENT_X": CPP_TYPES["bf16" if x4 else dtype_name(act_dtype)], "X_NVFP4": "true" if x4 else "false",
+            "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)], "TOKEN_TILES": str(config.token_tiles),
+            "ACTIVATION": f"{act}<float>"}
 
 
 def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:

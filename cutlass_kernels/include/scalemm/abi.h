@@ -127,7 +127,9 @@ constexpr int kSkinnyMaxSplits = 8;  // CTAs along K: one portable cluster
 struct Nvfp4SkinnyGemmArgs {
   void const* weight;         // packed e2m1 codes uint8 [n, k / 2] exactly as the quantizer wrote them
   void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, row pitch scale_cols bytes
-  void const* x;              // activations [tokens, k] contiguous, bf16 or fp16 as compiled, 16-byte aligned
+  void const* x;              // activations [tokens, k] contiguous, bf16 or fp16 as compiled, or (W4A4 kernels)
+                              // their NVFP4 codes uint8 [tokens, k / 2]; 16-byte aligned
+  void const* x_scales;       // W4A4: the activations' e4m3 block scales, 128x4 swizzled, row pitch scale_cols; else null
   void* d;                    // output [tokens, n] contiguous
   void const* scale_a;        // fp32 [tokens] or one value
   int64_t scale_a_is_vector;

@@ -83,7 +83,8 @@ struct WeightChunk {
 struct Params {
   const uint8_t* weight;         // [n, k / 2]
   const uint8_t* weight_scales;  // 128x4 swizzled, row pitch scale_cols
-  const void* x;                 // [tokens, k]
+  const void* x;                 // [tokens, k] bf16/fp16, or NVFP4 codes uint8 [tokens, k / 2] (kX4)
+  const uint8_t* x_scales;       // kX4: the tokens' e4m3 block scales, 128x4 swizzled, row pitch scale_cols
   void* d;                       // [tokens, n]
   const float* scale_a;          // [tokens] or one value
   const float* scale_b;          // [n] or one value
@@ -95,13 +96,17 @@ struct Params {
 
 // What a lane reads, fixed for the whole main loop (addresses of chunk 0; chunk c adds c * 64
 // bytes of codes, c * 1024 bytes of scales = two 512-byte atoms, c * 128 token elements).
-template <class T>
+// kX4: the tokens are NVFP4 too (W4A4), read like the weights: 16 bytes of codes and a scale pair
+// per token and chunk, decoded in registers (no bf16 copy of the activations in memory).
+template <class T, bool kX4>
 struct Lane {
   const uint8_t* codes[kN8PerWarp];   // weight rows r0 + g + 8t: codes of elements [32q, 32q + 32)
   const uint8_t* scales[kN8PerWarp];  // their scales of blocks 2q, 2q + 1
   bool row_ok[kN8PerWarp];            // the row exists (< n)
   const T* x;                         // token g: elements [32q, 32q + 32); token tile m adds 8m rows
-  int64_t x_tile_stride;              // 8 * k elements
+  const uint8_t* xq;                  // kX4: token g's codes of elements [32q, 32q + 32)
+  const uint8_t* xs;                  // kX4: the scales of blocks 2q, 2q + 1 of scale row 0 (+ atom row offset)
+  int64_t x_tile_stride;              // 8 * k elements (kX4: 8 * k / 2 bytes)
   int tile_ok;                        // token tiles m < tile_ok hold token 8m + g (< tokens)
   int chunks_ok;                      // chunks c < chunks_ok hold all 32 of the lane's elements (k % 32 == 0)
 
@@ -114,15 +119,23 @@ struct Lane {
       scales[t] = p.weight_scales + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 +
                   scale_atom_row_offset(row % 128) + 2 * (q & 1);
     }
-    x = static_cast<const T*>(p.x) + int64_t(g) * p.k + 32 * q;
-    x_tile_stride = int64_t(8) * p.k;
+    if constexpr (kX4) {
+      x = nullptr;
+      xq = static_cast<const uint8_t*>(p.x) + int64_t(g) * (p.k / 2) + 16 * q;
+      xs = p.x_scales + (q / 2) * 512 + 2 * (q & 1);  // tokens < 128: all in the first 128-row block
+      x_tile_stride = int64_t(8) * (p.k / 2);
+    } else {
+      x = static_cast<const T*>(p.x) + int64_t(g) * p.k + 32 * q;
+      xq = xs = nullptr;
+      x_tile_stride = int64_t(8) * p.k;
+    }
     tile_ok = g < p.tokens ? (p.tokens - g + 7) / 8 : 0;
     chunks_ok = p.k >= 32 * q + 32 ? (p.k - 32 * q - 32) / kChunkK + 1 : 0;
   }
 };
 
-template <class T>
-__device__ __forceinline__ void load_weights(WeightChunk& w, Lane<T> const& l, int chunk) {
+template <class L>
+__device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chunk) {
   const bool ok = chunk >= 0 && chunk < l.chunks_ok;
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) {
@@ -144,21 +157,43 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t word, uint32_t shifted,
   return mul2<T>(e2m1x2_tiny<T>(__byte_perm(word, shifted, sel)), scale_pair);
 }
 
-template <class T, int kTokenTiles>
-__device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T> const& l,
-                                          int chunk) {
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
+                                          int chunk, int g) {
   const bool k_ok = chunk < l.chunks_ok;
-  const T* x = l.x + int64_t(chunk) * kChunkK;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) e4m3x4_to_scale_pairs<T>(w.scales[t], pairs[t]);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {  // word j: elements 8j .. 8j + 7 of the lane's 32
-    uint4 xb[kTokenTiles];        // token 8m + g: elements 8j .. 8j + 7
+  // kX4: the chunk's codes and scale pair of token 8m + g (decoded per word below)
+  uint4 xcodes[kX4 ? kTokenTiles : 1];
+  uint32_t xpairs[kX4 ? kTokenTiles : 1][4];
+  if constexpr (kX4) {
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
-      xb[m] = make_uint4(0, 0, 0, 0);
-      if (k_ok && m < l.tile_ok) xb[m] = __ldg(reinterpret_cast<const uint4*>(x + m * l.x_tile_stride + 8 * j));
+      xcodes[m] = make_uint4(0, 0, 0, 0);
+      uint32_t sc = 0;
+      if (k_ok && m < l.tile_ok) {
+        xcodes[m] = __ldg(reinterpret_cast<const uint4*>(l.xq + m * l.x_tile_stride + int64_t(chunk) * (kChunkK / 2)));
+        sc = __ldg(reinterpret_cast<const uint16_t*>(l.xs + scale_atom_row_offset(8 * m + g) + int64_t(chunk) * 1024));
+      }
+      e4m3x4_to_scale_pairs<T>(sc, xpairs[m]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // word j: elements 8j .. 8j + 7 of the lane's 32
+    uint32_t b[kTokenTiles][4];   // token 8m + g: the pairs (8j + 2i, 8j + 2i + 1), i = 0..3
+#pragma unroll
+    for (int m = 0; m < kTokenTiles; ++m) {
+      if constexpr (kX4) {
+        const uint32_t word = j == 0 ? xcodes[m].x : j == 1 ? xcodes[m].y : j == 2 ? xcodes[m].z : xcodes[m].w;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[m][i] = decode_pair<T>(word, word >> 4, i, xpairs[m][j / 2]);
+      } else {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (k_ok && m < l.tile_ok)
+          v = __ldg(reinterpret_cast<const uint4*>(l.x + m * l.x_tile_stride + int64_t(chunk) * kChunkK + 8 * j));
+        b[m][0] = v.x, b[m][1] = v.y, b[m][2] = v.z, b[m][3] = v.w;
+      }
     }
     uint32_t a[kN8PerWarp][4];  // [row g, row g + 8][pair of bytes 0..3]
 #pragma unroll
@@ -170,8 +205,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     }
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
-      mma16816<T>(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], xb[m].x, xb[m].y);  // elements 8j + 0..3
-      mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], xb[m].z, xb[m].w);  // elements 8j + 4..7
+      mma16816<T>(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], b[m][0], b[m][1]);  // elements 8j + 0..3
+      mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], b[m][2], b[m][3]);  // elements 8j + 4..7
     }
   }
 }
@@ -188,8 +223,10 @@ __device__ __forceinline__ Out epilogue(float acc, Params const& p, int tok, int
 
 // Grid (splits, ceil(n / kTileN)), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows.
-template <class T, class Out, int kTokenTiles, class Act>
+template <class T, bool kX4, class Out, int kTokenTiles, class Act>
 __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
+  // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
+  constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
   constexpr int kPitch = kTokens + 4;  // floats per partial row (one row per weight row of the tile)
@@ -203,7 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   const int c_begin = min(split * p.chunks_per_split, chunks);
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
 
-  const Lane<T> lane_src(p, row0, g, q);
+  const Lane<T, kX4> lane_src(p, row0, g, q);
   float acc[kTokenTiles][4] = {};
   WeightChunk ring[kPrefetch];
 #pragma unroll
@@ -215,19 +252,19 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
         const WeightChunk cur = ring[i];
         const int next = c + i + kPrefetch;
         load_weights(ring[i], lane_src, next < c_end ? next : -1);
-        mma_chunk<T, kTokenTiles>(acc, cur, lane_src, c + i);
+        mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, c + i, g);
       }
     }
   }
 
-  // partial sums (x 2^kDecodeShift, exact) -> shared memory [weight row of the tile][token]: the
+  // partial sums (x kUnscale, exact) -> shared memory [weight row of the tile][token]: the
   // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
 #pragma unroll
   for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
-      const float2 v = make_float2(acc[m][2 * h] * kDecodeUnscale, acc[m][2 * h + 1] * kDecodeUnscale);
+      const float2 v = make_float2(acc[m][2 * h] * kUnscale, acc[m][2 * h + 1] * kUnscale);
       *reinterpret_cast<float2*>(&partial[row * kPitch + 8 * m + 2 * q]) = v;
     }
   }
@@ -284,7 +321,7 @@ inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, cudaStream_t
 
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
 // asked once per device); 1..kMaxSplits: as given.
-template <class T, class Out, int kTokenTiles, class Act>
+template <class T, bool kX4, class Out, int kTokenTiles, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
@@ -292,7 +329,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       a.tokens < 0 || a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.device < 0 || a.device >= 64)
     return kBadArgument;  // grid y <= 65535
   if (a.n == 0 || a.tokens == 0) return 0;
-  auto kernel = nvfp4_skinny_kernel<T, Out, kTokenTiles, Act>;
+  if (kX4 != (a.x_scales != nullptr)) return kBadArgument;
+  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, Act>;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -312,7 +350,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   }
   const int64_t per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   if (per_split > 0) splits = int((chunks + per_split - 1) / per_split);  // no CTA without chunks
-  Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x, a.d,
+  Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
+           static_cast<const uint8_t*>(a.x_scales), a.d,
            static_cast<const float*>(a.scale_a), static_cast<const float*>(a.scale_b), a.bias,
            int(a.scale_a_is_vector), int(a.scale_b_is_vector), int(a.n), int(a.tokens), int(a.k),
            int(a.scale_cols), int(per_split)};
