@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
-from scalemm.cutlass_kernels.configs import GROUPED_TUNING_CANDIDATES, default_grouped_config  # noqa: E402
+from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, default_grouped_config,  # noqa: E402
+                                             default_nvfp4_grouped_skinny_config)
 
 E4M3 = torch.float8_e4m3fn
 MODELS = {  # experts, top-k, hidden, expert intermediate
@@ -35,6 +36,7 @@ MODELS = {  # experts, top-k, hidden, expert intermediate
     "llama4-scout": (16, 1, 5120, 8192),
 }
 TOKENS = {"decode": (1, 16, 64), "prefill": (1024, 4096, 16384)}
+NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny")
 
 
 def _random_e4m3(shape, gen, chunk=16):
@@ -107,6 +109,10 @@ def main():
             xq = scalemm.quantize_nvfp4_grouped(a16, offs, scaling="token")
             fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
             fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
+            skinny = default_nvfp4_grouped_skinny_config(T, G, N, K)
+            if skinny is not None:  # the skinny kernel (opt-in until it has run on a GPU)
+                fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
+                fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=skinny)
         if args.tune:
             for cfg in GROUPED_TUNING_CANDIDATES:
                 fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
@@ -123,7 +129,7 @@ def main():
                "config": default_grouped_config(T, G, N, K).key(), "us": us,
                "tflops": {k2: flop / v / 1e6 for k2, v in us.items()},
                "speedup": us["torch_scaled_grouped_mm"] / us["scalemm"] if "scalemm" in us else None}
-        for name in ("nvfp4_w4a16", "nvfp4_w4a4"):
+        for name in NVFP4_NAMES:
             if name in us:
                 row[f"{name}_vs_bf16"] = us["torch_grouped_mm_bf16"] / us[name]
         if args.tune:
@@ -134,8 +140,7 @@ def main():
         print(f"{model:<15}{phase:<8}{tokens:>6} {proj:<8}{G:>4}{T:>7}{N:>6}{K:>6} {row['empty_groups']:>5} "
               f"{row['config']:<28}{us.get('scalemm', float('nan')):>9.1f}{us['torch_scaled_grouped_mm']:>9.1f}"
               f"{us['torch_grouped_mm_bf16']:>9.1f} {row['speedup'] or float('nan'):>7.3f}"
-              + "".join(f"  {n} {us[n]:.1f} us ({row[n + '_vs_bf16']:.2f}x bf16)" for n in ("nvfp4_w4a16", "nvfp4_w4a4")
-                        if n in us)
+              + "".join(f"  {n} {us[n]:.1f} us ({row[n + '_vs_bf16']:.2f}x bf16)" for n in NVFP4_NAMES if n in us)
               + (f"  best {row['best']} {row['best_speedup']:.3f}" if args.tune else ""), flush=True)
         del a, bs, a16, b16, out, fns
         wq = xq = None
@@ -146,7 +151,7 @@ def main():
                         "min_speedup": min(r["speedup"] for r in rows),
                         "decode_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "decode"]),
                         "prefill_geomean": geomean([r["speedup"] for r in rows if r["phase"] == "prefill"])})
-    for name in ("nvfp4_w4a16", "nvfp4_w4a4"):  # vs bf16 torch._grouped_mm, per phase
+    for name in NVFP4_NAMES:  # vs bf16 torch._grouped_mm, per phase
         for phase in TOKENS:
             ratios = [r[f"{name}_vs_bf16"] for r in rows if r["phase"] == phase and f"{name}_vs_bf16" in r]
             if ratios:

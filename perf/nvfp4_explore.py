@@ -28,7 +28,8 @@ from gemm_sweep import L2_BYTES, bench, torchao_nvfp4  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import SKINNY_TOKEN_TILES, SkinnyConfig, default_nvfp4_skinny_config  # noqa: E402
+from scalemm.cutlass_kernels.configs.sm90 import (SKINNY_TOKEN_TILES, SkinnyConfig,  # noqa: E402
+                                                default_nvfp4_grouped_skinny_config, default_nvfp4_skinny_config)
 from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4, skinny_by_default  # noqa: E402
 
 
@@ -101,6 +102,11 @@ def grouped_point(G, per, N, K):
     w16t = w16.transpose(-2, -1)
     fns = {"torch_grouped_bf16": lambda i: torch._grouped_mm(x, w16t, offs=offs),
            "w4a16_grouped": lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out)}
+    skinny = default_nvfp4_grouped_skinny_config(T, G, N, K)
+    if skinny is not None:  # the skinny kernel, W4A16 and W4A4 (activations decoded in the kernel)
+        xq = scalemm.quantize_nvfp4_grouped(x, offs, scaling="token")
+        fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
+        fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
     for n in (16, 32, 64, 128, 256):
         c = GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True)
         fns[c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c))(c)

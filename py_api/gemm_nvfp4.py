@@ -148,10 +148,13 @@ def skinny_by_default() -> bool:
     return os.environ.get(SKINNY_ENV, "0") == "1"
 
 
-def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors) -> str | None:
-    """Why the skinny kernel cannot take this problem, or None when it can."""
-    if M > config.max_tokens:
+def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups: int | None = None) -> str | None:
+    """Why the skinny kernel cannot take this problem (dense, or grouped with `groups` experts), or None
+    when it can."""
+    if groups is None and M > config.max_tokens:
         return f"M = {M} tokens is more than the {config.key()} kernel's {config.max_tokens}"
+    if groups is not None and groups > 65535:
+        return f"{groups} groups are more than 65535"
     if K % 32:
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
     if N > 65535 * 64:
@@ -162,20 +165,36 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors) -> str
     return None
 
 
-def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation):
-    """a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor (W4A4, its codes and scales read by the kernel)."""
-    from .formats import NVFP4Tensor
-    N, K = b.shape
+def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
+    """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device).
+    a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor / GroupedNVFP4Tensor (W4A4: the kernel decodes its
+    codes and scales itself)."""
+    from .formats import GroupedNVFP4Tensor, NVFP4Tensor
+    K = b.shape[1]
+    N = b.group_rows if offsets is not None else b.shape[0]
     M = a.shape[0]
-    x4 = isinstance(a, NVFP4Tensor)
+    x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
     spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4 else a.dtype, out_dtype=out.dtype, activation=activation)
     device = out.device
-    scale_a = a.alpha if x4 else _one(device)
+    grouped = offsets is not None
+    G = offsets.numel() if grouped else 1
+    if x4:
+        scale_a = a.alpha
+        mode_a = (abi.kLeafPerRow if a.scaling == "token" else abi.kLeafPerGroup if grouped else abi.kLeafOne)
+    else:
+        scale_a, mode_a = _one(device), abi.kLeafOne
+    if b.alpha.numel() == 1 and not grouped:
+        mode_b = abi.kLeafOne
+    else:
+        mode_b = abi.kLeafPerGroupVec if b.scaling == "token" else abi.kLeafPerGroup
+    mode_bias = abi.kLeafNull if bias is None else abi.kLeafPerGroupVec if bias.dim() == 2 else abi.kLeafShared
     args = abi.Nvfp4SkinnyGemmArgs(
         weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
-        x_scales=a.scales.data_ptr() if x4 else None, d=out.data_ptr(),
-        scale_a=scale_a.data_ptr(), scale_a_is_vector=int(scale_a.numel() > 1), scale_b=b.alpha.data_ptr(),
-        scale_b_is_vector=int(b.alpha.numel() > 1), bias=None if bias is None else bias.data_ptr(), n=N, tokens=M, k=K,
+        x_scales=a.scales.data_ptr() if x4 else None,
+        x_sf_offsets=a.sf_offsets.data_ptr() if (x4 and grouped) else None, d=out.data_ptr(),
+        offsets=offsets.data_ptr() if grouped else None, groups=G,
+        scale_a=scale_a.data_ptr(), scale_a_mode=mode_a, scale_b=b.alpha.data_ptr(), scale_b_mode=mode_b,
+        bias=None if bias is None else bias.data_ptr(), bias_mode=mode_bias, n=N, tokens=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
         device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
     _skinny_launcher(spec)(ctypes.byref(args))
@@ -357,7 +376,7 @@ def _grouped_workspace_bytes(G: int) -> int:
 
 
 def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-                       config: GemmConfig | None = None) -> torch.Tensor:
+                       config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
     """out[rows of g] = epilogue(alpha_a * alpha_b[g] * (A[rows of g] @ dequant(W_g)^T) + bias[g]) on CUDA.
 
     a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4).
@@ -367,6 +386,23 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
+    T = a.shape[0]
+    operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + (
+        [(a.qdata, "a.qdata"), (a.scales, "a.scales")] if isinstance(a, GroupedNVFP4Tensor) else [(a, "a")])
+    if isinstance(config, SkinnyConfig):
+        why = skinny_problem(T, N, K, config, operands, groups=G)
+        if why:
+            raise ValueError(f"config={config.label()} cannot run this grouped GEMM: {why}")
+    elif config is None and skinny_by_default():
+        skinny = configs.default_nvfp4_grouped_skinny_config(T, G, N, K)
+        if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
+            config = skinny
+    if isinstance(config, SkinnyConfig):  # W4A4 included: the kernel decodes the activations itself
+        if out is None:
+            out = torch.empty((T, N), dtype=out_dtype, device=device)
+        if T == 0 or N == 0:
+            return out
+        return _gemm_skinny(a, b, bias, out, config, epilogue, offsets=offsets)
     M, PG, PGV, SH, ONE, NULL = (abi.kLeafPerRow, abi.kLeafPerGroup, abi.kLeafPerGroupVec, abi.kLeafShared,
                                  abi.kLeafOne, abi.kLeafNull)
     if isinstance(a, GroupedNVFP4Tensor):
@@ -500,7 +536,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
     from .formats.nvfp4 import dequantize_nvfp4_grouped
     from .reference import grouped_gemm_reference
     _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per,
-                   scale_b_per)
+                   scale_b_per, config_types=(GemmConfig, SkinnyConfig))
     if b.qdata is None or b.group_rows is None or b.layout != "rows":
         raise ValueError("b must be stacked NVFP4 expert weights from scalemm.quantize_nvfp4_stacked")
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]

@@ -74,6 +74,12 @@ def nvfp4_gemms(dev):
     scalemm.grouped_gemm(scalemm.quantize_nvfp4_grouped(x[:T], offs, scaling="token"), we, None)
     bad = torch.tensor([40, 10, 500, 153, 153, 90], device=dev, dtype=torch.int32)
     scalemm.grouped_gemm(x[:T], we, bad)
+    # the skinny kernel, grouped: W4A16 and W4A4, a group longer than its token tiles, bad offsets
+    for tiles, splits in ((1, 0), (8, 3)):
+        scalemm.grouped_gemm(x, we, offs, out_dtype=torch.float32, config=SkinnyConfig(tiles, splits))
+        scalemm.grouped_gemm(scalemm.quantize_nvfp4_grouped(x[:T], offs, scaling="token"), we, None,
+                             config=SkinnyConfig(tiles, splits))
+        scalemm.grouped_gemm(x[:T], we, bad, config=SkinnyConfig(tiles, splits))
 
 
 STAGES = {"quant": quantizers, "gemm": fp8_gemms, "nvfp4": nvfp4_gemms}

@@ -160,13 +160,21 @@ def test_skinny_problem_says_why():
     assert "multiple of 32" in skinny_problem(4, 16, 48, SkinnyConfig(1), [(x, "a")])
     assert "tiles" in skinny_problem(4, 65536 * 64, 64, SkinnyConfig(1), [(x, "a")])
     assert "16-byte" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4 * 64 + 1)[1:], "a")])
+    assert skinny_problem(900, 16, 64, SkinnyConfig(1), [(x, "a")], groups=8) is None  # grouped: any rows
+    assert "groups" in skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")], groups=70000)
 
 
-def test_skinny_config_is_for_the_dense_gemm_only():
-    from scalemm.cutlass_kernels.configs import SkinnyConfig
+def test_skinny_config_dense_and_grouped():
+    from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_grouped_skinny_config
     w = scalemm.quantize_nvfp4(_data(16, 64))
     x = _data(3, 64)
     assert torch.equal(scalemm.gemm(x, w, config=SkinnyConfig(1)), scalemm.gemm(x, w))  # CPU: the reference
     ws = scalemm.quantize_nvfp4_stacked(_data(2, 16, 64))
-    with pytest.raises(TypeError, match="GemmConfig"):
-        scalemm.grouped_gemm(x, ws, torch.tensor([1, 3], dtype=torch.int32), config=SkinnyConfig(1))
+    offs = torch.tensor([1, 3], dtype=torch.int32)
+    assert torch.equal(scalemm.grouped_gemm(x, ws, offs, config=SkinnyConfig(2)), scalemm.grouped_gemm(x, ws, offs))
+    with pytest.raises(TypeError, match="SkinnyConfig"):
+        scalemm.grouped_gemm(x, ws, offs, config="skinny")
+    # grouped decode: 4x the mean rows per expert (skewed routing), none above 16 on average
+    picks = {T: default_nvfp4_grouped_skinny_config(T, 128, 1536, 2048) for T in (1, 128, 256, 1024, 2048, 2049)}
+    assert picks == {1: SkinnyConfig(1), 128: SkinnyConfig(1), 256: SkinnyConfig(1), 1024: SkinnyConfig(4),
+                     2048: SkinnyConfig(8), 2049: None}

@@ -365,3 +365,71 @@ def test_grouped_graph_replay_sees_new_offsets():
         graph.replay()
         torch.cuda.synchronize()
         assert _rel_err(out, _exact_grouped(x, w, sizes, N)) <= 1e-5
+
+
+# the skinny kernel, grouped (MoE decode): expert blocks of up to 8 * token_tiles rows, more in turn
+
+@pytest.mark.parametrize("case", list(SIZES))
+@pytest.mark.parametrize("w_scaling", ["tensor", "token"])
+@pytest.mark.parametrize("tiles", [1, 8])
+def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles):
+    sizes = SIZES[case]
+    G, N, K = len(sizes), 1000, 2080  # N past the 64-row tile, K past the last 128-chunk
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=G + 1).reshape(G, N, K).to(torch.bfloat16),
+                                       scaling=w_scaling)
+    T = sum(sizes)
+    x = _wide((T + 3, K), seed=T + 1).to(torch.bfloat16)  # 3 rows past the last group: never written
+    out = _poisoned(T + 3, N, torch.float32)
+    scalemm.grouped_gemm(x, w, _offsets(sizes), out_dtype=torch.float32, out=out, config=SkinnyConfig(tiles))
+    assert not out[:T].isnan().any(), "unwritten rows"
+    assert out[T:].isnan().all(), "rows past the last group were written"
+    assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
+
+
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+@pytest.mark.parametrize("via", ["config", "env"])
+def test_grouped_skinny_w4a4_with_bias(monkeypatch, a_scaling, via):
+    """W4A4 decoded in the kernel (scale rows at each group's sf_offset), per-expert bias."""
+    import scalemm.gemm_nvfp4 as g
+    sizes = [1, 0, 3, 0, 0, 2, 1, 9]  # decode routing: mean 2 rows per expert
+    G, N, K = len(sizes), 512, 1024
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=13).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    T = sum(sizes)
+    offsets = _offsets(sizes)
+    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=14).to(torch.bfloat16), offsets, scaling=a_scaling)
+    bias = torch.randn(G, N, device="cuda").to(torch.float32)
+    out = _poisoned(T, N, torch.float32)
+    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
+    if via == "env":
+        monkeypatch.setenv(g.SKINNY_ENV, "1")
+        assert scalemm.cutlass_kernels.configs.default_nvfp4_grouped_skinny_config(T, G, N, K) is not None
+        scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out)
+    else:
+        scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=SkinnyConfig(2, 3))
+    want = _exact_grouped(a, w, sizes, N)
+    for e, (s, m) in enumerate(zip(_starts(sizes), sizes)):
+        want[s:s + m] += bias[e].double()
+    assert not out.isnan().any()
+    assert _rel_err(out, want) <= 1e-5
+
+
+def test_grouped_skinny_graph_replay_and_bad_offsets():
+    G, N, K, T = 8, 256, 512, 40
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=18).reshape(G, N, K).to(torch.bfloat16))
+    x = _wide((T, K), seed=19).to(torch.bfloat16)
+    offsets = _offsets([5] * 8)
+    out = torch.zeros(T, N, device="cuda")
+    cfg = SkinnyConfig(1)
+    scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, out=out, config=cfg)  # build outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, out=out, config=cfg)
+    for sizes in ([5] * 8, [0, 20, 0, 10, 10, 0, 0, 0], [40, 0, 0, 0, 0, 0, 0, 0]):
+        offsets.copy_(_offsets(sizes))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel_err(out, _exact_grouped(x, w, sizes, N)) <= 1e-5
+    # offsets past T or decreasing: clamped into [0, T], nothing out of bounds (compute-sanitizer checks the rest)
+    offsets.copy_(torch.tensor([10, 5, 500, -3, 40, 41, 39, 1000], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()

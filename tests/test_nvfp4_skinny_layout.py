@@ -104,115 +104,148 @@ def _mma(acc, a_regs, b_regs):
             acc[lane][v] += C[_c_coord(lane, v)].item()
 
 
-def skinny_model(x, w, token_tiles: int, splits: int) -> torch.Tensor:
-    """The kernel's arithmetic, lane by lane: fp64 [M, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
-    bias); x bf16 [M, K] (W4A16) or an NVFP4Tensor (W4A4: kX4, decoded by the lanes like the weights)."""
+def _groups(offsets, T):
+    """(group, first, last) as the kernel clamps device offsets; dense: one group of all rows."""
+    if offsets is None:
+        return [(0, 0, T)]
+    out, prev = [], 0
+    for g, end in enumerate(offsets.tolist()):
+        first = 0 if g == 0 else min(max(prev, 0), T)
+        last = min(max(end, first), T)
+        out.append((g, first, last))
+        prev = end
+    return out
+
+
+def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Tensor:
+    """The kernel's arithmetic, lane by lane: fp64 [T, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
+    bias) per group; x bf16 [T, K] (W4A16) or NVFP4 (W4A4: kX4, decoded by the lanes like the weights);
+    dense (offsets None: w [N, K], T <= 8 * token_tiles) or grouped (w stacked experts, offsets [G])."""
     x4 = not isinstance(x, torch.Tensor)
-    M, K = x.shape
-    N = w.shape[0]
-    assert M <= 8 * token_tiles
+    T, K = x.shape
+    grouped = offsets is not None
+    N = w.group_rows if grouped else w.shape[0]
+    assert grouped or T <= 8 * token_tiles
     codes = w.qdata.contiguous().view(-1).tolist()
     scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
     if x4:
         xcodes = x.qdata.contiguous().view(-1).tolist()
         xscales = x.scales.contiguous().view(torch.uint8).view(-1).tolist()
+        sf_off = x.sf_offsets.tolist() if grouped else [0]
     else:
-        xs = x.double()
+        xs = x.double().reshape(-1)
     cp = -(-(K // 16) // 4) * 4
+    scale_group_bytes = -(-N // 128) * 128 * cp
     chunks = -(-K // CHUNK_K)
     per_split = -(-chunks // splits)
     splits = -(-chunks // per_split)
     tokens = 8 * token_tiles
     unscale = DECODE_UNSCALE ** (2 if x4 else 1)
     alpha_a = x.alpha.double().reshape(-1) if x4 else torch.ones(1, dtype=torch.float64)
-    out = torch.full((M, N), float("nan"), dtype=torch.float64)
-    for tile in range(-(-N // TILE_N)):
-        n0 = tile * TILE_N
-        partial = [torch.zeros(TILE_N, tokens, dtype=torch.float64) for _ in range(splits)]
-        for split in range(splits):
-            c_begin = min(split * per_split, chunks)
-            c_end = min(c_begin + per_split, chunks)
-            for warp in range(WARPS):
-                acc = [[[0.0] * 4 for _ in range(32)] for _ in range(token_tiles)]
-                for c in range(c_begin, c_end):
-                    # load_weights, per lane (Lane: rows r0 + g (t = 0) and r0 + g + 8 (t = 1), addresses
-                    # of chunk 0 plus c * 64 bytes of codes, c * 1024 bytes of scales)
-                    wcodes, wscales = [], []
-                    for lane in range(32):
-                        g, q = lane // 4, lane % 4
-                        chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
-                        lc, ls = [], []
-                        for t in range(N8_PER_WARP):
-                            row = n0 + warp * (8 * N8_PER_WARP) + g + 8 * t
-                            if c < chunks_ok and row < N:
-                                start = row * (K // 2) + 16 * q + c * (CHUNK_K // 2)
-                                lc.append(bytes(codes[start:start + 16]))
-                                off = ((row // 128) * 128 * cp + (q // 2) * 512 + (row % 128 % 32) * 16
-                                       + (row % 128 // 32) * 4 + 2 * (q & 1)) + c * 1024
-                                ls.append((scales[off], scales[off + 1]))
-                            else:
-                                lc.append(bytes(16))
-                                ls.append((0, 0))
-                        wcodes.append(lc)
-                        wscales.append(ls)
-                    # mma_chunk
-                    for j in range(4):
-                        xb, a = {}, {}
-                        for lane in range(32):
-                            g, q = lane // 4, lane % 4
-                            chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
-                            tile_ok = (M - g + 7) // 8 if g < M else 0
-                            for m in range(token_tiles):
-                                ok = c < chunks_ok and m < tile_ok
-                                if x4:  # Lane.xq / Lane.xs: 16 bytes of codes, a scale pair, per token and chunk
-                                    start = (8 * m + g) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
-                                    off = ((q // 2) * 512 + 2 * (q & 1) + ((8 * m + g) % 32) * 16
-                                           + ((8 * m + g) // 32) * 4 + c * 1024)
-                                    xword = _u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])) if ok else 0
-                                    xsc = _scale_pair(xscales[off + j // 2] if ok else 0)
-                                    pairs = [_decode_pair(xword, xword >> 4, i, xsc) for i in range(4)]
-                                    xb[lane, m] = [v for pr in pairs for v in pr]
-                                elif ok:  # Lane.x + chunk * 128 + tile * 8 rows, in elements
-                                    e0 = (8 * m + g) * K + 32 * q + c * CHUNK_K + 8 * j
-                                    xb[lane, m] = xs.reshape(-1)[e0:e0 + 8].tolist()
-                                else:
-                                    xb[lane, m] = [0.0] * 8
-                            for t in range(N8_PER_WARP):
-                                word = _u32(wcodes[lane][t][4 * j:4 * j + 4])
-                                s = _scale_pair(wscales[lane][t][j // 2])
-                                for i in range(4):
-                                    a[lane, t, i] = _decode_pair(word, word >> 4, i, s)
+    alpha_b = w.alpha.double().reshape(-1)
+    # the leaf modes _gemm_skinny passes (abi.h GroupedLeafMode): per row / per group / one value
+    mode_a = ("row" if x.scaling == "token" else "group" if grouped else "one") if x4 else "one"
+    mode_b = "one" if (alpha_b.numel() == 1 and not grouped) else "vec" if w.scaling == "token" else "group"
+    out = torch.full((T, N), float("nan"), dtype=torch.float64)
+    for grp, first, last in _groups(offsets, T):
+        for block in range(first, last, tokens):
+            count = min(tokens, last - block)
+            scale_row0 = (sf_off[grp] if x4 else 0) + (block - first)
+            for tile in range(-(-N // TILE_N)):
+                n0 = tile * TILE_N
+                partial = [torch.zeros(TILE_N, tokens, dtype=torch.float64) for _ in range(splits)]
+                for split in range(splits):
+                    c_begin = min(split * per_split, chunks)
+                    c_end = min(c_begin + per_split, chunks)
+                    for warp in range(WARPS):
+                        acc = [[[0.0] * 4 for _ in range(32)] for _ in range(token_tiles)]
+                        for c in range(c_begin, c_end):
+                            wcodes, wscales = _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0,
+                                                            warp, c)
+                            for j in range(4):
+                                xb, a = {}, {}
+                                for lane in range(32):
+                                    g, q = lane // 4, lane % 4
+                                    chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
+                                    tile_ok = (count - g + 7) // 8 if g < count else 0
+                                    for m in range(token_tiles):
+                                        ok = c < chunks_ok and m < tile_ok
+                                        if x4:  # Lane.xq / x_scale_offset: codes and a scale pair per token, chunk
+                                            start = (block + 8 * m + g) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
+                                            r = scale_row0 + 8 * m + g
+                                            off = ((r // 128) * 128 * cp + (q // 2) * 512 + 2 * (q & 1)
+                                                   + (r % 128 % 32) * 16 + (r % 128 // 32) * 4 + c * 1024)
+                                            xword = _u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])) if ok else 0
+                                            xsc = _scale_pair(xscales[off + j // 2] if ok else 0)
+                                            pairs = [_decode_pair(xword, xword >> 4, i, xsc) for i in range(4)]
+                                            xb[lane, m] = [v for pr in pairs for v in pr]
+                                        elif ok:  # Lane.x + chunk * 128 + tile * 8 rows, in elements
+                                            e0 = (block + 8 * m + g) * K + 32 * q + c * CHUNK_K + 8 * j
+                                            xb[lane, m] = xs[e0:e0 + 8].tolist()
+                                        else:
+                                            xb[lane, m] = [0.0] * 8
+                                    for t in range(N8_PER_WARP):
+                                        word = _u32(wcodes[lane][t][4 * j:4 * j + 4])
+                                        sp = _scale_pair(wscales[lane][t][j // 2])
+                                        for i in range(4):
+                                            a[lane, t, i] = _decode_pair(word, word >> 4, i, sp)
+                                for m in range(-(-count // 8)):  # tiles_live
+                                    for st in range(2):  # elements 8j + 4st .. 8j + 4st + 3
+                                        a_regs = [(a[l, 0, 2 * st], a[l, 1, 2 * st], a[l, 0, 2 * st + 1],
+                                                   a[l, 1, 2 * st + 1]) for l in range(32)]
+                                        b_regs = [(xb[l, m][4 * st:4 * st + 2], xb[l, m][4 * st + 2:4 * st + 4])
+                                                  for l in range(32)]
+                                        _mma(acc[m], a_regs, b_regs)
+                        # partials: [weight row of the tile][token]
                         for m in range(token_tiles):
-                            for st in range(2):  # elements 8j + 4st .. 8j + 4st + 3
-                                a_regs = [(a[l, 0, 2 * st], a[l, 1, 2 * st], a[l, 0, 2 * st + 1], a[l, 1, 2 * st + 1])
-                                          for l in range(32)]
-                                b_regs = [(xb[l, m][4 * st:4 * st + 2], xb[l, m][4 * st + 2:4 * st + 4]) for l in range(32)]
-                                _mma(acc[m], a_regs, b_regs)
-                # partials: [weight row of the tile][token]
-                for m in range(token_tiles):
-                    for lane in range(32):
-                        g, q = lane // 4, lane % 4
-                        for h in range(2):
-                            row = warp * (8 * N8_PER_WARP) + 8 * h + g
-                            partial[split][row, 8 * m + 2 * q] = acc[m][lane][2 * h] * unscale
-                            partial[split][row, 8 * m + 2 * q + 1] = acc[m][lane][2 * h + 1] * unscale
-        # the cluster's reduction: CTA `rank` takes every splits-th block of 128 output pairs, adding
-        # the partials of all CTAs in split order
-        ntok = min(M, tokens)
-        covered = set()
-        for rank in range(splits):
-            for tid in range(128):
-                for e in range(rank * 128 + tid, ntok * (TILE_N // 2), splits * 128):
-                    tok, col = e // (TILE_N // 2), 2 * (e % (TILE_N // 2))
-                    assert (tok, col) not in covered
-                    covered.add((tok, col))
-                    for cc in (col, col + 1):
-                        if n0 + cc < N:
-                            total = sum(partial[r][cc, tok].item() for r in range(splits))
-                            out[tok, n0 + cc] = (total * alpha_a[tok % alpha_a.numel()]
-                                                 * w.alpha.double().reshape(-1)[(n0 + cc) % w.alpha.numel()])
-        assert len(covered) == ntok * TILE_N // 2
+                            for lane in range(32):
+                                g, q = lane // 4, lane % 4
+                                for h in range(2):
+                                    row = warp * (8 * N8_PER_WARP) + 8 * h + g
+                                    partial[split][row, 8 * m + 2 * q] = acc[m][lane][2 * h] * unscale
+                                    partial[split][row, 8 * m + 2 * q + 1] = acc[m][lane][2 * h + 1] * unscale
+                # the cluster's reduction: CTA `rank` takes every splits-th block of 128 output pairs, adding
+                # the partials of all CTAs in split order; the epilogue's leaves as _gemm_skinny sets them
+                covered = set()
+                for rank in range(splits):
+                    for tid in range(128):
+                        for e in range(rank * 128 + tid, count * (TILE_N // 2), splits * 128):
+                            tok, col = e // (TILE_N // 2), 2 * (e % (TILE_N // 2))
+                            assert (tok, col) not in covered
+                            covered.add((tok, col))
+                            row = block + tok
+                            sa = alpha_a[{"row": row, "group": grp, "one": 0}[mode_a]]
+                            for cc in (col, col + 1):
+                                if n0 + cc < N:
+                                    total = sum(partial[r][cc, tok].item() for r in range(splits))
+                                    sb = alpha_b[{"vec": grp * N + n0 + cc, "group": grp, "one": 0}[mode_b]]
+                                    out[row, n0 + cc] = total * sa * sb
+                assert len(covered) == count * TILE_N // 2
     return out
+
+
+def _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c):
+    """load_weights for every lane of a warp (Lane: rows r0 + g (t = 0) and r0 + g + 8 (t = 1) of
+    group grp, addresses of chunk 0 plus c * 64 bytes of codes, c * 1024 bytes of scales)."""
+    wcodes, wscales = [], []
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
+        lc, ls = [], []
+        for t in range(N8_PER_WARP):
+            row = n0 + warp * (8 * N8_PER_WARP) + g + 8 * t
+            if c < chunks_ok and row < N:
+                start = grp * N * (K // 2) + row * (K // 2) + 16 * q + c * (CHUNK_K // 2)
+                lc.append(bytes(codes[start:start + 16]))
+                off = (grp * scale_group_bytes + (row // 128) * 128 * cp + (q // 2) * 512 + (row % 128 % 32) * 16
+                       + (row % 128 // 32) * 4 + 2 * (q & 1)) + c * 1024
+                ls.append((scales[off], scales[off + 1]))
+            else:
+                lc.append(bytes(16))
+                ls.append((0, 0))
+        wcodes.append(lc)
+        wscales.append(ls)
+    return wcodes, wscales
 
 
 def _exact(x, w):
@@ -255,6 +288,63 @@ def test_lane_model_w4a4_reproduces_the_exact_gemm(M, N, K, token_tiles, splits,
     want = _exact(x, w)
     assert not got.isnan().any()
     assert ((got - want).norm() / want.norm()).item() < 1e-12
+
+
+def _exact_grouped(x, w, offsets):
+    """fp64 per group: x_g @ dequant(W_g)^T with both alphas; rows outside every group stay NaN."""
+    from scalemm.formats.nvfp4 import dequantize_nvfp4_grouped
+    T, K = x.shape
+    G, N = offsets.numel(), w.group_rows
+    # exact values without the alphas, which are applied here in fp64
+    wd = dequantize_nvfp4_grouped(w, torch.float32, apply_alpha=False).double().reshape(G, N, K)
+    wa = w.alpha.double().reshape(G, -1)  # [G, N] or [G, 1]
+    if isinstance(x, torch.Tensor):
+        xd, xa = x.double(), torch.ones(T, 1, dtype=torch.float64)
+    else:
+        xd = dequantize_nvfp4_grouped(x, torch.float32, apply_alpha=False).double()
+        xa = x.alpha.double().reshape(-1, 1)  # [T, 1] or [G, 1]
+    out = torch.full((T, N), float("nan"), dtype=torch.float64)
+    for g, first, last in _groups(offsets, T):
+        rows_a = xa[first:last] if xa.shape[0] == T else xa[g]
+        out[first:last] = (xd[first:last] @ wd[g].T) * rows_a * wa[g]
+    return out
+
+
+@pytest.mark.parametrize("sizes,token_tiles,splits,x_nvfp4,scaling", [
+    ([3, 0, 20, 1], 1, 2, False, "token"),  # an empty expert; 20 rows in blocks of 8 (weights streamed 3 times)
+    ([9, 0, 0, 4], 2, 1, True, "token"),    # W4A4, scale rows at each group's 128-aligned sf_offset
+    ([2, 5], 1, 3, True, "tensor"),         # per-expert alphas of both operands
+])
+def test_lane_model_grouped_reproduces_the_exact_gemm(sizes, token_tiles, splits, x_nvfp4, scaling):
+    """Grouped: expert g's weights at g * N rows and its batched scale block, its rows from the device
+    offsets, several token blocks per expert where it has more rows than the kernel's tiles."""
+    G, N, K = len(sizes), 72, 160
+    gen = torch.Generator().manual_seed(sum(sizes) + G)
+    w = scalemm.quantize_nvfp4_stacked((torch.randn(G, N, K, generator=gen) * 2).to(torch.bfloat16), scaling=scaling)
+    T = sum(sizes)
+    offsets = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    xf = (torch.randn(T, K, generator=gen) * torch.rand(T, 1, generator=gen).mul(4).exp2()).to(torch.bfloat16)
+    x = scalemm.quantize_nvfp4_grouped(xf, offsets, scaling=scaling) if x_nvfp4 else xf
+    got = skinny_model(x, w, token_tiles, splits, offsets)
+    want = _exact_grouped(x, w, offsets)
+    assert not got.isnan().any()
+    assert ((got - want).norm() / want.norm()).item() < 1e-12
+
+
+def test_lane_model_grouped_clamps_bad_offsets():
+    """Offsets past T or decreasing: rows are clamped into [0, T], nothing outside is read or written."""
+    G, N, K, T = 3, 16, 64, 10
+    gen = torch.Generator().manual_seed(3)
+    w = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K, generator=gen).to(torch.bfloat16), scaling="token")
+    x = torch.randn(T, K, generator=gen).to(torch.bfloat16)
+    offsets = torch.tensor([6, 6, 50], dtype=torch.int32)  # group 1 empty, group 2 ends past T: rows 6..9
+    got = skinny_model(x, w, 1, 1, offsets)
+    assert [(f, l) for _, f, l in _groups(offsets, T)] == [(0, 6), (6, 6), (6, 10)]
+    want = _exact_grouped(x, w, offsets)
+    assert torch.allclose(got, want, rtol=1e-12, atol=0)
+    # decreasing offsets: groups may overlap (the result is unspecified) but stay inside [0, T)
+    bad = [(f, l) for _, f, l in _groups(torch.tensor([6, 4, -3, 50], dtype=torch.int32), T)]
+    assert bad == [(0, 6), (6, 6), (4, 4), (0, 10)] and all(0 <= f <= l <= T for f, l in bad)
 
 
 def test_lane_model_catches_a_wrong_pairing(monkeypatch):

@@ -220,6 +220,16 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, *, num_sms: int = REFERE
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
+def default_nvfp4_grouped_skinny_config(T: int, G: int, N: int, K: int) -> SkinnyConfig | None:
+    """The skinny kernel for grouped decode: up to 16 rows per expert on average (None above: the
+    CUTLASS grouped kernel). Token tiles for 4x the mean (routing is skewed; a group with more rows
+    runs in several blocks, each streaming its weights again)."""
+    per = -(-T // max(G, 1))
+    if per > 16:
+        return None
+    return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if 8 * t >= min(64, 4 * per)))
+
+
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
     """Template parameters for cutlass_kernels/templates/nvfp4_skinny_sm90.cu; act_dtype a float dtype (name)
     or "nvfp4"."""

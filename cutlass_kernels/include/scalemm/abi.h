@@ -120,22 +120,28 @@ struct Nvfp4GemmArgs {
   void* stream;
 };
 
-// NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), tokens <= 8 x the
-// kernel's token tiles: D [tokens, n] = act(scale_a * scale_b * (x @ dequant(W)^T) + bias), with
-// K split over `splits` CTAs of one cluster.
+// NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), dense or grouped:
+// out[rows of g] = act(scale_a * scale_b * (x[rows of g] @ dequant(W_g)^T) + bias) for each group g
+// (dense: one group of all `tokens` rows, tokens <= 8 x the kernel's token tiles; grouped: any rows
+// per group, in blocks of that many), K split over `splits` CTAs of one cluster.
 constexpr int kSkinnyMaxSplits = 8;  // CTAs along K: one portable cluster
 struct Nvfp4SkinnyGemmArgs {
-  void const* weight;         // packed e2m1 codes uint8 [n, k / 2] exactly as the quantizer wrote them
-  void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, row pitch scale_cols bytes
+  void const* weight;         // packed e2m1 codes uint8 [groups * n, k / 2] exactly as the quantizer wrote them
+  void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, row pitch scale_cols; group g's block at
+                              // g * ceil(n / 128) * 128 * scale_cols bytes (quantize_nvfp4_stacked's batched layout)
   void const* x;              // activations [tokens, k] contiguous, bf16 or fp16 as compiled, or (W4A4 kernels)
                               // their NVFP4 codes uint8 [tokens, k / 2]; 16-byte aligned
   void const* x_scales;       // W4A4: the activations' e4m3 block scales, 128x4 swizzled, row pitch scale_cols; else null
-  void* d;                    // output [tokens, n] contiguous
-  void const* scale_a;        // fp32 [tokens] or one value
-  int64_t scale_a_is_vector;
-  void const* scale_b;        // fp32 [n] or one value
-  int64_t scale_b_is_vector;
-  void const* bias;           // [n] of the output type, or null
+  void const* x_sf_offsets;   // W4A4 grouped: int32 [groups], the scale row of each group's first row; else null
+  void* d;                    // output [tokens, n] contiguous; rows outside every group are not written
+  void const* offsets;        // grouped: int32 [groups] cumulative row ends (device); dense: null
+  int64_t groups;             // 1 when dense
+  void const* scale_a;        // fp32, as scale_a_mode (GroupedLeafMode): kLeafOne, kLeafPerRow [tokens], kLeafPerGroup
+  int64_t scale_a_mode;
+  void const* scale_b;        // fp32, as scale_b_mode: kLeafOne, kLeafPerGroup [groups], kLeafPerGroupVec [groups, n]
+  int64_t scale_b_mode;
+  void const* bias;           // the output type, as bias_mode: kLeafNull, kLeafShared [n], kLeafPerGroupVec [groups, n]
+  int64_t bias_mode;
   int64_t n;
   int64_t tokens;
   int64_t k;                  // a multiple of 32

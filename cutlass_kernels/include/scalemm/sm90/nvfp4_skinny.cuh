@@ -29,7 +29,9 @@
 // tests/test_nvfp4_skinny_layout.py models these steps lane by lane on the CPU: keep it in step.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -46,7 +48,9 @@ constexpr int kChunkK = 128;      // K elements per step of the main loop: a lan
 constexpr int kWarps = 4;         // warps per CTA, side by side along n
 constexpr int kN8PerWarp = 2;     // a warp's weight rows in groups of 8: rows g and g + 8 of one MMA
 constexpr int kTileN = kWarps * kN8PerWarp * 8;  // weight rows per CTA (64)
-constexpr int kPrefetch = 4;      // chunks of weights in flight per warp
+// chunks of weights in flight per warp: 3 keeps the 8-token kernel at 128 registers (4 CTAs per SM);
+// 4 made ptxas hoist more token loads (180 registers)
+constexpr int kPrefetch = 3;
 constexpr int kMaxSplits = kSkinnyMaxSplits;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
@@ -81,56 +85,73 @@ struct WeightChunk {
 };
 
 struct Params {
-  const uint8_t* weight;         // [n, k / 2]
-  const uint8_t* weight_scales;  // 128x4 swizzled, row pitch scale_cols
+  const uint8_t* weight;         // [groups * n, k / 2]: group g's n rows at g * n
+  const uint8_t* weight_scales;  // 128x4 swizzled, row pitch scale_cols; group g's block at g * scale_group_bytes
   const void* x;                 // [tokens, k] bf16/fp16, or NVFP4 codes uint8 [tokens, k / 2] (kX4)
   const uint8_t* x_scales;       // kX4: the tokens' e4m3 block scales, 128x4 swizzled, row pitch scale_cols
   void* d;                       // [tokens, n]
-  const float* scale_a;          // [tokens] or one value
-  const float* scale_b;          // [n] or one value
-  const void* bias;              // [n] or null
-  int scale_a_vec, scale_b_vec;
+  const float* scale_a;          // abi.h GroupedLeafMode scale_a_mode: kLeafOne, kLeafPerRow [tokens], kLeafPerGroup [G]
+  const float* scale_b;          // scale_b_mode: kLeafOne, kLeafPerGroup [G], kLeafPerGroupVec [G, n]
+  const void* bias;              // bias_mode: kLeafNull, kLeafShared [n], kLeafPerGroupVec [G, n]; the output type
+  int scale_a_mode, scale_b_mode, bias_mode;
   int n, tokens, k, scale_cols;
   int chunks_per_split;
+  const int* offsets;            // [G] cumulative row ends on the device, or null: one group of all tokens
+  const int* x_sf_offsets;       // kX4 with offsets: scale row of each group's first token
+  int64_t scale_group_bytes;     // ceil(n / 128) * 128 * scale_cols
 };
 
-// What a lane reads, fixed for the whole main loop (addresses of chunk 0; chunk c adds c * 64
-// bytes of codes, c * 1024 bytes of scales = two 512-byte atoms, c * 128 token elements).
-// kX4: the tokens are NVFP4 too (W4A4), read like the weights: 16 bytes of codes and a scale pair
-// per token and chunk, decoded in registers (no bf16 copy of the activations in memory).
+// What a lane reads, fixed for the whole main loop of one block of tokens (addresses of chunk 0;
+// chunk c adds c * 64 bytes of codes, c * 1024 bytes of scales = two 512-byte atoms, c * 128 token
+// elements). kX4: the tokens are NVFP4 too (W4A4), read like the weights: 16 bytes of codes and a
+// scale pair per token and chunk, decoded in registers (no bf16 copy of the activations in memory).
 template <class T, bool kX4>
 struct Lane {
   const uint8_t* codes[kN8PerWarp];   // weight rows r0 + g + 8t: codes of elements [32q, 32q + 32)
   const uint8_t* scales[kN8PerWarp];  // their scales of blocks 2q, 2q + 1
   bool row_ok[kN8PerWarp];            // the row exists (< n)
-  const T* x;                         // token g: elements [32q, 32q + 32); token tile m adds 8m rows
+  const T* x;                         // token g of the block: elements [32q, 32q + 32); tile m adds 8m rows
   const uint8_t* xq;                  // kX4: token g's codes of elements [32q, 32q + 32)
-  const uint8_t* xs;                  // kX4: the scales of blocks 2q, 2q + 1 of scale row 0 (+ atom row offset)
+  const uint8_t* xs;                  // kX4: scale atoms of blocks 2q, 2q + 1 (the row's offset added per token)
   int64_t x_tile_stride;              // 8 * k elements (kX4: 8 * k / 2 bytes)
-  int tile_ok;                        // token tiles m < tile_ok hold token 8m + g (< tokens)
+  int x_scale_row;                    // kX4: scale row of the block's token 0
+  int tiles_live;                     // token tiles m < tiles_live hold any token of the block (warp-uniform)
+  int tile_ok;                        // token tiles m < tile_ok hold token 8m + g of the block
   int chunks_ok;                      // chunks c < chunks_ok hold all 32 of the lane's elements (k % 32 == 0)
 
-  __device__ Lane(Params const& p, int row0, int g, int q) {
+  // group: its weights; first: the block's first token row; count: its tokens; scale_row: kX4, the
+  // scale row of token `first`
+  __device__ Lane(Params const& p, int group, int row0, int first, int count, int scale_row, int g, int q) {
+    const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
+    const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
       const int row = row0 + 8 * t;
       row_ok[t] = row < p.n;
-      codes[t] = p.weight + int64_t(row) * (p.k / 2) + 16 * q;
-      scales[t] = p.weight_scales + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 +
-                  scale_atom_row_offset(row % 128) + 2 * (q & 1);
+      codes[t] = w + int64_t(row) * (p.k / 2) + 16 * q;
+      scales[t] = ws + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 + scale_atom_row_offset(row % 128) +
+                  2 * (q & 1);
     }
     if constexpr (kX4) {
       x = nullptr;
-      xq = static_cast<const uint8_t*>(p.x) + int64_t(g) * (p.k / 2) + 16 * q;
-      xs = p.x_scales + (q / 2) * 512 + 2 * (q & 1);  // tokens < 128: all in the first 128-row block
+      xq = static_cast<const uint8_t*>(p.x) + int64_t(first + g) * (p.k / 2) + 16 * q;
+      xs = p.x_scales + (q / 2) * 512 + 2 * (q & 1);
       x_tile_stride = int64_t(8) * (p.k / 2);
     } else {
-      x = static_cast<const T*>(p.x) + int64_t(g) * p.k + 32 * q;
+      x = static_cast<const T*>(p.x) + int64_t(first + g) * p.k + 32 * q;
       xq = xs = nullptr;
       x_tile_stride = int64_t(8) * p.k;
     }
-    tile_ok = g < p.tokens ? (p.tokens - g + 7) / 8 : 0;
+    x_scale_row = scale_row;
+    tiles_live = (count + 7) / 8;
+    tile_ok = g < count ? (count - g + 7) / 8 : 0;
     chunks_ok = p.k >= 32 * q + 32 ? (p.k - 32 * q - 32) / kChunkK + 1 : 0;
+  }
+
+  // kX4: byte offset of the scale pair of token 8m + g of the block in chunk 0
+  __device__ int64_t x_scale_offset(Params const& p, int m, int g) const {
+    const int r = x_scale_row + 8 * m + g;
+    return int64_t(r / 128) * 128 * p.scale_cols + scale_atom_row_offset(r % 128);
   }
 };
 
@@ -159,7 +180,7 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t word, uint32_t shifted,
 
 template <class T, bool kX4, int kTokenTiles>
 __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
-                                          int chunk, int g) {
+                                          Params const& p, int chunk, int g) {
   const bool k_ok = chunk < l.chunks_ok;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
@@ -174,7 +195,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
       uint32_t sc = 0;
       if (k_ok && m < l.tile_ok) {
         xcodes[m] = __ldg(reinterpret_cast<const uint4*>(l.xq + m * l.x_tile_stride + int64_t(chunk) * (kChunkK / 2)));
-        sc = __ldg(reinterpret_cast<const uint16_t*>(l.xs + scale_atom_row_offset(8 * m + g) + int64_t(chunk) * 1024));
+        sc = __ldg(reinterpret_cast<const uint16_t*>(l.xs + l.x_scale_offset(p, m, g) + int64_t(chunk) * 1024));
       }
       e4m3x4_to_scale_pairs<T>(sc, xpairs[m]);
     }
@@ -205,24 +226,33 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     }
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
-      mma16816<T>(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], b[m][0], b[m][1]);  // elements 8j + 0..3
-      mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], b[m][2], b[m][3]);  // elements 8j + 4..7
+      if (m < l.tiles_live) {  // a grouped block may fill fewer tiles than the kernel has
+        mma16816<T>(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], b[m][0], b[m][1]);  // elements 8j + 0..3
+        mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], b[m][2], b[m][3]);  // elements 8j + 4..7
+      }
     }
   }
 }
 
-// The epilogue of one output element: act(fl(fl(scale_a * scale_b) * acc) + bias), cast (the
-// order of scalemm.epilogues.scaled, CUTLASS's activation functors).
+// The epilogue of one output element of group `group`, token row `row`, column `col`:
+// act(fl(fl(scale_a * scale_b) * acc) + bias), cast (scalemm.epilogues.scaled's order, CUTLASS's
+// activation functors; the leaves addressed as abi.h's GroupedLeafMode says).
 template <class Out, class Act>
-__device__ __forceinline__ Out epilogue(float acc, Params const& p, int tok, int col) {
-  const float sa = p.scale_a[p.scale_a_vec ? tok : 0], sb = p.scale_b[p.scale_b_vec ? col : 0];
+__device__ __forceinline__ Out epilogue(float acc, Params const& p, int group, int row, int col) {
+  const float sa = p.scale_a[p.scale_a_mode == kLeafPerRow ? row : p.scale_a_mode == kLeafPerGroup ? group : 0];
+  const float sb = p.scale_b[p.scale_b_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col
+                             : p.scale_b_mode == kLeafPerGroup ? group : 0];
   float v = (sa * sb) * acc;
-  if (p.bias != nullptr) v = v + float(static_cast<const Out*>(p.bias)[col]);
+  if (p.bias_mode != kLeafNull) {
+    const Out* bias = static_cast<const Out*>(p.bias);
+    v = v + float(bias[p.bias_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col : col]);
+  }
   return cutlass::NumericConverter<Out, float, cutlass::FloatRoundStyle::round_to_nearest>{}(Act{}(v));
 }
 
-// Grid (splits, ceil(n / kTileN)), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
-// [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows.
+// Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
+// [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
+// for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
 template <class T, bool kX4, class Out, int kTokenTiles, class Act>
 __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
@@ -232,6 +262,17 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   constexpr int kPitch = kTokens + 4;  // floats per partial row (one row per weight row of the tile)
   __shared__ __align__(16) float partial[kTileN * kPitch];
 
+  const int group = blockIdx.z;
+  // the group's rows [first, last): device offsets clamped into [0, tokens] (bad offsets skip rows,
+  // never read or write out of bounds); the same for every CTA of a cluster
+  int first = 0, last = p.tokens, scale_row = 0;
+  if (p.offsets != nullptr) {
+    first = group == 0 ? 0 : min(max(__ldg(p.offsets + group - 1), 0), p.tokens);
+    last = min(max(__ldg(p.offsets + group), first), p.tokens);
+    if (kX4) scale_row = __ldg(p.x_sf_offsets + group);
+  }
+  if (last <= first) return;  // the whole cluster leaves together
+
   cg::cluster_group cluster = cg::this_cluster();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int split = blockIdx.x, splits = gridDim.x;
@@ -239,53 +280,55 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   const int chunks = (p.k + kChunkK - 1) / kChunkK;
   const int c_begin = min(split * p.chunks_per_split, chunks);
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
+  Out* d = static_cast<Out*>(p.d);
 
-  const Lane<T, kX4> lane_src(p, row0, g, q);
-  float acc[kTokenTiles][4] = {};
-  WeightChunk ring[kPrefetch];
+  for (int block = first; block < last; block += kTokens) {
+    const int count = min(kTokens, last - block);
+    const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
+    float acc[kTokenTiles][4] = {};
+    WeightChunk ring[kPrefetch];
 #pragma unroll
-  for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
-  for (int c = c_begin; c < c_end; c += kPrefetch) {
+    for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
+    for (int c = c_begin; c < c_end; c += kPrefetch) {
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) {
-      if (c + i < c_end) {
-        const WeightChunk cur = ring[i];
-        const int next = c + i + kPrefetch;
-        load_weights(ring[i], lane_src, next < c_end ? next : -1);
-        mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, c + i, g);
+      for (int i = 0; i < kPrefetch; ++i) {
+        if (c + i < c_end) {
+          const WeightChunk cur = ring[i];
+          const int next = c + i + kPrefetch;
+          load_weights(ring[i], lane_src, next < c_end ? next : -1);
+          mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c + i, g);
+        }
       }
     }
-  }
 
-  // partial sums (x kUnscale, exact) -> shared memory [weight row of the tile][token]: the
-  // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
+    // partial sums (x kUnscale, exact) -> shared memory [weight row of the tile][token]: the
+    // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
 #pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
+    for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
-      const float2 v = make_float2(acc[m][2 * h] * kUnscale, acc[m][2 * h + 1] * kUnscale);
-      *reinterpret_cast<float2*>(&partial[row * kPitch + 8 * m + 2 * q]) = v;
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
+        const float2 v = make_float2(acc[m][2 * h] * kUnscale, acc[m][2 * h + 1] * kUnscale);
+        *reinterpret_cast<float2*>(&partial[row * kPitch + 8 * m + 2 * q]) = v;
+      }
     }
-  }
-  cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
+    cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
 
-  // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
-  // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
-  const int tokens = min(p.tokens, kTokens);
-  Out* d = static_cast<Out*>(p.d);
-  for (int e = split * blockDim.x + threadIdx.x; e < tokens * (kTileN / 2); e += splits * blockDim.x) {
-    const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-    float sum0 = 0.f, sum1 = 0.f;
-    for (int r = 0; r < splits; ++r) {
-      sum0 += *cluster.map_shared_rank(&partial[col * kPitch + tok], r);
-      sum1 += *cluster.map_shared_rank(&partial[(col + 1) * kPitch + tok], r);
+    // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
+    // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
+    for (int e = split * blockDim.x + threadIdx.x; e < count * (kTileN / 2); e += splits * blockDim.x) {
+      const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
+      float sum0 = 0.f, sum1 = 0.f;
+      for (int r = 0; r < splits; ++r) {
+        sum0 += *cluster.map_shared_rank(&partial[col * kPitch + tok], r);
+        sum1 += *cluster.map_shared_rank(&partial[(col + 1) * kPitch + tok], r);
+      }
+      const int c0 = n0 + col, row = block + tok;
+      if (c0 < p.n) d[int64_t(row) * p.n + c0] = epilogue<Out, Act>(sum0, p, group, row, c0);
+      if (c0 + 1 < p.n) d[int64_t(row) * p.n + c0 + 1] = epilogue<Out, Act>(sum1, p, group, row, c0 + 1);
     }
-    const int c0 = n0 + col;
-    if (c0 < p.n) d[int64_t(tok) * p.n + c0] = epilogue<Out, Act>(sum0, p, tok, c0);
-    if (c0 + 1 < p.n) d[int64_t(tok) * p.n + c0 + 1] = epilogue<Out, Act>(sum1, p, tok, c0 + 1);
+    cluster.sync();  // the partials are read before the next block overwrites them or a CTA leaves
   }
-  cluster.sync();  // no CTA leaves while another still reads its shared memory
 }
 
 // How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the critical path of
@@ -303,10 +346,11 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
   return best;
 }
 
-// Grid (splits, tiles) in clusters of (splits, 1, 1); `attr` must outlive the config.
-inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, cudaStream_t stream, cudaLaunchAttribute& attr) {
+// Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
+                                         cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), 1);
+  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
   cfg.blockDim = dim3(kWarps * 32, 1, 1);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
@@ -319,17 +363,28 @@ inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, cudaStream_t
   return cfg;
 }
 
+inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
+  for (int m : allowed)
+    if (mode == m) return true;
+  return false;
+}
+
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
-// asked once per device); 1..kMaxSplits: as given.
+// asked once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
 template <class T, bool kX4, class Out, int kTokenTiles, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
-  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.tokens > 8 * kTokenTiles || a.n < 0 ||
-      a.tokens < 0 || a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.device < 0 || a.device >= 64)
-    return kBadArgument;  // grid y <= 65535
+  const bool grouped = a.offsets != nullptr;
+  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.tokens < 0 ||
+      (!grouped && a.tokens > 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
+      a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.tokens > (int64_t(1) << 30) ||
+      a.device < 0 || a.device >= 64 || kX4 != (a.x_scales != nullptr) || (kX4 && grouped && !a.x_sf_offsets) ||
+      !leaf_mode_ok(a.scale_a_mode, {kLeafOne, kLeafPerRow, kLeafPerGroup}) ||
+      !leaf_mode_ok(a.scale_b_mode, {kLeafOne, kLeafPerGroup, kLeafPerGroupVec}) ||
+      !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
+    return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  if (kX4 != (a.x_scales != nullptr)) return kBadArgument;
   auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, Act>;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
@@ -339,24 +394,25 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     if (fit[1] == 0) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, nullptr, attr);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
       }
       cudaGetLastError();  // a failed query leaves fit[s] = 0 (choose_splits then assumes one cluster)
     }
-    splits = choose_splits(tiles, chunks, fit);
+    // at most `tokens` groups hold rows: the others' CTAs leave at once
+    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, fit);
   }
   const int64_t per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   if (per_split > 0) splits = int((chunks + per_split - 1) / per_split);  // no CTA without chunks
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
-           static_cast<const uint8_t*>(a.x_scales), a.d,
-           static_cast<const float*>(a.scale_a), static_cast<const float*>(a.scale_b), a.bias,
-           int(a.scale_a_is_vector), int(a.scale_b_is_vector), int(a.n), int(a.tokens), int(a.k),
-           int(a.scale_cols), int(per_split)};
+           static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
+           static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
+           int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(per_split), static_cast<const int*>(a.offsets),
+           static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, static_cast<cudaStream_t>(a.stream), attr);
+  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
   err = cudaLaunchKernelEx(&cfg, kernel, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
