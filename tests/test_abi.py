@@ -518,3 +518,46 @@ def test_grouped_quantizers_fill_their_args(monkeypatch, fake_stream, scaling):
     assert args.table == _table_base(q.sf_offsets, G, abi.kGroupTablePos128)
     assert (args.q_row, args.s_row, args.scale_rows, args.stream) == \
         (_p(q.data), _p(q.scales), layout.grouped_scale_rows(T, G), STREAM)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize("x4", [False, True])
+def test_skinny_gemm_fills_its_args(monkeypatch, fake_stream, grouped, x4):
+    """_gemm_skinny's Nvfp4SkinnyGemmArgs: operands, the leaf modes of abi.h, groups and offsets."""
+    from types import SimpleNamespace
+    import scalemm
+    from scalemm.cutlass_kernels.configs import SkinnyConfig
+    captured = []
+    monkeypatch.setattr(gemm_nvfp4, "_skinny_launcher", lambda spec: captured.append)
+    monkeypatch.setattr(gemm_nvfp4, "ctypes", SimpleNamespace(byref=lambda obj: obj))
+    monkeypatch.setattr(gemm_nvfp4.abi, "Nvfp4SkinnyGemmArgs", lambda **kw: kw)
+    G, N, K, T = 3, 64, 128, 7
+    offsets = torch.tensor([2, 2, 7], dtype=torch.int32) if grouped else None
+    if grouped:
+        b = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K).to(bf16), scaling="token")
+        bias = torch.randn(G, N).to(bf16)
+    else:
+        b = scalemm.quantize_nvfp4(torch.randn(N, K).to(bf16), scaling="tensor")
+        bias = torch.randn(N).to(bf16)
+    x = torch.randn(T, K).to(bf16)
+    if x4:
+        a = (scalemm.quantize_nvfp4_grouped(x, offsets, scaling="tensor") if grouped
+             else scalemm.quantize_nvfp4(x, scaling="token"))
+    else:
+        a = x
+    out = torch.empty(T, N, dtype=bf16)
+    gemm_nvfp4._gemm_skinny(a, b, bias, out, SkinnyConfig(2, 3), "relu", offsets=offsets)
+    args, = captured
+    assert args["weight"] == b.qdata.data_ptr() and args["weight_scales"] == b.scales.data_ptr()
+    assert args["x"] == (a.qdata if x4 else a).data_ptr() and args["d"] == out.data_ptr()
+    assert args["x_scales"] == (a.scales.data_ptr() if x4 else None)
+    assert args["x_sf_offsets"] == (a.sf_offsets.data_ptr() if (x4 and grouped) else None)
+    assert (args["offsets"], args["groups"]) == ((offsets.data_ptr(), G) if grouped else (None, 1))
+    mode_a = (abi.kLeafPerGroup if grouped else abi.kLeafPerRow) if x4 else abi.kLeafOne
+    assert args["scale_a_mode"] == mode_a and args["scale_a"] == (a.alpha.data_ptr() if x4 else args["scale_a"])
+    assert args["scale_b_mode"] == (abi.kLeafPerGroupVec if grouped else abi.kLeafOne)
+    assert (args["bias"], args["bias_mode"]) == (bias.data_ptr(), abi.kLeafPerGroupVec if grouped else abi.kLeafShared)
+    assert (args["n"], args["tokens"], args["k"], args["scale_cols"], args["splits"]) == (N, T, K, 8, 3)
+    assert args["stream"] == STREAM
+    real = {k: v for k, v in args.items() if k != "device"}
+    abi.structs["Nvfp4SkinnyGemmArgs"](device=0, **real)  # every field exists in the struct
