@@ -120,14 +120,25 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
         fns["nvfp4_w4a4_skinny"] = lambda i: scalemm.gemm(xq, wq[i], out=out, config=skinny)
     for i in range(copies):  # the CUTLASS kernel's prepared weight copies are made before any capture
         scalemm.gemm(x, wq[i], out=out, config=default_nvfp4_config(M, N, K, num_sms=num_sms))
-    if torchao is not None:
-        try:
-            ao = [torchao.to_nvfp4(w) for w in w16]
-            torch.nn.functional.linear(x, ao[0])
-            fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao[i])
-        except Exception as e:
-            print(f"  torchao_w4a16 failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
+    ao = torchao_w4a16(torchao, x, w16)
+    if ao is not None:
+        fns["torchao_w4a16"] = ao
     return bench(fns, copies)
+
+
+def torchao_w4a16(torchao, x, w16):
+    """fn(i) = torchao's NVFP4 weight-only linear of x with weight copy i (F.linear on its NVFP4Tensor:
+    on Hopper a dequantization to bf16 per call, then cuBLAS), or None where it cannot run."""
+    if torchao is None:
+        return None
+    try:
+        ao = [torchao.to_nvfp4(w) for w in w16]
+        torch.nn.functional.linear(x, ao[0])
+    except Exception as e:
+        print(f"  torchao_w4a16 failed at {tuple(x.shape)} x {tuple(w16[0].shape)}: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return None
+    return lambda i: torch.nn.functional.linear(x, ao[i])
 
 
 NVFP4_GROUPS = {  # the issue's targets: (what, rows it covers)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_sweep import L2_BYTES, bench, torchao_nvfp4  # noqa: E402
+from gemm_sweep import L2_BYTES, bench, torchao_nvfp4, torchao_w4a16  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
@@ -68,14 +68,9 @@ def point(M, N, K, which="all"):
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
            "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out),
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out)}
-    ao = torchao_nvfp4()
+    ao = torchao_w4a16(torchao_nvfp4(), x, w16)
     if ao is not None:
-        try:
-            ao_ws = [ao.to_nvfp4(w) for w in w16]
-            torch.nn.functional.linear(x, ao_ws[0])
-            fns["torchao_w4a16"] = lambda i: torch.nn.functional.linear(x, ao_ws[i])
-        except Exception as e:
-            print(f"  torchao_w4a16 failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        fns["torchao_w4a16"] = ao
     skinny = default_nvfp4_skinny_config(M, N, K)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
