@@ -159,9 +159,13 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
     if N > 65535 * 64:
         return f"N = {N} is more than 65535 tiles of 64 rows"
+    if K > 1 << 30 or M > 1 << 30:
+        return f"K = {K} or M = {M} is more than 2^30"
     for t, name in tensors:
         if t.data_ptr() % 16:
             return f"{name} does not start on a 16-byte boundary"
+        if not t.is_contiguous():  # rows of K / 2 bytes (codes) or K elements back to back
+            return f"{name} is not contiguous"
     return None
 
 
@@ -353,10 +357,14 @@ def nvfp4_grouped_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype, epilo
     return _grouped_spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
 
 
+def _check_grouped_config(config) -> None:
+    if isinstance(config, GemmConfig) and config.stream_k:
+        raise ValueError("grouped GEMMs use CUTLASS's grouped persistent scheduler, not stream-K")
+
+
 @functools.lru_cache(maxsize=None)
 def _grouped_spec(config, act_name, out_name, tree):
-    if config.stream_k:
-        raise ValueError("grouped GEMMs use CUTLASS's grouped persistent scheduler, not stream-K")
+    _check_grouped_config(config)
     emitted = epi.emit(tree, out_name, swap_ab=True, grouped=True)
     digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
     name = f"nvfp4_grouped_{config.key()}_{act_name}_{out_name}_evt{digest}"
@@ -537,6 +545,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
     from .reference import grouped_gemm_reference
     _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per,
                    scale_b_per, config_types=(GemmConfig, SkinnyConfig))
+    _check_grouped_config(config)
     if b.qdata is None or b.group_rows is None or b.layout != "rows":
         raise ValueError("b must be stacked NVFP4 expert weights from scalemm.quantize_nvfp4_stacked")
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]

@@ -162,6 +162,7 @@ def test_skinny_problem_says_why():
     assert "16-byte" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4 * 64 + 1)[1:], "a")])
     assert skinny_problem(900, 16, 64, SkinnyConfig(1), [(x, "a")], groups=8) is None  # grouped: any rows
     assert "groups" in skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")], groups=70000)
+    assert "contiguous" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4, 64)[:, :32], "a")])
 
 
 def test_skinny_config_dense_and_grouped():
@@ -174,6 +175,9 @@ def test_skinny_config_dense_and_grouped():
     assert torch.equal(scalemm.grouped_gemm(x, ws, offs, config=SkinnyConfig(2)), scalemm.grouped_gemm(x, ws, offs))
     with pytest.raises(TypeError, match="SkinnyConfig"):
         scalemm.grouped_gemm(x, ws, offs, config="skinny")
+    from scalemm.cutlass_kernels import GemmConfig
+    with pytest.raises(ValueError, match="stream-K"):  # refused before any kernel or allocation, on any device
+        scalemm.grouped_gemm(x, ws, offs, config=GemmConfig(128, 64, 64, 1, 1, swap_ab=True, stream_k=True))
     # grouped decode: 4x the mean rows per expert (skewed routing), none above 16 on average
     picks = {T: default_nvfp4_grouped_skinny_config(T, 128, 1536, 2048) for T in (1, 128, 256, 1024, 2048, 2049)}
     assert picks == {1: SkinnyConfig(1), 128: SkinnyConfig(1), 256: SkinnyConfig(1), 1024: SkinnyConfig(4),

@@ -105,15 +105,14 @@ def _mma(acc, a_regs, b_regs):
 
 
 def _groups(offsets, T):
-    """(group, first, last) as the kernel clamps device offsets; dense: one group of all rows."""
+    """(group, first, last) as the kernel computes them (a running max of the clamped offsets: the
+    library's rule, scalemm.formats.layout.group_bounds); dense: one group of all rows."""
     if offsets is None:
         return [(0, 0, T)]
-    out, prev = [], 0
+    out = []
     for g, end in enumerate(offsets.tolist()):
-        first = 0 if g == 0 else min(max(prev, 0), T)
-        last = min(max(end, first), T)
-        out.append((g, first, last))
-        prev = end
+        first = max([0] + [min(max(o, 0), T) for o in offsets.tolist()[:g]])  # the CTA's parallel max
+        out.append((g, first, max(first, min(max(end, 0), T))))
     return out
 
 
@@ -342,9 +341,12 @@ def test_lane_model_grouped_clamps_bad_offsets():
     assert [(f, l) for _, f, l in _groups(offsets, T)] == [(0, 6), (6, 6), (6, 10)]
     want = _exact_grouped(x, w, offsets)
     assert torch.allclose(got, want, rtol=1e-12, atol=0)
-    # decreasing offsets: groups may overlap (the result is unspecified) but stay inside [0, T)
-    bad = [(f, l) for _, f, l in _groups(torch.tensor([6, 4, -3, 50], dtype=torch.int32), T)]
-    assert bad == [(0, 6), (6, 6), (4, 4), (0, 10)] and all(0 <= f <= l <= T for f, l in bad)
+    # decreasing offsets: the library's bounds (no overlap, nothing outside [0, T)), as layout.group_bounds
+    from scalemm.formats import layout
+    bad = torch.tensor([6, 4, -3, 50, 2], dtype=torch.int32)
+    starts, ends = layout.group_bounds(bad, T)
+    assert [(f, l) for _, f, l in _groups(bad, T)] == list(zip(starts.tolist(), ends.tolist()))
+    assert [(f, l) for _, f, l in _groups(bad, T)] == [(0, 6), (6, 6), (6, 6), (6, 10), (10, 10)]
 
 
 def test_lane_model_catches_a_wrong_pairing(monkeypatch):

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -250,6 +251,19 @@ __device__ __forceinline__ Out epilogue(float acc, Params const& p, int group, i
   return cutlass::NumericConverter<Out, float, cutlass::FloatRoundStyle::round_to_nearest>{}(Act{}(v));
 }
 
+// Two consecutive outputs, one store (2-byte types: 4 bytes; fp32: 8 bytes; aligned: n and the pair's
+// first column are even).
+template <class Out>
+__device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
+  if constexpr (sizeof(Out) == 2) {
+    uint32_t bits;
+    memcpy(&bits, v, 4);
+    *reinterpret_cast<uint32_t*>(d) = bits;
+  } else {
+    *reinterpret_cast<float2*>(d) = make_float2(float(v[0]), float(v[1]));
+  }
+}
+
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
@@ -259,16 +273,27 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
-  constexpr int kPitch = kTokens + 4;  // floats per partial row (one row per weight row of the tile)
-  __shared__ __align__(16) float partial[kTileN * kPitch];
+  constexpr int kPitch = kTileN + 4;  // floats per partial row (one row per token; + 4: no bank conflicts)
+  __shared__ __align__(16) float partial[kTokens * kPitch];
+  __shared__ int bounds[kWarps];
 
   const int group = blockIdx.z;
-  // the group's rows [first, last): device offsets clamped into [0, tokens] (bad offsets skip rows,
-  // never read or write out of bounds); the same for every CTA of a cluster
+  // the group's rows [first, last), by the rule of every grouped kernel (scalemm.formats.layout.
+  // group_bounds): ends = running max of the offsets clamped into [0, tokens], first = the previous
+  // group's end. Bad offsets thus give empty or short groups, never overlapping rows or rows outside
+  // the scale rows the quantizer laid out. The running max over the earlier groups is one parallel
+  // load round: each thread takes every 128th offset. The same for every CTA of a cluster.
   int first = 0, last = p.tokens, scale_row = 0;
   if (p.offsets != nullptr) {
-    first = group == 0 ? 0 : min(max(__ldg(p.offsets + group - 1), 0), p.tokens);
-    last = min(max(__ldg(p.offsets + group), first), p.tokens);
+    int m = 0;
+    for (int j = threadIdx.x; j < group; j += blockDim.x) m = max(m, min(max(__ldg(p.offsets + j), 0), p.tokens));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x % 32 == 0) bounds[threadIdx.x / 32] = m;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) first = max(first, bounds[w]);
+    last = max(first, min(max(__ldg(p.offsets + group), 0), p.tokens));
     if (kX4) scale_row = __ldg(p.x_sf_offsets + group);
   }
   if (last <= first) return;  // the whole cluster leaves together
@@ -301,31 +326,35 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
       }
     }
 
-    // partial sums (x kUnscale, exact) -> shared memory [weight row of the tile][token]: the
+    // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
-        const float2 v = make_float2(acc[m][2 * h] * kUnscale, acc[m][2 * h + 1] * kUnscale);
-        *reinterpret_cast<float2*>(&partial[row * kPitch + 8 * m + 2 * q]) = v;
+        partial[(8 * m + 2 * q) * kPitch + row] = acc[m][2 * h] * kUnscale;
+        partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
       }
     }
     cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
 
     // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
     // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
+    // n is even (16-byte output rows), so a pair never straddles n and stores as one.
     for (int e = split * blockDim.x + threadIdx.x; e < count * (kTileN / 2); e += splits * blockDim.x) {
       const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-      float sum0 = 0.f, sum1 = 0.f;
+      float2 sum = make_float2(0.f, 0.f);
       for (int r = 0; r < splits; ++r) {
-        sum0 += *cluster.map_shared_rank(&partial[col * kPitch + tok], r);
-        sum1 += *cluster.map_shared_rank(&partial[(col + 1) * kPitch + tok], r);
+        const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
+        sum.x += v.x;
+        sum.y += v.y;
       }
       const int c0 = n0 + col, row = block + tok;
-      if (c0 < p.n) d[int64_t(row) * p.n + c0] = epilogue<Out, Act>(sum0, p, group, row, c0);
-      if (c0 + 1 < p.n) d[int64_t(row) * p.n + c0 + 1] = epilogue<Out, Act>(sum1, p, group, row, c0 + 1);
+      if (c0 < p.n) {
+        Out pair[2] = {epilogue<Out, Act>(sum.x, p, group, row, c0), epilogue<Out, Act>(sum.y, p, group, row, c0 + 1)};
+        store_pair(d + int64_t(row) * p.n + c0, pair);
+      }
     }
     cluster.sync();  // the partials are read before the next block overwrites them or a CTA leaves
   }
@@ -338,7 +367,8 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= kMaxSplits && s <= chunks; ++s) {
-    const int64_t fit = resident[s] > 0 ? resident[s] : s;
+    if (resident[s] <= 0) continue;  // clusters of s CTAs do not fit (or the query failed): not an option
+    const int64_t fit = resident[s];
     const int64_t waves = (tiles * s + fit - 1) / fit, per = (chunks + s - 1) / s;
     const int64_t cost = waves * (per + 1);
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
@@ -376,7 +406,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
   const bool grouped = a.offsets != nullptr;
-  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.tokens < 0 ||
+  if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.n % 2 != 0 || a.tokens < 0 ||
       (!grouped && a.tokens > 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
       a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.tokens > (int64_t(1) << 30) ||
       a.device < 0 || a.device >= 64 || kX4 != (a.x_scales != nullptr) || (kX4 && grouped && !a.x_sf_offsets) ||
@@ -389,9 +419,12 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
-    static int64_t resident[64][kMaxSplits + 1] = {};  // [device][cluster size]: CTAs that fit at once
+    // [device][cluster size]: CTAs that fit at once (0: that size cannot run), filled on first use;
+    // concurrent first calls compute the same values
+    static int64_t resident[64][kMaxSplits + 1] = {};
+    static bool queried[64] = {};
     int64_t(&fit)[kMaxSplits + 1] = resident[a.device];
-    if (fit[1] == 0) {
+    if (!queried[a.device]) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
@@ -399,7 +432,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
       }
-      cudaGetLastError();  // a failed query leaves fit[s] = 0 (choose_splits then assumes one cluster)
+      cudaGetLastError();  // a failed query is not this launch's error
+      queried[a.device] = true;
     }
     // at most `tokens` groups hold rows: the others' CTAs leave at once
     splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, fit);
