@@ -27,8 +27,15 @@ def _u32(b: bytes) -> int:
 
 
 def _byte_perm(x: int, y: int, sel: int) -> int:
+    """__byte_perm / prmt (default mode): result byte n = source byte (selector nibble n) & 7 of
+    {x bytes 0-3, y bytes 4-7}, or, when the nibble's bit 3 is set, that byte's bit 7 replicated."""
     src = x.to_bytes(4, "little") + y.to_bytes(4, "little")
-    return _u32(bytes(src[(sel >> (4 * n)) & 7] for n in range(4)))
+    out = []
+    for n in range(4):
+        nib = (sel >> (4 * n)) & 0xF
+        b = src[nib & 7]
+        out.append((0xFF if b & 0x80 else 0) if nib & 8 else b)
+    return _u32(bytes(out))
 
 
 def _bf16(bits: int) -> float:
@@ -38,9 +45,10 @@ def _bf16(bits: int) -> float:
 _E4M3 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double().tolist()
 
 
-def _e2m1x2_tiny(x: int) -> tuple[float, float]:
-    """nvfp4_numerics.cuh e2m1x2_tiny<bf16>: (low half, high half) as values."""
-    r = (((x & 0x000F000F) * 0x1040) & 0xFFFFFFFF) & 0x81C081C0
+def _e2m1x2_tiny_clean(x: int) -> tuple[float, float]:
+    """nvfp4_numerics.cuh e2m1x2_tiny_clean<bf16> (x has bits only in [3:0] and [19:16]): (low, high)."""
+    assert x & ~0x000F000F == 0
+    r = ((x * 0x1040) & 0xFFFFFFFF) & 0x81C081C0
     return _bf16(r & 0xFFFF), _bf16(r >> 16)
 
 
@@ -49,9 +57,12 @@ def _scale_pair(byte: int) -> float:
     return _E4M3[byte] * 2.0 ** 118
 
 
-def _decode_pair(word: int, shifted: int, byte: int, scale: float) -> tuple[float, float]:
-    sel = byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12)
-    lo, hi = _e2m1x2_tiny(_byte_perm(word, shifted, sel))
+def _decode_pair(word: int, byte: int, scale: float) -> tuple[float, float]:
+    """decode_pair: CodeWord's even/odd nibble words, one PRMT (zero bytes by sign replication), the
+    clean decode, x the scale pair; the values of elements 2 byte, 2 byte + 1 of the word."""
+    even, odd = word & 0x0F0F0F0F, (word >> 4) & 0x0F0F0F0F
+    sel = byte | ((8 | byte) << 4) | ((4 + byte) << 8) | ((8 | byte) << 12)
+    lo, hi = _e2m1x2_tiny_clean(_byte_perm(even, odd, sel))
     out = (lo * scale, hi * scale)
     for v in out:  # the kernel's bf16 multiply is exact: the product must be a bf16 value
         assert v == 0 or math.isnan(v) or _bf16(struct.unpack("<I", struct.pack("<f", v))[0] >> 16) == v
@@ -176,7 +187,7 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
                                                    + (r % 128 % 32) * 16 + (r % 128 // 32) * 4 + c * 1024)
                                             xword = _u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])) if ok else 0
                                             xsc = _scale_pair(xscales[off + j // 2] if ok else 0)
-                                            pairs = [_decode_pair(xword, xword >> 4, i, xsc) for i in range(4)]
+                                            pairs = [_decode_pair(xword, i, xsc) for i in range(4)]
                                             xb[lane, m] = [v for pr in pairs for v in pr]
                                         elif ok:  # Lane.x + chunk * 128 + tile * 8 rows, in elements
                                             e0 = (block + 8 * m + g) * K + 32 * q + c * CHUNK_K + 8 * j
@@ -187,7 +198,7 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
                                         word = _u32(wcodes[lane][t][4 * j:4 * j + 4])
                                         sp = _scale_pair(wscales[lane][t][j // 2])
                                         for i in range(4):
-                                            a[lane, t, i] = _decode_pair(word, word >> 4, i, sp)
+                                            a[lane, t, i] = _decode_pair(word, i, sp)
                                 for m in range(-(-count // 8)):  # tiles_live
                                     for st in range(2):  # elements 8j + 4st .. 8j + 4st + 3
                                         a_regs = [(a[l, 0, 2 * st], a[l, 1, 2 * st], a[l, 0, 2 * st + 1],
@@ -361,3 +372,16 @@ def test_lane_model_catches_a_wrong_pairing(monkeypatch):
     wrong = skinny_model(x, w, 1, 1)
     assert ((right - _exact(x, w)).norm() / _exact(x, w).norm()).item() < 1e-12
     assert ((wrong - _exact(x, w)).norm() / _exact(x, w).norm()).item() > 1e-3
+
+
+def test_pair_decode_of_every_byte_at_every_position():
+    """decode_pair's PRMT + clean decode, for each of the 256 byte values in each byte of a word whose
+    other bytes hold everything (0xFF), gives value(code) * 2^-126 of its two codes, sign included."""
+    from scalemm.formats.nvfp4 import e2m1_decode
+    values = e2m1_decode(torch.arange(16, dtype=torch.uint8)).double().tolist()
+    for byte in range(4):
+        for b in range(256):
+            word = (0xFFFFFFFF & ~(0xFF << (8 * byte))) | (b << (8 * byte))
+            got = _decode_pair(word, byte, 1.0)
+            want = (values[b & 0xF] * 2.0 ** -126, values[b >> 4] * 2.0 ** -126)
+            assert got == want and [math.copysign(1, v) for v in got] == [math.copysign(1, v) for v in want]

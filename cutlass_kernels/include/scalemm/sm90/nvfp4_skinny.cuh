@@ -170,13 +170,21 @@ __device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chu
   }
 }
 
-// Two codes (bits [3:0] and [19:16]) x the scale pair -> the MMA type's pair, value * s * 2^-8.
+// A word of 8 codes split into its even codes (low nibbles) and odd codes (high nibbles), each in the
+// low nibble of its byte with the high nibble zero.
+struct CodeWord {
+  uint32_t even, odd;
+  __device__ __forceinline__ explicit CodeWord(uint32_t word) : even(word & 0x0F0F0F0Fu), odd((word >> 4) & 0x0F0F0F0Fu) {}
+};
+
+// The codes of byte `byte` of the word (elements 2 byte, 2 byte + 1) x the scale pair -> the MMA
+// type's pair, value * s * 2^-8. One PRMT puts the even code at bits [3:0] and the odd one at
+// [19:16]; the other two bytes replicate the sign bit of a byte whose high nibble is zero (selector
+// nibble 8 | i), i.e. are zero, so e2m1x2_tiny's own mask is not needed (e2m1x2_tiny_clean).
 template <class T>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t word, uint32_t shifted, int byte, uint32_t scale_pair) {
-  // byte `byte` of `word` to byte 0 (its low nibble: the even element), the same byte of word >> 4
-  // to byte 2 (the odd element)
-  const uint32_t sel = byte | (byte << 4) | ((4 + byte) << 8) | ((4 + byte) << 12);
-  return mul2<T>(e2m1x2_tiny<T>(__byte_perm(word, shifted, sel)), scale_pair);
+__device__ __forceinline__ uint32_t decode_pair(CodeWord const& w, int byte, uint32_t scale_pair) {
+  const uint32_t sel = byte | ((8 | byte) << 4) | ((4 + byte) << 8) | ((8 | byte) << 12);
+  return mul2<T>(e2m1x2_tiny_clean<T>(__byte_perm(w.even, w.odd, sel)), scale_pair);
 }
 
 template <class T, bool kX4, int kTokenTiles>
@@ -209,7 +217,9 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
       if constexpr (kX4) {
         const uint32_t word = j == 0 ? xcodes[m].x : j == 1 ? xcodes[m].y : j == 2 ? xcodes[m].z : xcodes[m].w;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) b[m][i] = decode_pair<T>(word, word >> 4, i, xpairs[m][j / 2]);
+        const CodeWord cw(word);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[m][i] = decode_pair<T>(cw, i, xpairs[m][j / 2]);
       } else {
         uint4 v = make_uint4(0, 0, 0, 0);
         if (k_ok && m < l.tile_ok)
@@ -220,10 +230,9 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     uint32_t a[kN8PerWarp][4];  // [row g, row g + 8][pair of bytes 0..3]
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
-      const uint32_t word = j == 0 ? w.codes[t].x : j == 1 ? w.codes[t].y : j == 2 ? w.codes[t].z : w.codes[t].w;
-      const uint32_t shifted = word >> 4;
+      const CodeWord cw(j == 0 ? w.codes[t].x : j == 1 ? w.codes[t].y : j == 2 ? w.codes[t].z : w.codes[t].w);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[t][i] = decode_pair<T>(word, shifted, i, pairs[t][j / 2]);
+      for (int i = 0; i < 4; ++i) a[t][i] = decode_pair<T>(cw, i, pairs[t][j / 2]);
     }
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
