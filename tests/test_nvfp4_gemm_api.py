@@ -63,16 +63,19 @@ def test_grouped_cpu_matches_per_group_gemms():
         s += m
 
 
-def test_prepared_layout_is_a_permutation_of_each_64_chunk():
+@pytest.mark.parametrize("shape", [(3, 40), (2, 5, 64), (1, 8)])  # K = 80, 128, 16: padded to multiples of 64
+def test_prepared_layout_is_a_permutation_of_each_64_chunk(shape):
     perm = torch.tensor(_chunk_permutation())
     assert sorted(perm.tolist()) == list(range(64))
-    q = torch.randint(0, 256, (3, 40), dtype=torch.uint8)  # K = 80: padded to 128
+    q = torch.randint(0, 256, shape, dtype=torch.uint8)
+    *lead, half = shape
+    k, k_pad = 2 * half, -(-2 * half // 64) * 64
     p = prepare_sm90_weight(q)
-    assert p.shape == (3, 64)
-    codes = torch.nn.functional.pad(torch.stack((q & 15, q >> 4), -1).reshape(3, 80), (0, 48))
-    pc = torch.stack((p & 15, p >> 4), -1).reshape(3, 128)
-    for c in range(2):
-        assert torch.equal(pc[:, 64 * c:64 * (c + 1)], codes[:, 64 * c:64 * (c + 1)][:, perm])
+    assert p.shape == (*lead, k_pad // 2) and p.is_contiguous()
+    codes = torch.nn.functional.pad(torch.stack((q & 15, q >> 4), -1).reshape(*lead, k), (0, k_pad - k))
+    pc = torch.stack((p & 15, p >> 4), -1).reshape(*lead, k_pad)
+    for c in range(k_pad // 64):
+        assert torch.equal(pc[..., 64 * c:64 * (c + 1)], codes[..., 64 * c:64 * (c + 1)][..., perm])
 
 
 @pytest.mark.parametrize("kw,exc,match", [
