@@ -353,36 +353,42 @@ def _check_stacked(w, block: int, scaling):
     return w2, offsets
 
 
-def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedFP8Tensor:
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedFP8Tensor:
     """Stacked expert weights w [E, N, K] as E independent FP8 tensors, one launch sequence.
 
     scaling "tensor": one scale per expert; "token": one per output channel (row of each expert).
     Returns a GroupedFP8Tensor with group_rows = N: data [E*N, K] (data.view(E, N, K) is what
     scalemm.grouped_gemm takes as b), scale_inv [E] or [E*N] (view(E, N) for scale_b).
+    columnwise=True: also the wgrad-layout copy of the E groups of N rows (as quantize_fp8_grouped's),
+    from the same pass over w: per (expert, input channel) scales, what w^T's rows need.
     """
     w2, offsets = _check_stacked(w, 16, scaling)
+    _q._check_bool(columnwise, "columnwise")
     E, N, _ = w.shape
     if w2.device.type == "cuda":
         with _q._on_device(w.device):
-            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, False, group_rows=N)
-    return reference.quantize_fp8_stacked(w, scaling=scaling)
+            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, columnwise, group_rows=N)
+    return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise)
 
 
-def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedNVFP4Tensor:
+def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedNVFP4Tensor:
     """Stacked expert weights w [E, N, K] as E independent NVFP4 tensors, one launch sequence.
 
     Global scale per expert ("tensor": alpha/amax [E]) or per output channel ("token": [E*N]).
     qdata [E*N, K/2]; scales batched (docs/numerics.md section 5): expert e's Rp x Cp swizzled block (Rp =
     ceil(N/128)*128) at byte e * Rp * Cp, i.e. scales.view(E, Rp * Cp)[e] is exactly what
     quantize_nvfp4(w[e]) gives. group_rows = N, scale_rows = E * Rp.
+    columnwise=True: also the wgrad-layout copy of the E groups of N rows (as quantize_nvfp4_grouped's,
+    no RHT), from the same pass over w.
     """
     w2, offsets = _check_stacked(w, NVFP4.block_size, scaling)
+    _q._check_bool(columnwise, "columnwise")
     E, N, _ = w.shape
     if w2.device.type == "cuda":
         with _q._on_device(w.device):
-            return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, False, layout.stacked_scale_rows(E, N),
+            return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, columnwise, layout.stacked_scale_rows(E, N),
                                        group_rows=N)
-    return reference.quantize_nvfp4_stacked(w, scaling=scaling)
+    return reference.quantize_nvfp4_stacked(w, scaling=scaling, columnwise=columnwise)
 
 
 def prepare_residual_weight(w: torch.Tensor, channels) -> torch.Tensor:

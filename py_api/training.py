@@ -177,34 +177,33 @@ def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = Fals
 
 
 def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
-    """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, reading w once
-    where the format allows (the dgrad copy W^T used to cost a bf16 transpose and a second pass):
-      FP8 "tensor": W^T is W's e4m3 bytes transposed per expert, with W's per-expert scales;
-      FP8 "token" with N % 16 == 0: one grouped quantizer pass over w [E*N, K] (E groups of N rows)
-        writes the rows copy (= W) and the columnwise copy, whose per-(expert, input channel) scales
-        over N values are exactly W^T's per-row scales; its data [K, E*N] (expert e at columns e*N:
-        16-aligned group starts leave no padding) transposed per expert is W^T;
-      otherwise (NVFP4, or N % 16 != 0): the two passes."""
-    scaling = recipe.scaling("weight")
+    """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
+    pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
+    quantizer's columnwise copy holds, per (expert, input channel), scales over that expert's N
+    values, exactly W^T's per-row blocks and scales; its [K, E*N] data (expert e at columns e*N: with
+    N % 16 == 0 no group padding) transposed per expert is W^T, and for NVFP4 its per-expert scale
+    blocks are W^T's batched ones (section 5's layout; the buffer is longer). N % 16 != 0 (which W^T
+    cannot take anyway): the two passes, for their error."""
     E, N, K = w.shape
-    if recipe.format != "fp8" or (scaling == "token" and N % 16):
+    if N % 16:
         return quantize_stacked(w, recipe), quantize_stacked(w, recipe, transposed=True)
+    scaling = recipe.scaling("weight")
+    stacked = quantize_fp8_stacked if recipe.format == "fp8" else quantize_nvfp4_stacked
+    q = stacked(w, scaling=scaling, columnwise=True)
+    col, q.columnwise = q.columnwise, None
     offsets_t = layout.stacked_offsets(E, K, w.device)
-    u8 = torch.uint8
-    if scaling == "tensor":
-        wq = quantize_fp8_stacked(w, scaling=scaling)
-        data_t = wq.data.view(u8).view(E, N, K).transpose(1, 2).reshape(E * K, N).view(wq.data.dtype)
-        scale_t = wq.scale_inv.clone()
-    else:
-        q = quantize_fp8_grouped(w.reshape(E * N, K), layout.stacked_offsets(E, N, w.device), scaling=scaling,
-                                 rowwise=True, columnwise=True)
-        wq = GroupedFP8Tensor(q.data, q.scale_inv, q.offsets, (E * N, K), scaling, w.dtype, group_rows=N)
-        col = q.columnwise
-        data_t = col.data.view(u8)[:, :E * N].unflatten(1, (E, N)).permute(1, 0, 2).reshape(E * K, N)
-        data_t = data_t.view(col.data.dtype)
-        scale_t = col.scale_inv.reshape(E * K)
-    wt = GroupedFP8Tensor(data_t, scale_t, offsets_t, (E * K, N), scaling, w.dtype, group_rows=K)
-    return wq, wt
+    if recipe.format == "fp8":
+        u8 = col.data.view(torch.uint8)[:, :E * N]
+        data = u8.unflatten(1, (E, N)).permute(1, 0, 2).reshape(E * K, N).view(col.data.dtype)
+        return q, GroupedFP8Tensor(data, col.scale_inv.reshape(-1), offsets_t, (E * K, N), scaling, w.dtype,
+                                   group_rows=K)
+    qdata = col.qdata[:, :E * N // 2].unflatten(1, (E, N // 2)).permute(1, 0, 2).reshape(E * K, N // 2)
+    scale_rows = layout.stacked_scale_rows(E, K)
+    scales = col.scales[:layout.grouped_scale_bytes(scale_rows, N // 16)].clone()  # the leading E blocks
+    sf_offsets = (torch.arange(E, device=w.device, dtype=torch.int32) * layout.round_up(K, layout.SF_TILE_ROWS))
+    wt = GroupedNVFP4Tensor(qdata, scales, sf_offsets, col.alpha.reshape(-1), col.amax.reshape(-1), offsets_t,
+                            (E * K, N), scaling, w.dtype, scale_rows=scale_rows, group_rows=K)
+    return q, wt
 
 
 def grouped_copy_shapes(recipe: Recipe, role: str, T: int, K: int, G: int, rowwise: bool, columnwise: bool) -> list:

@@ -138,6 +138,8 @@ def test_stacked_validation(no_dispatch):
             fn(torch.zeros(2, 16, 40, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="'scaling' must be one of"):
             fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), scaling="expert")
+        with pytest.raises(TypeError, match="'columnwise' must be a bool"):
+            fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), columnwise=1)
         with pytest.raises(ValueError, match="'w' must be a CPU or CUDA tensor, got device meta"):
             fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16, device="meta"))
 
@@ -479,6 +481,29 @@ def test_mxfp8_cpu():
             assert torch.equal(q.data[s:e].view(torch.uint8), single.data.view(torch.uint8))
             base = q.sf_offsets[g].item() * 4
             assert torch.equal(q.scales[base:base + single.scales.numel()], single.scales)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_stacked_columnwise_cpu_is_the_grouped_wgrad_copy(scaling):
+    """columnwise=True adds quantize_*_grouped's wgrad copy of the E groups of N rows; the rows copy is unchanged."""
+    from scalemm.formats import layout
+    E, N, K = 3, 48, 64
+    w = x_(E * N, K, seed=9).view(E, N, K)
+    offs = layout.stacked_offsets(E, N)
+    for stacked, grouped in ((scalemm.quantize_nvfp4_stacked, scalemm.quantize_nvfp4_grouped),
+                             (scalemm.quantize_fp8_stacked, scalemm.quantize_fp8_grouped)):
+        q = stacked(w, scaling=scaling, columnwise=True)
+        plain = stacked(w, scaling=scaling)
+        g = grouped(w.reshape(E * N, K), offs, scaling=scaling, rowwise=False, columnwise=True)
+        assert q.group_rows == N and q.columnwise is not None and plain.columnwise is None
+        names = ("qdata", "scales", "alpha") if hasattr(q, "qdata") else ("data", "scale_inv")
+        for name in names:
+            assert torch.equal(getattr(q, name).view(torch.uint8) if getattr(q, name).element_size() == 1
+                               else getattr(q, name), getattr(plain, name).view(torch.uint8)
+                               if getattr(plain, name).element_size() == 1 else getattr(plain, name))
+            a, b = getattr(q.columnwise, name), getattr(g.columnwise, name)
+            assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                               b.view(torch.uint8) if b.element_size() == 1 else b)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "token"])

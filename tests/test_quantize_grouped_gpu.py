@@ -305,6 +305,21 @@ def test_stacked(monkeypatch, E, N, K, scaling):
     assert torch.equal(got8.data.view(E, N, K)[E - 1].view(torch.uint8), single8.data.view(torch.uint8))
 
 
+@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 208, 512), (3, 160, 96)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_stacked_columnwise(monkeypatch, E, N, K, scaling):
+    """columnwise=True: the rows copy as before and the wgrad copy of the E groups, both as the reference."""
+    w = make_input(E * N, K, seed=E + N + 1).view(E, N, K)
+    want = ref.quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)):
+        assert_grouped_nvfp4_equal(got, want)  # the wgrad copy too
+        assert got.columnwise is not None
+    want8 = ref.quantize_fp8_stacked(w, scaling=scaling, columnwise=True)
+    for got8 in run_poisoned(monkeypatch, lambda: scalemm.quantize_fp8_stacked(w, scaling=scaling, columnwise=True)):
+        assert_grouped_fp8_equal(got8, want8)
+        assert got8.columnwise is not None
+
+
 # ---------------------------------------------------------------------------
 # residual NVFP4
 # ---------------------------------------------------------------------------

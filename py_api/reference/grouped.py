@@ -227,23 +227,25 @@ def _stacked_offsets(w: torch.Tensor) -> torch.Tensor:
     return layout.stacked_offsets(E, N, w.device)
 
 
-def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedFP8Tensor:
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedFP8Tensor:
     """Stacked expert weights w [E, N, K] as E independent FP8 tensors: data [E*N, K]
-    (view as [E, N, K]), scale_inv [E] ("tensor") or [E*N] ("token": per output channel)."""
+    (view as [E, N, K]), scale_inv [E] ("tensor") or [E*N] ("token": per output channel);
+    columnwise=True: also the wgrad-layout copy of the E groups of N rows."""
     offsets = _stacked_offsets(w)
     E, N, K = w.shape
-    t = quantize_fp8_grouped(w.reshape(E * N, K), offsets, scaling=scaling)
+    t = quantize_fp8_grouped(w.reshape(E * N, K), offsets, scaling=scaling, columnwise=columnwise)
     t.group_rows = N
     return t
 
 
-def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor") -> GroupedNVFP4Tensor:
+def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedNVFP4Tensor:
     """Stacked expert weights w [E, N, K] as E independent NVFP4 tensors: qdata [E*N, K/2],
     scales batched (expert e's Rp x Cp swizzled block at byte e * Rp * Cp, docs/numerics.md
-    section 5), alpha/amax [E] ("tensor") or [E*N] ("token")."""
+    section 5), alpha/amax [E] ("tensor") or [E*N] ("token"); columnwise=True: also the
+    wgrad-layout copy of the E groups of N rows (no RHT)."""
     offsets = _stacked_offsets(w)
     E, N, K = w.shape
-    return _nvfp4_grouped(w.reshape(E * N, K), offsets, scaling, True, False, layout.stacked_scale_rows(E, N),
+    return _nvfp4_grouped(w.reshape(E * N, K), offsets, scaling, True, columnwise, layout.stacked_scale_rows(E, N),
                           group_rows=N)
 
 
