@@ -85,7 +85,7 @@ def point(M, N, K, which="all"):
     return bench(fns, copies)
 
 
-def grouped_point(G, per, N, K):
+def grouped_point(G, per, N, K, which="all"):
     T = G * per
     g = torch.Generator(device="cuda").manual_seed(G + per)
     w16 = torch.randn(G, N, K, device="cuda", generator=g).to(torch.bfloat16)
@@ -102,7 +102,7 @@ def grouped_point(G, per, N, K):
         xq = scalemm.quantize_nvfp4_grouped(x, offs, scaling="token")
         fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
         fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
-    for n in (16, 32, 64, 128, 256):
+    for n in (16, 32, 64, 128, 256) if which == "all" else ():  # the CUTLASS tiles (kernels of --set nvfp4)
         c = GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True)
         fns[c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c))(c)
         fns[c.label()](0)
@@ -166,7 +166,8 @@ def main():
     p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
     p.add_argument("--candidates", choices=("all", "skinny", "none"), default="all",
                    help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests)")
-    p.add_argument("--no-grouped", action="store_true")
+    p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
+                   help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
     p.add_argument("--from-text", default=None, help="a saved table to turn into JSON + plot")
     args = p.parse_args()
@@ -185,10 +186,11 @@ def main():
             points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
             print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={((skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)).label()}", r, "torch_bf16"),
                   flush=True)
-    grouped = [] if args.no_grouped else [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096),
-                                          (128, 1, 1536, 4096)]
+    grouped = [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096), (128, 1, 1536, 4096),
+               (128, 8, 1536, 2048)]
+    grouped = [pt for pt in grouped if args.grouped == "all" or (args.grouped == "decode" and pt[1] <= 16)]
     for G, per, N, K in grouped:
-        r = grouped_point(G, per, N, K)
+        r = grouped_point(G, per, N, K, "none" if args.quick else args.candidates)
         points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "us": r})
         print(_row(f"grouped G={G} per={per} N={N} K={K}", r, "torch_grouped_bf16"), flush=True)
     if args.out:

@@ -347,6 +347,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
               for M in (1, 300) for a in (bf16, f16) for o in (bf16, f16, f32)]
     grouped = {(default_nvfp4_grouped_config(T, G, 1, 1), torch.float32) for T, G in
                ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8))}
+    grouped.add((default_nvfp4_grouped_config(128, 64, 1, 1), bf16))  # decode MoE, beside the skinny kernel
     if name in ("explore", "all"):
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]

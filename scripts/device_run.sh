@@ -78,7 +78,7 @@ if has nvfp4; then
 fi
 if has decode; then
   mkdir -p "$OUT/decode"
-  timeout 300 python3 perf/nvfp4_explore.py --ms 1,16,32,64 --candidates skinny --no-grouped --out "$OUT/decode" || status=1
+  timeout 300 python3 perf/nvfp4_explore.py --ms 1,16,32,64 --candidates skinny --grouped decode --out "$OUT/decode" || status=1
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
