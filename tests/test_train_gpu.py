@@ -105,3 +105,18 @@ def test_convergence_bf16_fp8_nvfp4():
     curves, finals, gaps, passed = tc.run(device="cuda")
     print({n: f"{100 * g:+.2f}%" for n, g in gaps.items()}, file=sys.stderr)
     assert passed and all(passed.values()), (finals, gaps)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_stacked_pair_on_gpu_is_the_two_passes(name):
+    """W and W^T from one quantizer pass (the columnwise copy) equal the two separate passes, on CUDA."""
+    from scalemm import training
+    recipe = RECIPES[name]
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w = (torch.randn(8, 192, 256, device="cuda", generator=g)
+         * torch.rand(8, 192, 1, device="cuda", generator=g).mul(8).exp2()).to(torch.bfloat16)
+    want = [training.quantize_stacked(w, recipe), training.quantize_stacked(w, recipe, transposed=True)]
+    for a, b in zip(training.quantize_stacked_pair(w, recipe), want):
+        for x, y in zip(training.flatten(a, grouped=True), training.flatten(b, grouped=True)):
+            assert x.shape == y.shape and x.dtype == y.dtype
+            assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)) if x.element_size() == 1 else torch.equal(x, y)
