@@ -30,7 +30,8 @@ import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
 from scalemm.cutlass_kernels.configs.sm90 import (SKINNY_TOKEN_TILES, SkinnyConfig,  # noqa: E402
                                                 default_nvfp4_grouped_skinny_config, default_nvfp4_skinny_config)
-from scalemm.gemm_nvfp4 import default_nvfp4_config, gemm_nvfp4, grouped_gemm_nvfp4, skinny_by_default  # noqa: E402
+from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
+                                 grouped_gemm_nvfp4, skinny_by_default)
 
 
 def candidates(M, N, K, which="all"):
@@ -74,6 +75,10 @@ def point(M, N, K, which="all"):
     skinny = default_nvfp4_skinny_config(M, N, K)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
+        # timing only (no alpha_a): the bf16 decode pass + the W4A16 skinny kernel, the alternative for
+        # many tokens, where every warp decoding every token costs more than one pass
+        fns["w4a4_pass_" + skinny.label()] = lambda i: gemm_nvfp4(dequantize_rows_bf16(xq), ws[i], out=out,
+                                                                   config=skinny)
     if which != "none":
         for c in candidates(M, N, K, which):
             fn = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
