@@ -1,6 +1,8 @@
 // scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: up to 8 * kTokenTiles tokens), exact.
 //
 // D [tokens, n] = act(scale_a[t] * scale_b[c] * (X [tokens, k] @ dequant(W [n, k])^T) + bias[c])
+// Grouped (MoE decode): the same per expert g, W_g its stacked weights, X's rows from device offsets.
+// X is bf16/fp16 (W4A16) or NVFP4, decoded in registers like the weights (W4A4, kX4).
 //
 // At decode the GEMM is a stream over the weights (0.5625 bytes per element with the scales):
 // the CUTLASS kernel (nvfp4_mainloop.hpp) keeps only two decoding warpgroups per SM and reached
