@@ -274,7 +274,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
-        skinny = configs.default_nvfp4_skinny_config(M, N, K, num_sms=_num_sms(device))
+        skinny = configs.default_nvfp4_skinny_config(M, N, K)
         if skinny is not None and skinny_problem(M, N, K, skinny, operands) is None:
             config = skinny
     if out is None:

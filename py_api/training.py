@@ -31,6 +31,7 @@ scales are applied (relative error <= 2^-9 on top of the fp32 result's).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -309,16 +310,11 @@ def decode_wgrad_bf16(t: GroupedNVFP4Tensor) -> torch.Tensor:
     return values.reshape(K, W)
 
 
-_PAIRS: dict = {}
-
-
-def _byte_pairs_bf16(device) -> torch.Tensor:
+@functools.lru_cache(maxsize=None)
+def _byte_pairs_bf16(device: torch.device) -> torch.Tensor:
     """bf16 [256, 2]: the values of the two E2M1 codes of a packed byte (low nibble first)."""
-    key = str(device)
-    if key not in _PAIRS:
-        _PAIRS[key] = e2m1_decode(unpack_fp4(torch.arange(256, dtype=torch.uint8)[:, None])).to(
-            torch.bfloat16).to(device)
-    return _PAIRS[key]
+    codes = unpack_fp4(torch.arange(256, dtype=torch.uint8)[:, None])
+    return e2m1_decode(codes).to(torch.bfloat16).to(device)
 
 
 def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets, T, out_dtype):

@@ -210,11 +210,10 @@ SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 
-def default_nvfp4_skinny_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
+def default_nvfp4_skinny_config(M: int, N: int, K: int) -> SkinnyConfig | None:
     """The skinny kernel for M <= 64 tokens (None above: the CUTLASS kernel's tiles), with the fewest
-    8-token tiles that hold M. The launcher splits K to fill the GPU (decode streams the weights:
-    every SM must have loads in flight)."""
-    _check_sms(num_sms)
+    8-token tiles that hold M. The launcher splits K to fill the GPU from the device's own occupancy
+    (decode streams the weights: every SM must have loads in flight), so no SM count is needed here."""
     if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return None
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
