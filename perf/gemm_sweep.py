@@ -99,7 +99,7 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
     ("nvfp4_w4a16" with bf16 activations, "nvfp4_w4a4" with NVFP4 ones), the skinny kernel where it can
     run ("nvfp4_skinny", "nvfp4_w4a4_skinny"), scalemm's FP8 GEMM ("scalemm_fp8", fast accumulation), bf16 torch.matmul and,
     given torchao's NVFP4Tensor class, torchao's weight-only NVFP4 linear ("torchao_w4a16")."""
-    from scalemm.cutlass_kernels.configs import default_nvfp4_config, default_nvfp4_skinny_config
+    from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_for_tokens
     from scalemm.gemm_nvfp4 import skinny_problem
     copies = l2_copies(int(N * K * 0.5625))
     g = torch.Generator(device="cuda").manual_seed(M * 7 + N + 1)
@@ -114,7 +114,7 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
            "nvfp4_w4a4": lambda i: scalemm.gemm(xq, wq[i], out=out),
            "scalemm_fp8": lambda i: scalemm.gemm(a8, bs8[i], sa, sb, out=out, fast_accum=True, config=fp8),
            NVFP4_ANCHOR: lambda i: torch.matmul(x, w16[i].T)}
-    skinny = default_nvfp4_skinny_config(M, N, K)
+    skinny = skinny_config_for_tokens(M)  # beside the default (the skinny kernel only up to 8 tokens)
     if skinny is not None and skinny_problem(M, N, K, skinny, [(x, "a"), (wq[0].qdata, "b.qdata")]) is None:
         fns["nvfp4_skinny"] = lambda i: scalemm.gemm(x, wq[i], out=out, config=skinny)
         fns["nvfp4_w4a4_skinny"] = lambda i: scalemm.gemm(xq, wq[i], out=out, config=skinny)

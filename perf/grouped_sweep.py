@@ -27,7 +27,7 @@ from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, default_grouped_config,  # noqa: E402
-                                             default_nvfp4_grouped_skinny_config)
+                                             skinny_config_for_groups)
 
 E4M3 = torch.float8_e4m3fn
 MODELS = {  # experts, top-k, hidden, expert intermediate
@@ -109,8 +109,8 @@ def main():
             xq = scalemm.quantize_nvfp4_grouped(a16, offs, scaling="token")
             fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
             fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
-            skinny = default_nvfp4_grouped_skinny_config(T, G, N, K)
-            if skinny is not None:  # the skinny kernel (opt-in until it has run on a GPU)
+            skinny = skinny_config_for_groups(T, G)
+            if skinny is not None:  # the skinny kernel (config= only: the default is the CUTLASS kernel)
                 fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
                 fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=skinny)
         if args.tune:

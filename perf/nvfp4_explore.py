@@ -28,8 +28,9 @@ from gemm_sweep import L2_BYTES, bench, torchao_nvfp4, torchao_w4a16  # noqa: E4
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import (SKINNY_TOKEN_TILES, SkinnyConfig,  # noqa: E402
-                                                default_nvfp4_grouped_skinny_config, default_nvfp4_skinny_config)
+from scalemm.cutlass_kernels.configs.sm90 import (SkinnyConfig,  # noqa: E402
+                                                default_nvfp4_grouped_config, skinny_config_for_groups,
+                                                default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
                                  grouped_gemm_nvfp4, skinny_by_default)
 
@@ -39,9 +40,9 @@ def candidates(M, N, K, which="all"):
     (0: the launcher fits the split to the GPU) and the CUTLASS kernel's heuristic pick ("cutlass"); with
     which="all" also every CUTLASS candidate tile."""
     out = []
-    if M <= 8 * SKINNY_TOKEN_TILES[-1]:
-        tiles = next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t)
-        out += [SkinnyConfig(tiles, s) for s in (0, 1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
+    skinny = skinny_config_for_tokens(M)
+    if skinny is not None:
+        out += [SkinnyConfig(skinny.token_tiles, s) for s in (0, 1, 2, 4, 8)] + [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
     tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
@@ -64,15 +65,16 @@ def point(M, N, K, which="all"):
     xq = scalemm.quantize_nvfp4(x, scaling="token")
     w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    for w in ws:  # prepare every weight copy before the graphs are captured
-        gemm_nvfp4(x, w, out=out)
+    cutlass = default_nvfp4_config(M, N, K)  # "w4a16"/"w4a4": the CUTLASS kernel (the default may be the skinny one)
+    for w in ws:  # prepare every weight copy for the CUTLASS kernel before the graphs are captured
+        gemm_nvfp4(x, w, out=out, config=cutlass)
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
-           "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out),
-           "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out)}
+           "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass),
+           "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass)}
     ao = torchao_w4a16(torchao_nvfp4(), x, w16)
     if ao is not None:
         fns["torchao_w4a16"] = ao
-    skinny = default_nvfp4_skinny_config(M, N, K)
+    skinny = skinny_config_for_tokens(M)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
         # timing only (no alpha_a): the bf16 decode pass + the W4A16 skinny kernel, the alternative for
@@ -98,13 +100,15 @@ def grouped_point(G, per, N, K, which="all"):
     x = torch.randn(T, K, device="cuda", generator=g).to(torch.bfloat16)
     offs = (torch.arange(1, G + 1, device="cuda") * per).to(torch.int32)
     out = torch.empty(T, N, dtype=torch.bfloat16, device="cuda")
-    grouped_gemm_nvfp4(x, wq, offs, out=out)
+    cutlass = default_nvfp4_grouped_config(T, G, N, K)  # "w4a16_grouped": the CUTLASS kernel
+    grouped_gemm_nvfp4(x, wq, offs, out=out, config=cutlass)
     w16t = w16.transpose(-2, -1)
     fns = {"torch_grouped_bf16": lambda i: torch._grouped_mm(x, w16t, offs=offs),
-           "w4a16_grouped": lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out)}
-    skinny = default_nvfp4_grouped_skinny_config(T, G, N, K)
+           "w4a16_grouped": lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=cutlass)}
+    skinny = skinny_config_for_groups(T, G)
     if skinny is not None:  # the skinny kernel, W4A16 and W4A4 (activations decoded in the kernel)
         xq = scalemm.quantize_nvfp4_grouped(x, offs, scaling="token")
+        fns["w4a4_grouped"] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=cutlass)
         fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
         fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
     for n in (16, 32, 64, 128, 256) if which == "all" else ():  # the CUTLASS tiles (kernels of --set nvfp4)
@@ -150,14 +154,26 @@ def save(points, device, out):
     grouped = [p for p in points if p["kind"] == "grouped"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     labels = [f"{p['N']}x{p['K']}\nM={p['M']}" for p in dense]
-    for key, mark in (("w4a16", "o"), ("w4a4", "s")):
-        axes[0].plot(range(len(dense)), [p["us"]["torch_bf16"] / p["us"][key] for p in dense], mark + "-", label=key)
+    def first(us, match):  # the time of the first key that `match` accepts (None: none there)
+        return next((v for k, v in us.items() if match(k)), None)
+    series = (("CUTLASS W4A16", "o", lambda k: re.fullmatch(r"t128x\d+x64_c1x1_coop_swap(_sk)?", k)),
+              ("CUTLASS W4A4 (bf16 decode pass)", "s", lambda k: k == "w4a4"),
+              ("skinny W4A16", "^", lambda k: re.fullmatch(r"skinny_t\d+", k)),
+              ("skinny W4A4", "v", lambda k: re.fullmatch(r"w4a4_skinny_t\d+", k)))
+    for name, mark, match in series:
+        ts = [first(p["us"], match) for p in dense]
+        axes[0].plot(range(len(dense)), [p["us"]["torch_bf16"] / t if t else float("nan") for p, t in zip(dense, ts)],
+                     mark + "-", label=name)
     axes[0].axhline(1.0, color="gray", lw=0.8)
     axes[0].set_xticks(range(len(dense)), labels, fontsize=6)
     axes[0].set_ylabel("speed-up vs bf16 cuBLAS (same run)")
     axes[0].set_title(f"NVFP4-weight GEMM, {device}")
     axes[0].legend()
-    axes[1].bar(range(len(grouped)), [p["us"]["torch_grouped_bf16"] / p["us"]["w4a16_grouped"] for p in grouped])
+    for i, (key, name) in enumerate((("w4a16_grouped", "CUTLASS"), ("w4a16_grouped_skinny", "skinny"))):
+        ts = [first(p["us"], lambda k: k == key or (k.startswith(key + "_t") and "skinny" in key)) for p in grouped]
+        axes[1].bar([j + 0.4 * i for j in range(len(grouped))],
+                    [p["us"]["torch_grouped_bf16"] / t if t else 0 for p, t in zip(grouped, ts)], 0.4, label=name)
+    axes[1].legend(fontsize=7)
     axes[1].axhline(1.0, color="gray", lw=0.8)
     axes[1].set_xticks(range(len(grouped)), [f"G={p['G']}\n{p['per']}/exp" for p in grouped], fontsize=7)
     axes[1].set_title("grouped W4A16 vs torch._grouped_mm")

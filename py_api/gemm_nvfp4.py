@@ -6,8 +6,8 @@ W4A4:  x is an NVFP4Tensor too; the CUTLASS kernel takes its rows decoded exactl
        scale joins W's in the epilogue.
 Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
-    codes in the quantizer's byte order, K split over a cluster of CTAs (the default for such calls
-    only with SCALEMM_NVFP4_SKINNY=1 until it has run on a GPU: skinny_by_default);
+    codes in the quantizer's byte order, K split over a cluster of CTAs (the default for calls the
+    heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off);
   - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
@@ -153,10 +153,13 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 
 def skinny_by_default() -> bool:
-    """Whether calls without a config take the skinny kernel for <= 64 tokens: only with
-    SCALEMM_NVFP4_SKINNY=1 until the kernel has passed the GPU tests on a device (it was written and
-    compiled without one; perf/NOTES.md). config=SkinnyConfig(...) always selects it."""
-    return os.environ.get(SKINNY_ENV, "0") == "1"
+    """Whether dense calls without a config may take the skinny kernel where the heuristic picks it
+    (default_nvfp4_skinny_config: up to 8 tokens): yes unless SCALEMM_NVFP4_SKINNY=0.
+    config=SkinnyConfig(...) always selects it, dense or grouped."""
+    value = os.environ.get(SKINNY_ENV, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"{SKINNY_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups: int | None = None) -> str | None:
@@ -256,8 +259,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
                config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
-    config: None (the CUTLASS kernel's heuristic; with SCALEMM_NVFP4_SKINNY=1 the skinny kernel up to
-    64 tokens where it can run), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    config: None (the heuristic: the skinny kernel up to 8 tokens where it can run, unless
+    SCALEMM_NVFP4_SKINNY=0, else the CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
@@ -413,10 +416,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         why = skinny_problem(T, N, K, config, operands, groups=G)
         if why:
             raise ValueError(f"config={config.label()} cannot run this grouped GEMM: {why}")
-    elif config is None and skinny_by_default():
-        skinny = configs.default_nvfp4_grouped_skinny_config(T, G, N, K)
-        if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
-            config = skinny
+    # no config: the CUTLASS grouped kernel, also at decode (skinny_config_for_groups says why)
     if isinstance(config, SkinnyConfig):  # W4A4 included: the kernel decodes the activations itself
         if out is None:
             out = torch.empty((T, N), dtype=out_dtype, device=device)

@@ -10,6 +10,8 @@
 #                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
 #                                              # decode (NVFP4 at 1-64 tokens: the skinny kernel's splits against
 #                                              # the CUTLASS kernel and bf16 cuBLAS; kernels of --set tests),
+#                                              # profile (ncu on one 8192x8192 decode GEMM: skinny, CUTLASS,
+#                                              # bf16 cuBLAS; PROFILE_ARGS="--m 8 --n 4096 --k 4096"),
 #                                              # pack (tar the JIT cache)
 #
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
@@ -78,7 +80,17 @@ if has nvfp4; then
 fi
 if has decode; then
   mkdir -p "$OUT/decode"
-  timeout 300 python3 perf/nvfp4_explore.py --ms 1,16,32,64 --candidates skinny --grouped decode --out "$OUT/decode" || status=1
+  timeout 300 python3 perf/nvfp4_explore.py --ms 1,8,16,64 --candidates skinny --grouped decode --out "$OUT/decode" || status=1
+fi
+if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware counters: Firecracker machines)
+  for kernel in skinny cutlass bf16; do
+    timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats python3 perf/profile_nvfp4.py --kernel $kernel ${PROFILE_ARGS:-} > "$OUT/ncu-$kernel.txt" 2>&1 \
+      || status=1
+    echo "== ncu $kernel (full report: $OUT/ncu-$kernel.txt)"
+    grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Stall" "$OUT/ncu-$kernel.txt" | head -n 30
+  done
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')

@@ -143,10 +143,13 @@ def test_grouped_bad_offsets_and_weights():
 
 
 def test_skinny_config_and_heuristic():
-    from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config
-    picks = {M: default_nvfp4_skinny_config(M, 4096, 4096) for M in (1, 16, 17, 32, 33, 64, 65, 4096)}
-    assert picks == {1: SkinnyConfig(1), 16: SkinnyConfig(2), 17: SkinnyConfig(4), 32: SkinnyConfig(4),
-                     33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None, 4096: None}
+    from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_tokens
+    picks = {M: skinny_config_for_tokens(M) for M in (1, 8, 9, 16, 17, 32, 33, 64, 65, 4096)}
+    assert picks == {1: SkinnyConfig(1), 8: SkinnyConfig(1), 9: SkinnyConfig(2), 16: SkinnyConfig(2),
+                     17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
+                     4096: None}
+    # the default: the skinny kernel up to 8 tokens (where it beat the CUTLASS kernel on an H100)
+    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in (1, 8, 9, 64)] == [SkinnyConfig(1)] * 2 + [None] * 2
     assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_t2_s5"
     for bad in (dict(token_tiles=3), dict(token_tiles=16), dict(splits=9), dict(splits=-1), dict(splits=True),
                 dict(splits=2.0)):
@@ -169,7 +172,7 @@ def test_skinny_problem_says_why():
 
 
 def test_skinny_config_dense_and_grouped():
-    from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_grouped_skinny_config
+    from scalemm.cutlass_kernels.configs import SkinnyConfig, skinny_config_for_groups
     w = scalemm.quantize_nvfp4(_data(16, 64))
     x = _data(3, 64)
     assert torch.equal(scalemm.gemm(x, w, config=SkinnyConfig(1)), scalemm.gemm(x, w))  # CPU: the reference
@@ -182,6 +185,17 @@ def test_skinny_config_dense_and_grouped():
     with pytest.raises(ValueError, match="stream-K"):  # refused before any kernel or allocation, on any device
         scalemm.grouped_gemm(x, ws, offs, config=GemmConfig(128, 64, 64, 1, 1, swap_ab=True, stream_k=True))
     # grouped decode: 4x the mean rows per expert (skewed routing), none above 16 on average
-    picks = {T: default_nvfp4_grouped_skinny_config(T, 128, 1536, 2048) for T in (1, 128, 256, 1024, 2048, 2049)}
+    picks = {T: skinny_config_for_groups(T, 128) for T in (1, 128, 256, 1024, 2048, 2049)}
     assert picks == {1: SkinnyConfig(1), 128: SkinnyConfig(1), 256: SkinnyConfig(1), 1024: SkinnyConfig(4),
                      2048: SkinnyConfig(8), 2049: None}
+
+
+def test_skinny_env_switch(monkeypatch):
+    from scalemm.gemm_nvfp4 import SKINNY_ENV, skinny_by_default
+    monkeypatch.delenv(SKINNY_ENV, raising=False)
+    assert skinny_by_default()
+    monkeypatch.setenv(SKINNY_ENV, "0")
+    assert not skinny_by_default()
+    monkeypatch.setenv(SKINNY_ENV, "yes")
+    with pytest.raises(ValueError, match=SKINNY_ENV):
+        skinny_by_default()

@@ -11,7 +11,7 @@ import torch
 import scalemm
 from scalemm import reference as ref
 from scalemm.cutlass_kernels import GemmConfig
-from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config
+from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_tokens
 from scalemm.gemm_nvfp4 import prepare_sm90_weight, dequantize_rows_bf16
 
 pytestmark = pytest.mark.gpu
@@ -158,7 +158,7 @@ SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 @pytest.mark.parametrize("M", [1, 5, 8, 9, 16, 17, 33, 64])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
 def test_skinny_matches_exact_dequant(M, N, K):
-    cfg = default_nvfp4_skinny_config(M, N, K)
+    cfg = skinny_config_for_tokens(M)
     w = _weights(N, K, "token", seed=N + K + 1)
     x = _wide((M, K), seed=M + 100).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
@@ -180,9 +180,8 @@ def test_skinny_every_split_is_exact_and_deterministic(splits):
     assert torch.equal(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), out)
 
 
-@pytest.mark.parametrize("M", [1, 7, 33])
+@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
-@pytest.mark.parametrize("via", ["config", "env"])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
     import scalemm.gemm_nvfp4 as g
@@ -191,11 +190,11 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
     monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
-    if via == "env":
-        monkeypatch.setenv(g.SKINNY_ENV, "1")
+    if via == "default":  # up to 8 tokens the default is the skinny kernel
+        assert default_nvfp4_skinny_config(M, N, K) is not None
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     else:
-        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=default_nvfp4_skinny_config(M, N, K))
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=skinny_config_for_tokens(M))
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -213,15 +212,19 @@ def test_skinny_activations(act):
 @pytest.mark.parametrize("M", [1, 16, 300])
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_default_dispatch_with_skinny_enabled(monkeypatch, M, act_dtype, out_dtype):
-    """SCALEMM_NVFP4_SKINNY=1: calls of up to 64 tokens take the skinny kernel (dtypes, bias, relu)."""
+def test_default_dispatch_takes_skinny_at_decode(monkeypatch, M, act_dtype, out_dtype):
+    """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu);
+    SCALEMM_NVFP4_SKINNY=0 keeps them on the CUTLASS kernel."""
     import scalemm.gemm_nvfp4 as g
-    monkeypatch.setenv(g.SKINNY_ENV, "1")
     calls = []
     real = g._gemm_skinny
-    monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[5]) or real(*a))
+    monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
-    assert calls == ([SkinnyConfig(1 if M <= 8 else 2)] if M <= 16 else [])
+    assert calls == ([SkinnyConfig(1)] if M <= 8 else [])
+    calls.clear()
+    monkeypatch.setenv(g.SKINNY_ENV, "0")
+    test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
+    assert calls == []
 
 
 def test_skinny_graph_replay_sees_new_tokens():
@@ -242,13 +245,12 @@ def test_skinny_graph_replay_sees_new_tokens():
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
-def test_skinny_config_refuses_what_it_cannot_run(monkeypatch):
-    import scalemm.gemm_nvfp4 as g
+def test_skinny_config_refuses_what_it_cannot_run():
     w = _weights(256, 2064, "tensor", seed=91)  # K % 32 != 0
     x = torch.randn(4, 2064, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="not a multiple of 32"):
         scalemm.gemm(x, w, config=SkinnyConfig(1))
-    monkeypatch.setenv(g.SKINNY_ENV, "1")  # the default falls back to the CUTLASS kernel
+    assert default_nvfp4_skinny_config(4, 256, 2064) is not None  # the default falls back to the CUTLASS kernel
     assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
     w = _weights(256, 512, "tensor", seed=92)
     with pytest.raises(ValueError, match="more than"):
@@ -385,7 +387,7 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles):
 
 
 @pytest.mark.parametrize("a_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("via", ["config", "env"])
+@pytest.mark.parametrize("via", ["config", "default"])
 def test_grouped_skinny_w4a4_with_bias(monkeypatch, a_scaling, via):
     """W4A4 decoded in the kernel (scale rows at each group's sf_offset), per-expert bias."""
     import scalemm.gemm_nvfp4 as g
@@ -397,12 +399,11 @@ def test_grouped_skinny_w4a4_with_bias(monkeypatch, a_scaling, via):
     a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=14).to(torch.bfloat16), offsets, scaling=a_scaling)
     bias = torch.randn(G, N, device="cuda").to(torch.float32)
     out = _poisoned(T, N, torch.float32)
-    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
-    if via == "env":
-        monkeypatch.setenv(g.SKINNY_ENV, "1")
-        assert scalemm.cutlass_kernels.configs.default_nvfp4_grouped_skinny_config(T, G, N, K) is not None
+    if via == "default":  # grouped calls without a config keep the CUTLASS kernel, also at decode
+        monkeypatch.setattr(g, "_gemm_skinny", None)
         scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out)
     else:
+        monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
         scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=SkinnyConfig(2, 3))
     assert not out.isnan().any()
     assert _rel_err(out, _exact_grouped(a, w, sizes, N, bias)) <= 1e-5

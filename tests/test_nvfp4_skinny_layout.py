@@ -1,7 +1,7 @@
 """The skinny NVFP4 kernel's data layout, checked on the CPU by a lane-level model of the kernel.
 
 scalemm/sm90/nvfp4_skinny.cuh decides, for every lane, which bytes of the weight codes and of the
-swizzled scales it loads, how it pairs codes into bf16x2 registers (__byte_perm + e2m1x2_tiny),
+swizzled scales it loads, how it pairs codes into bf16x2 registers (prmt.b32 + e2m1x2_tiny),
 which token elements it loads, and where those registers sit in mma.sync m16n8k16's fragments; the
 CTAs of a cluster then add their partials in a fixed order. The model below repeats those steps,
 line for line, with the fragment layouts of mma.sync m16n8k16 taken from CUTLASS's CuTe traits
@@ -26,9 +26,11 @@ def _u32(b: bytes) -> int:
     return int.from_bytes(b, "little")
 
 
-def _byte_perm(x: int, y: int, sel: int) -> int:
-    """__byte_perm / prmt (default mode): result byte n = source byte (selector nibble n) & 7 of
-    {x bytes 0-3, y bytes 4-7}, or, when the nibble's bit 3 is set, that byte's bit 7 replicated."""
+def _prmt(x: int, y: int, sel: int) -> int:
+    """PTX prmt.b32, default mode (sm90::prmt, inline asm): result byte n = source byte (selector
+    nibble n) & 7 of {x bytes 0-3, y bytes 4-7}, or, when the nibble's bit 3 is set, that byte's bit 7
+    replicated. Not CUDA's __byte_perm, which reads only bits 2:0 of each nibble: the kernel's first
+    GPU run failed because it called __byte_perm with this model's semantics (perf/NOTES.md)."""
     src = x.to_bytes(4, "little") + y.to_bytes(4, "little")
     out = []
     for n in range(4):
@@ -62,7 +64,7 @@ def _decode_pair(word: int, byte: int, scale: float) -> tuple[float, float]:
     clean decode, x the scale pair; the values of elements 2 byte, 2 byte + 1 of the word."""
     even, odd = word & 0x0F0F0F0F, (word >> 4) & 0x0F0F0F0F
     sel = byte | ((8 | byte) << 4) | ((4 + byte) << 8) | ((8 | byte) << 12)
-    lo, hi = _e2m1x2_tiny_clean(_byte_perm(even, odd, sel))
+    lo, hi = _e2m1x2_tiny_clean(_prmt(even, odd, sel))
     out = (lo * scale, hi * scale)
     for v in out:  # the kernel's bf16 multiply is exact: the product must be a bf16 value
         assert v == 0 or math.isnan(v) or _bf16(struct.unpack("<I", struct.pack("<f", v))[0] >> 16) == v

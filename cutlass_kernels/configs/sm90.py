@@ -210,19 +210,33 @@ SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 
-def default_nvfp4_skinny_config(M: int, N: int, K: int) -> SkinnyConfig | None:
-    """The skinny kernel for M <= 64 tokens (None above: the CUTLASS kernel's tiles), with the fewest
-    8-token tiles that hold M. The launcher splits K to fill the GPU from the device's own occupancy
-    (decode streams the weights: every SM must have loads in flight), so no SM count is needed here."""
+def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
+    """The skinny kernel with the fewest 8-token tiles that hold M tokens (None above 64). The launcher
+    splits K to fill the GPU from the device's own occupancy (decode streams the weights: every SM must
+    have loads in flight), so no SM count is needed here."""
     if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return None
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
-def default_nvfp4_grouped_skinny_config(T: int, G: int, N: int, K: int) -> SkinnyConfig | None:
-    """The skinny kernel for grouped decode: up to 16 rows per expert on average (None above: the
-    CUTLASS grouped kernel). Token tiles for 4x the mean (routing is skewed; a group with more rows
-    runs in several blocks, each streaming its weights again)."""
+SKINNY_DEFAULT_MAX_TOKENS = 8  # measured on an H100: the skinny kernel wins up to 8 tokens (perf/NOTES.md)
+
+
+def default_nvfp4_skinny_config(M: int, N: int, K: int) -> SkinnyConfig | None:
+    """What a dense NVFP4 GEMM without a config runs: the skinny kernel up to SKINNY_DEFAULT_MAX_TOKENS
+    tokens, None above (the CUTLASS kernel's tiles). On an H100 the one-tile kernel beat the CUTLASS
+    kernel at M = 1 on every measured layer shape (1.1-1.7x), while from 16 tokens on its token
+    loads through L1 (every warp reads every token) cost more than the CUTLASS kernel's wgmma from
+    shared memory (perf/NOTES.md, "skinny kernel: measured")."""
+    return skinny_config_for_tokens(M) if M <= SKINNY_DEFAULT_MAX_TOKENS else None
+
+
+def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
+    """The skinny kernel for grouped decode (T rows over G experts), for an explicit config=: up to 16
+    rows per expert on average (None above), token tiles for 4x the mean (routing is skewed; a group
+    with more rows runs in several blocks, each streaming its weights again). Grouped calls without a
+    config keep the CUTLASS grouped kernel: on an H100 the skinny kernel was within 5% of it at 1-2 rows
+    per expert (either way) and 1.7x slower at 8 (perf/NOTES.md, "skinny kernel: measured")."""
     per = -(-T // max(G, 1))
     if per > 16:
         return None

@@ -56,6 +56,16 @@ __device__ __forceinline__ uint32_t e2m1x2_tiny_clean(uint32_t x) {
   }
 }
 
+// PTX prmt.b32 in its default mode: result byte i is byte (sel nibble i & 7) of {b, a} (bytes 0-3
+// from a, 4-7 from b), or, where the nibble's bit 3 is set, that byte's sign bit replicated (0x00
+// or 0xFF). CUDA's __byte_perm is documented to read only bits 2:0 of each nibble (nvcc masks the
+// selector), so code that needs the sign replication calls this instead.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
 // Four e4m3 block scales (byte i = scale of k-block i) -> four T x2 pairs (X, X). cvt.e4m3x2 ->
 // f16x2 is exact for every byte (subnormals and NaN included); the power-of-two multiplies are
 // exact, and X has at most 4 significant bits, so for bf16 its bits are the high half of fp32's.

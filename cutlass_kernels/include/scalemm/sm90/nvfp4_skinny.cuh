@@ -186,7 +186,7 @@ struct CodeWord {
 template <class T>
 __device__ __forceinline__ uint32_t decode_pair(CodeWord const& w, int byte, uint32_t scale_pair) {
   const uint32_t sel = byte | ((8 | byte) << 4) | ((4 + byte) << 8) | ((8 | byte) << 12);
-  return mul2<T>(e2m1x2_tiny_clean<T>(__byte_perm(w.even, w.odd, sel)), scale_pair);
+  return mul2<T>(e2m1x2_tiny_clean<T>(prmt(w.even, w.odd, sel)), scale_pair);  // not __byte_perm: sign bytes
 }
 
 template <class T, bool kX4, int kTokenTiles>
@@ -218,7 +218,6 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     for (int m = 0; m < kTokenTiles; ++m) {
       if constexpr (kX4) {
         const uint32_t word = j == 0 ? xcodes[m].x : j == 1 ? xcodes[m].y : j == 2 ? xcodes[m].z : xcodes[m].w;
-#pragma unroll
         const CodeWord cw(word);
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[m][i] = decode_pair<T>(cw, i, xpairs[m][j / 2]);
@@ -371,9 +370,15 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
   }
 }
 
+// A CTA's fixed cost in chunks of streaming: its ring's first loads (exposed latency), the cluster
+// barriers and its share of the reduction. Fitted on an H100 (perf/NOTES.md, "skinny kernel:
+// measured"): with 1 the model sent 14336 x 4096 to 8 splits in 3 waves (27.1 us) where 2 splits in
+// one wave ran in 24.5 us; with 4 it picks the fastest measured split on all four layer shapes.
+constexpr int64_t kSplitOverheadChunks = 4;
+
 // How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the critical path of
-// an SM, waves x (chunks per CTA + 1) (the + 1: a CTA's prologue and its share of the reduction),
-// where resident[s] CTAs fit on the GPU at once in clusters of s. Ties go to fewer splits.
+// an SM, waves x (chunks per CTA + kSplitOverheadChunks), where resident[s] CTAs fit on the GPU at
+// once in clusters of s. Ties go to fewer splits.
 inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident)[kMaxSplits + 1]) {
   int best = 1;
   int64_t best_cost = -1;
@@ -381,7 +386,7 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
     if (resident[s] <= 0) continue;  // clusters of s CTAs do not fit (or the query failed): not an option
     const int64_t fit = resident[s];
     const int64_t waves = (tiles * s + fit - 1) / fit, per = (chunks + s - 1) / s;
-    const int64_t cost = waves * (per + 1);
+    const int64_t cost = waves * (per + kSplitOverheadChunks);
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;

@@ -1,0 +1,59 @@
+"""One NVFP4-weight GEMM at decode, for Nsight Compute (hardware counters, no timing of our own).
+
+The kernel under study runs inside an NVTX range "measure" after warm-up calls (builds, the CUTLASS
+kernel's prepared weight copy), so ncu can profile just it:
+
+  ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \\
+      --section MemoryWorkloadAnalysis --section WarpStateStats python3 perf/profile_nvfp4.py --kernel skinny
+
+--kernel skinny (the default at <= 8 tokens), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul
+on a bf16 copy of the weight: cuBLAS, the anchor). `bash scripts/device_run.sh profile` runs all three.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import scalemm
+from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_for_tokens
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kernel", choices=("skinny", "cutlass", "bf16"), default="skinny")
+    p.add_argument("--m", type=int, default=1)
+    p.add_argument("--n", type=int, default=8192)
+    p.add_argument("--k", type=int, default=8192)
+    args = p.parse_args()
+    M, N, K = args.m, args.n, args.k
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w16 = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    if args.kernel == "bf16":
+        def run():
+            return torch.matmul(x, w16.T)
+    else:
+        wq = scalemm.quantize_nvfp4(w16, scaling="token")
+        if args.kernel == "skinny":
+            config = skinny_config_for_tokens(M)
+            if config is None:
+                raise SystemExit(f"--m {M}: the skinny kernel takes at most 64 tokens")
+        else:
+            config = default_nvfp4_config(M, N, K)
+        out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+
+        def run():
+            return scalemm.gemm(x, wq, out=out, config=config)
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("measure")
+    run()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    print(f"{args.kernel}: M={M} N={N} K={K} done")
+
+
+if __name__ == "__main__":
+    main()
