@@ -59,20 +59,38 @@ def _chunk_permutation() -> tuple[int, ...]:
     return tuple(perm)
 
 
-@functools.lru_cache(maxsize=None)
+def _capturing(device: torch.device) -> bool:
+    """Whether work queued now on `device` goes into a CUDA graph being captured."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _per_device(make):
+    """make(device) -> tensor(s), cached per device, except when made inside a CUDA-graph capture:
+    then its bytes exist only once the graph replays, so a cached copy would be read too early by a
+    later eager call. `make` must use device ops only (no host-to-device copy: a capture refuses it)."""
+    cache = {}
+
+    @functools.wraps(make)
+    def get(device: torch.device):
+        hit = cache.get(device)
+        if hit is None:
+            hit = make(device)
+            if not _capturing(device):
+                cache[device] = hit
+        return hit
+    return get
+
+
+@_per_device
 def _byte_plan(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The permutation as byte operations: prepared byte j of a 32-byte chunk holds elements perm[2j]
     (low nibble) and perm[2j + 1] = perm[2j] + 8 (high nibble), which sit in the same nibble of the
     source bytes perm[2j] // 2 and perm[2j] // 2 + 4. Returns (those first source bytes, whether that
-    nibble is the high one) for j = 0..31."""
-    perm = _chunk_permutation()
-    src, high = [], []
-    for j in range(CHUNK_K // 2):
-        lo, hi = perm[2 * j], perm[2 * j + 1]
-        assert hi == lo + 8, "the byte plan needs each prepared byte's two elements 8 apart"
-        src.append(lo // 2)
-        high.append(lo % 2 == 1)
-    return torch.tensor(src, device=device), torch.tensor(high, device=device)
+    nibble is the high one) for j = 0..31: _chunk_permutation's formula at p = 2j, in device ops
+    (tests/test_nvfp4_gemm_api.py checks prepare_sm90_weight against the permutation)."""
+    j = torch.arange(CHUNK_K // 2, device=device)
+    lo = 16 * (2 * ((j % 8) // 4) + j % 2) + 2 * (j // 8) + (j % 4) // 2  # perm[2j]; perm[2j + 1] = lo + 8
+    return lo // 2, lo % 2 == 1
 
 
 def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
@@ -102,6 +120,8 @@ def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
     if hit is not None and hit[0]() is qdata and hit[1] == qdata._version:
         return hit[2]
     prepared = prepare_sm90_weight(qdata)
+    if _capturing(qdata.device):  # made by the graph: valid only when it replays, so not cached (_per_device)
+        return prepared
     if hit is None or hit[0]() is not qdata:
         weakref.finalize(qdata, _prepared.pop, key, None)
     _prepared[key] = (weakref.ref(qdata), qdata._version, prepared)
@@ -229,7 +249,7 @@ def _dequant_launcher():
     return build(dequant_kernel_spec()).function("scalemm_nvfp4_dequant", [ctypes.POINTER(abi.Nvfp4DequantArgs)])
 
 
-@functools.lru_cache(maxsize=None)
+@_per_device
 def _one(device: torch.device) -> torch.Tensor:
     return torch.ones((), dtype=torch.float32, device=device)
 
@@ -361,6 +381,8 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs += [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
               for m, a, o, act in sorted(skinny, key=str)]
+    specs += [skinny_kernel_spec(SkinnyConfig(m, staged=True), act_dtype=a, out_dtype=o)  # the staged candidates
+              for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
     return specs + [dequant_kernel_spec()]
 
 

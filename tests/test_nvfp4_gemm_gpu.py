@@ -5,6 +5,8 @@ fp64 and applies the global scales and the epilogue in fp64. fp32 outputs must m
 1e-5 relative Frobenius error (fp32 accumulation order only), bf16 outputs within 4e-3.
 Outputs are poisoned with NaN first, so an unwritten element fails the test.
 """
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -147,6 +149,24 @@ def test_prepared_weight_is_cached_and_refreshed():
     assert torch.equal(_prepared_weight(w.qdata), prepare_sm90_weight(w.qdata))
 
 
+def test_weight_first_prepared_inside_a_graph_capture():
+    """A weight whose first CUTLASS-kernel call is captured: the graph prepares it on each replay, and an
+    eager call before the first replay does not read the graph's (not yet written) copy."""
+    M, N, K = 16, 512, 1024  # 16 tokens: the CUTLASS kernel (the skinny one, which needs no copy, stops at 8)
+    scalemm.gemm(_wide((M, K), seed=97).to(torch.bfloat16), _weights(N, K, "token", seed=98),
+                 out_dtype=torch.float32)  # builds the kernel (and the device constants) outside the capture
+    w = _weights(N, K, "token", seed=95)
+    x = _wide((M, K), seed=96).to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
+    assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
 # ---------------------------------------------------------------------------------------
 # the skinny kernel (up to 64 tokens: decode)
 # ---------------------------------------------------------------------------------------
@@ -157,8 +177,9 @@ SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 @pytest.mark.parametrize("M", [1, 5, 8, 9, 16, 17, 33, 64])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
-def test_skinny_matches_exact_dequant(M, N, K):
-    cfg = skinny_config_for_tokens(M)
+@pytest.mark.parametrize("staged", [False, True])  # weights through registers / the cp.async ring
+def test_skinny_matches_exact_dequant(M, N, K, staged):
+    cfg = replace(skinny_config_for_tokens(M), staged=staged)
     w = _weights(N, K, "token", seed=N + K + 1)
     x = _wide((M, K), seed=M + 100).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
@@ -168,11 +189,12 @@ def test_skinny_matches_exact_dequant(M, N, K):
 
 
 @pytest.mark.parametrize("splits", range(0, 9))
-def test_skinny_every_split_is_exact_and_deterministic(splits):
+@pytest.mark.parametrize("staged", [False, True])
+def test_skinny_every_split_is_exact_and_deterministic(splits, staged):
     M, N, K = 9, 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
     w = _weights(N, K, "tensor", seed=51)
     x = _wide((M, K), seed=52).to(torch.bfloat16)
-    cfg = SkinnyConfig(2, splits)  # 9 tokens: two tiles of 8
+    cfg = SkinnyConfig(2, splits, staged)  # 9 tokens: two tiles of 8
     out = _poisoned(M, N, torch.float32)
     scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any()
@@ -180,7 +202,8 @@ def test_skinny_every_split_is_exact_and_deterministic(splits):
     assert torch.equal(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), out)
 
 
-@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config")])
+@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config"),
+                                   (7, "staged"), (33, "staged")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
@@ -194,7 +217,8 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
         assert default_nvfp4_skinny_config(M, N, K) is not None
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     else:
-        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=skinny_config_for_tokens(M))
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out,
+                     config=replace(skinny_config_for_tokens(M), staged=via == "staged"))
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -371,8 +395,8 @@ def test_grouped_graph_replay_sees_new_offsets():
 
 @pytest.mark.parametrize("case", list(SIZES))
 @pytest.mark.parametrize("w_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("tiles", [1, 8])
-def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles):
+@pytest.mark.parametrize("tiles,staged", [(1, False), (8, False), (1, True), (8, True)])
+def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, staged):
     sizes = SIZES[case]
     G, N, K = len(sizes), 1000, 2080  # N past the 64-row tile, K past the last 128-chunk
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=G + 1).reshape(G, N, K).to(torch.bfloat16),
@@ -380,7 +404,8 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles):
     T = sum(sizes)
     x = _wide((T + 3, K), seed=T + 1).to(torch.bfloat16)  # 3 rows past the last group: never written
     out = _poisoned(T + 3, N, torch.float32)
-    scalemm.grouped_gemm(x, w, _offsets(sizes), out_dtype=torch.float32, out=out, config=SkinnyConfig(tiles))
+    scalemm.grouped_gemm(x, w, _offsets(sizes), out_dtype=torch.float32, out=out,
+                         config=SkinnyConfig(tiles, staged=staged))
     assert not out[:T].isnan().any(), "unwritten rows"
     assert out[T:].isnan().all(), "rows past the last group were written"
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5

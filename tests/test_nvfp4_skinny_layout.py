@@ -387,3 +387,99 @@ def test_pair_decode_of_every_byte_at_every_position():
             got = _decode_pair(word, byte, 1.0)
             want = (values[b & 0xF] * 2.0 ** -126, values[b >> 4] * 2.0 ** -126)
             assert got == want and [math.copysign(1, v) for v in got] == [math.copysign(1, v) for v in want]
+
+
+# ---------------------------------------------------------------------------------------
+# the staged weight path (SkinnyConfig.staged: nvfp4_skinny.cuh namespace staged)
+# ---------------------------------------------------------------------------------------
+
+STAGE_CHUNKS, STAGE_ROWS = 4, 8 * N8_PER_WARP                 # staged::kChunks, kRows
+STAGE_ROW_PITCH = STAGE_CHUNKS * CHUNK_K // 2 + 64           # staged::kRowPitch
+STAGE_CODE_BYTES = STAGE_ROWS * STAGE_ROW_PITCH              # staged::kCodeBytes
+STAGE_ATOMS = 2 * STAGE_CHUNKS                               # staged::kAtoms
+STAGE_SCALE_PITCH = 4 * STAGE_ATOMS + 8                      # staged::kScalePitch
+
+
+def _load_weights_staged(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c_begin, c_end, c):
+    """staged::issue (the warp's copies of the stage that holds chunk c, into byte-addressed shared
+    memory; zeros where a copy is not ok) then staged::read for every lane. Returns what
+    _load_weights returns, and checks that no lane reads a byte no copy wrote and that the reads
+    have no shared-memory bank conflicts."""
+    st = (c - c_begin) // STAGE_CHUNKS
+    cs, cl = c_begin + STAGE_CHUNKS * st, (c - c_begin) % STAGE_CHUNKS
+    wrow0 = n0 + warp * STAGE_ROWS
+    smem = {}
+    for i in range(STAGE_ROWS // 2):  # codes: copy i, lane l: row 2i + l // 16, 16 bytes at 16 (l % 16)
+        for lane in range(32):
+            r, u = 2 * i + lane // 16, lane % 16
+            row, e = wrow0 + r, cs * CHUNK_K + 32 * u
+            ok = cs + u // 4 < c_end and e < K and row < N
+            start = grp * N * (K // 2) + row * (K // 2) + e // 2
+            data = codes[start:start + 16] if ok else [0] * 16
+            for b in range(16):
+                smem[r * STAGE_ROW_PITCH + 16 * u + b] = data[b]
+    for i in range(STAGE_ROWS * STAGE_ATOMS // 32):  # scales: word 32 i + l = (row, atom) of the stage
+        for lane in range(32):
+            word = 32 * i + lane
+            r, a = word // STAGE_ATOMS, word % STAGE_ATOMS
+            row, atom = wrow0 + r, 2 * cs + a
+            ok = row < N and cs + a // 2 < c_end and 4 * atom < cp
+            src = (grp * scale_group_bytes + (row // 128) * 128 * cp + atom * 512 + (row % 128 % 32) * 16
+                   + (row % 128 // 32) * 4)
+            for b in range(4):
+                smem[STAGE_CODE_BYTES + r * STAGE_SCALE_PITCH + 4 * a + b] = scales[src + b] if ok else 0
+    wcodes, wscales, code_units, scale_words = [], [], {}, {}
+    for lane in range(32):
+        g, q = lane // 4, lane % 4
+        chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
+        lc, ls = [], []
+        for t in range(N8_PER_WARP):
+            r = g + 8 * t
+            code_at = r * STAGE_ROW_PITCH + cl * (CHUNK_K // 2) + 16 * q
+            scale_at = STAGE_CODE_BYTES + r * STAGE_SCALE_PITCH + 4 * (2 * cl + q // 2) + 2 * (q & 1)
+            code_units[t, lane], scale_words[t, lane] = code_at // 16, scale_at // 4
+            if c < chunks_ok and wrow0 + r < N:
+                lc.append(bytes(smem[code_at + b] for b in range(16)))  # KeyError: a byte no copy wrote
+                ls.append((smem[scale_at], smem[scale_at + 1]))
+            else:
+                lc.append(bytes(16))
+                ls.append((0, 0))
+        wcodes.append(lc)
+        wscales.append(ls)
+    for t in range(N8_PER_WARP):  # LDS.128: each quarter warp reads 8 distinct 16-byte bank groups
+        for quarter in range(4):
+            units = [code_units[t, lane] % 8 for lane in range(8 * quarter, 8 * quarter + 8)]
+            assert len(set(units)) == 8, f"bank conflict in the code reads: {units}"
+        words = {scale_words[t, lane] for lane in range(32)}  # LDS.U16: distinct words in distinct banks
+        assert len({w % 32 for w in words}) == len(words), "bank conflict in the scale reads"
+    return wcodes, wscales
+
+
+@pytest.mark.parametrize("N,K,splits", [
+    (72, 288, 2),     # a partial last chunk (K % 128 = 32), a CTA tile past N
+    (136, 96, 1),     # K shorter than a chunk (scale atom 1 only half used); rows in the second 128-row block
+    (64, 1664, 3),    # 13 chunks over 3 CTAs of 5, 5, 3: stages cut by the split's end
+    (8, 640, 1),      # 8 rows: a warp's rows 8..15 past N
+    (200, 4160, 4),   # 33 chunks, a partial one at the end, 9 per CTA; rows past 128 and past N
+])
+def test_staged_reads_equal_the_register_loads(N, K, splits):
+    """Each lane's WeightChunk read from the staged ring equals the one its direct loads give, for every
+    chunk of every split, warp and CTA tile, and for every group of stacked weights."""
+    g = torch.Generator().manual_seed(N + K)
+    G = 2
+    w = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K, generator=g).to(torch.bfloat16), scaling="token")
+    codes = w.qdata.contiguous().view(-1).tolist()
+    scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
+    cp = -(-(K // 16) // 4) * 4
+    scale_group_bytes = -(-N // 128) * 128 * cp
+    chunks = -(-K // CHUNK_K)
+    per_split = -(-chunks // splits)
+    for grp in range(G):
+        for n0 in range(0, N, TILE_N):
+            for split in range(-(-chunks // per_split)):
+                c_begin = min(split * per_split, chunks)
+                c_end = min(c_begin + per_split, chunks)
+                for warp in range(WARPS):
+                    for c in range(c_begin, c_end):
+                        args = (codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp)
+                        assert _load_weights_staged(*args, c_begin, c_end, c) == _load_weights(*args, c), (grp, n0, warp, c)

@@ -172,6 +172,86 @@ __device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chu
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Staged weights (SkinnyConfig.staged, kStaged): the same WeightChunk per lane and chunk, but read
+// from a per-warp ring in shared memory that cp.async fills in stages of kChunks chunks. A warp's
+// copy instruction moves 512 contiguous bytes (two rows x 256 bytes: two full 128-byte lines each),
+// where the register ring's loads touch 64 bytes of each of 8 rows 4-16 KB apart; and the ring's
+// depth costs shared memory, not registers. The scales come along as 4-byte words (one row's 4
+// blocks of one 512-byte atom). Byte order and the lane mapping of the chunk are unchanged.
+namespace staged {
+constexpr int kChunks = 4;                        // chunks of K per stage
+constexpr int kDepth = 4;                         // stages in a warp's ring (kDepth - 1 in flight)
+constexpr int kRows = 8 * kN8PerWarp;             // a warp's weight rows (16)
+constexpr int kRowBytes = kChunks * kChunkK / 2;  // codes per row and stage (256)
+// + 64: lanes (g, q) of a quarter warp read 16-byte units 20 g + q + const, distinct mod 8 (no bank
+// conflicts); the copies write 8 consecutive units per quarter warp
+constexpr int kRowPitch = kRowBytes + 64;
+constexpr int kCodeBytes = kRows * kRowPitch;
+constexpr int kAtoms = 2 * kChunks;               // 512-byte scale atoms (4 blocks of 16 along K) per stage
+constexpr int kScalePitch = 4 * kAtoms + 8;       // [row][atom] words; + 8: rows g, words h read banks 10 g + h, distinct
+constexpr int kStageBytes = kCodeBytes + kRows * kScalePitch;
+constexpr int kWarpBytes = kDepth * kStageBytes;
+constexpr int kCtaBytes = kWarps * kWarpBytes;    // dynamic shared memory of a CTA
+static_assert(kStageBytes % 16 == 0 && kRows * kAtoms % 32 == 0, "stage layout");
+
+// 16 (or 4) bytes global -> shared, asynchronously; !ok: zeros, nothing read
+__device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, bool ok) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void copy4(uint8_t* dst, const uint8_t* src, bool ok) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
+
+// The stage of chunks [cs, cs + kChunks) (those < c_end) of the warp's rows wrow0 .. wrow0 + 15 of
+// weights w (codes) / ws (scales) of one group -> `stage`. Codes: copy i, lane l takes row
+// 2 i + l / 16, bytes [16 (l % 16), + 16) of its 256 (elements cs * 128 + 32 (l % 16) ...: chunk
+// cs + (l % 16) / 4). Scales: word 32 i + l is row (32 i + l) / 8, atom a = (32 i + l) % 8 of the
+// stage (K atom 2 cs + a: blocks 4 (2 cs + a) .. + 3, the row's 4 bytes in it).
+__device__ __forceinline__ void issue(uint8_t* stage, Params const& p, const uint8_t* w, const uint8_t* ws, int wrow0,
+                                      int cs, int c_end, int lane) {
+  const int u = lane % 16;
+  const int e = cs * kChunkK + 32 * u;
+  const bool k_ok = cs + u / 4 < c_end && e < p.k;
+#pragma unroll
+  for (int i = 0; i < kRows / 2; ++i) {
+    const int r = 2 * i + lane / 16, row = wrow0 + r;
+    const bool ok = k_ok && row < p.n;
+    copy16(stage + r * kRowPitch + 16 * u, ok ? w + int64_t(row) * (p.k / 2) + e / 2 : w, ok);
+  }
+#pragma unroll
+  for (int i = 0; i < kRows * kAtoms / 32; ++i) {
+    const int word = 32 * i + lane, r = word / kAtoms, a = word % kAtoms, row = wrow0 + r, atom = 2 * cs + a;
+    const bool ok = row < p.n && cs + a / 2 < c_end && 4 * atom < p.scale_cols;
+    const uint8_t* src = ws + int64_t(row / 128) * 128 * p.scale_cols + int64_t(atom) * 512 +
+                         scale_atom_row_offset(row % 128);
+    copy4(stage + kCodeBytes + r * kScalePitch + 4 * a, ok ? src : ws, ok);
+  }
+}
+
+// Lane (g, q)'s WeightChunk of chunk `cl` of a stage (global chunk `chunk`), as load_weights reads it
+template <class L>
+__device__ __forceinline__ void read(WeightChunk& w, L const& l, const uint8_t* stage, int cl, int chunk, int g, int q) {
+  const bool ok = chunk < l.chunks_ok;
+#pragma unroll
+  for (int t = 0; t < kN8PerWarp; ++t) {
+    w.codes[t] = make_uint4(0, 0, 0, 0);
+    w.scales[t] = 0;
+    if (ok && l.row_ok[t]) {
+      const int r = g + 8 * t;
+      w.codes[t] = *reinterpret_cast<const uint4*>(stage + r * kRowPitch + cl * (kChunkK / 2) + 16 * q);
+      w.scales[t] = *reinterpret_cast<const uint16_t*>(stage + kCodeBytes + r * kScalePitch + 4 * (2 * cl + q / 2) +
+                                                       2 * (q & 1));
+    }
+  }
+}
+}  // namespace staged
+
 // A word of 8 codes split into its even codes (low nibbles) and odd codes (high nibbles), each in the
 // low nibble of its byte with the high nibble zero.
 struct CodeWord {
@@ -277,7 +357,7 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
-template <class T, bool kX4, class Out, int kTokenTiles, class Act>
+template <class T, bool kX4, class Out, int kTokenTiles, bool kStaged, class Act>
 __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
@@ -321,17 +401,56 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
     const int count = min(kTokens, last - block);
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     float acc[kTokenTiles][4] = {};
-    WeightChunk ring[kPrefetch];
+    if constexpr (kStaged) {
+      // stage st (chunks c_begin + kChunks st ...) in slot st % kDepth; kDepth - 1 stages in flight.
+      // Every iteration commits one group (empty past the end), so "stage st has landed" is always
+      // "at most kDepth - 2 groups pending".
+      namespace sg = staged;
+      extern __shared__ __align__(16) uint8_t staged_smem[];
+      uint8_t* ring = staged_smem + warp * sg::kWarpBytes;
+      const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
+      const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
+      const int wrow0 = n0 + warp * sg::kRows;
+      const int stages = (c_end - c_begin + sg::kChunks - 1) / sg::kChunks;
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
-    for (int c = c_begin; c < c_end; c += kPrefetch) {
+      for (int s = 0; s < sg::kDepth - 1; ++s) {
+        if (s < stages) sg::issue(ring + s * sg::kStageBytes, p, w, ws, wrow0, c_begin + s * sg::kChunks, c_end, lane);
+        sg::commit();
+      }
+      for (int st = 0; st < stages; ++st) {
+        sg::wait<sg::kDepth - 2>();
+        __syncwarp();  // every lane's copies of stage st are visible; every lane is done with stage st - 1
+        const int next = st + sg::kDepth - 1;  // into the slot of stage st - 1
+        if (next < stages)
+          sg::issue(ring + next % sg::kDepth * sg::kStageBytes, p, w, ws, wrow0, c_begin + next * sg::kChunks, c_end,
+                    lane);
+        sg::commit();
+        const uint8_t* stage = ring + st % sg::kDepth * sg::kStageBytes;
 #pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        if (c + i < c_end) {
-          const WeightChunk cur = ring[i];
-          const int next = c + i + kPrefetch;
-          load_weights(ring[i], lane_src, next < c_end ? next : -1);
-          mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c + i, g);
+        for (int cl = 0; cl < sg::kChunks; ++cl) {
+          const int c = c_begin + st * sg::kChunks + cl;
+          if (c < c_end) {
+            WeightChunk cur;
+            sg::read(cur, lane_src, stage, cl, c, g, q);
+            mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c, g);
+          }
+        }
+      }
+      sg::wait<0>();
+      __syncwarp();  // the next block of tokens refills the ring
+    } else {
+      WeightChunk ring[kPrefetch];
+#pragma unroll
+      for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
+      for (int c = c_begin; c < c_end; c += kPrefetch) {
+#pragma unroll
+        for (int i = 0; i < kPrefetch; ++i) {
+          if (c + i < c_end) {
+            const WeightChunk cur = ring[i];
+            const int next = c + i + kPrefetch;
+            load_weights(ring[i], lane_src, next < c_end ? next : -1);
+            mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c + i, g);
+          }
         }
       }
     }
@@ -393,12 +512,12 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
 }
 
 // Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
-inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
-                                         cudaLaunchAttribute& attr) {
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, size_t smem_bytes,
+                                         cudaStream_t stream, cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
   cfg.blockDim = dim3(kWarps * 32, 1, 1);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
@@ -417,7 +536,7 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
 
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
 // asked once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
-template <class T, bool kX4, class Out, int kTokenTiles, class Act>
+template <class T, bool kX4, class Out, int kTokenTiles, bool kStaged, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
@@ -431,7 +550,16 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, Act>;
+  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kStaged, Act>;
+  constexpr size_t kSmem = kStaged ? size_t(staged::kCtaBytes) : 0;
+  if constexpr (kSmem > 48 * 1024) {  // above the default limit: opt in, once per device
+    static bool opted_in[64] = {};
+    if (!opted_in[a.device]) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+      if (err != cudaSuccess) return static_cast<int>(err);
+      opted_in[a.device] = true;
+    }
+  }
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -443,7 +571,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     if (!queried[a.device]) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, kSmem, nullptr, attr);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
@@ -462,7 +590,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(per_split), static_cast<const int*>(a.offsets),
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
+  const cudaLaunchConfig_t cfg =
+      cluster_config(splits, tiles, a.groups, kSmem, static_cast<cudaStream_t>(a.stream), attr);
   err = cudaLaunchKernelEx(&cfg, kernel, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
