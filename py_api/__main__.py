@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
 
@@ -66,9 +65,15 @@ def _train_specs():
 
 
 def kernel_set(name: str):
-    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, train, all."""
+    """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, decode (the
+    NVFP4 decode kernels and the quantizers: the skinny GPU tests, the decode benchmark and profile), train, all."""
     if name == "train":
         return _train_specs()
+    if name == "decode":
+        from .gemm_nvfp4 import build_set as nvfp4_build_set
+        from .quantize import kernel_specs as quant_specs
+        from .quantize_grouped import kernel_specs as grouped_quant_specs
+        return nvfp4_build_set("decode") + list(quant_specs()) + list(grouped_quant_specs())
     from . import epilogues as epi
     from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
     bf16 = torch.bfloat16
@@ -98,7 +103,7 @@ def kernel_set(name: str):
         cases += [(c.compiled(), True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
     if name not in ("default", "tests", "sweep", "nvfp4", "all"):
-        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, train, all")
+        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, decode, train, all")
     wgrad = []
     if name in ("default", "tests", "all"):
         from .cutlass_kernels.configs import default_wgrad_config
@@ -365,7 +370,7 @@ def main(argv=None):
     d.add_argument("-k", type=_size(16), default=4096, help="input features, a multiple of 16")
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
     b.add_argument("--set", action="append", default=None,
-                   help="default (repeatable): default, tests, sweep, nvfp4, train, all")
+                   help="default (repeatable): default, tests, sweep, nvfp4, decode, train, all")
     b.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc processes (default: one per core)")
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")

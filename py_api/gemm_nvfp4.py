@@ -332,9 +332,22 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     return out
 
 
+DECODE_SHAPES = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336))  # N, K of perf/nvfp4_explore.py
+
+
 def build_set(name: str = "tests") -> list[KernelSpec]:
-    """NVFP4 kernels to prebuild: what the GPU tests and perf/nvfp4_explore.py launch."""
+    """NVFP4 kernels to prebuild: what the GPU tests and perf/nvfp4_explore.py launch ("tests",
+    "explore", "all"), or only what the skinny GPU tests and the decode benchmark and profile need
+    ("decode": a build of about a minute on a 16-core device machine instead of five)."""
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    if name == "decode":
+        cases = {(default_nvfp4_config(M, N, K), bf16, bf16) for M in (1, 8, 16, 64) for N, K in DECODE_SHAPES}
+        specs = [nvfp4_gemm_kernel_spec(c, act_dtype=a, out_dtype=o, epilogue=epi.scaled(o))[0]
+                 for c, a, o in sorted(cases, key=lambda c: (c[0].key(), str(c[1]), str(c[2])))]
+        grouped = {default_nvfp4_grouped_config(G * per, G, 1, 1) for G, per in ((128, 1), (64, 2), (128, 8))}
+        specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=bf16, epilogue=epi.scaled(bf16))[0]
+                  for c in sorted(grouped, key=lambda c: c.key())]
+        return specs + _skinny_build_specs() + [dequant_kernel_spec()]
     cases = set()
     for M in (1, 7, 8, 16, 129, 300, 333, 2048, 4096):
         for N, K in ((6144, 4096), (4096, 14336), (576, 7168), (2048, 768), (1000, 2064), (2048, 1024),
@@ -350,11 +363,11 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                              (128, 1, "cooperative", True)]:
         cases.add((GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk), bf16, f32))
     for M in (32, 64):  # the CUTLASS kernel's pick at decode, beside the skinny kernel (perf/nvfp4_explore.py)
-        for N, K in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)):
+        for N, K in DECODE_SHAPES:
             cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
     if name in ("explore", "all"):
         for M in (1, 16, 64, 128, 4096):
-            for N, K in ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)):
+            for N, K in DECODE_SHAPES:
                 cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
             tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
             for n in tn:
@@ -375,15 +388,20 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c, o in sorted(grouped, key=lambda c: (c[0].key(), str(c[1])))]
+    return specs + _skinny_build_specs() + [dequant_kernel_spec()]
+
+
+def _skinny_build_specs() -> list[KernelSpec]:
+    """The skinny kernels the GPU tests, sanitize_run.py and the decode benchmark launch."""
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     skinny = {(t, bf16, o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)}
     skinny |= {(t, a, o, "relu") for t in (1, 2) for a in (bf16, f16) for o in (bf16, f16, f32)}
     skinny |= {(t, f16, f32, None) for t in (1, 8)} | {(1, bf16, bf16, act) for act in ("gelu", "silu")}
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
-    specs += [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
-              for m, a, o, act in sorted(skinny, key=str)]
-    specs += [skinny_kernel_spec(SkinnyConfig(m, staged=True), act_dtype=a, out_dtype=o)  # the staged candidates
-              for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
-    return specs + [dequant_kernel_spec()]
+    specs = [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
+             for m, a, o, act in sorted(skinny, key=str)]
+    return specs + [skinny_kernel_spec(SkinnyConfig(m, staged=True), act_dtype=a, out_dtype=o)  # the staged candidates
+                    for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@
 #                                              # CUTLASS, bf16 cuBLAS; PROFILE_ARGS="--m 8 --n 4096 --k 4096"),
 #                                              # pack (tar the JIT cache)
 #
+# Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
+# (the decode set builds in about a minute; add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
 set -uo pipefail

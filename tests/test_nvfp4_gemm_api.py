@@ -199,3 +199,14 @@ def test_skinny_env_switch(monkeypatch):
     monkeypatch.setenv(SKINNY_ENV, "yes")
     with pytest.raises(ValueError, match=SKINNY_ENV):
         skinny_by_default()
+
+
+def test_decode_kernel_set():
+    """`python -m scalemm build --set decode`: the skinny kernels of the tests set (staged included), the
+    CUTLASS kernel's decode picks and the quantizers, no duplicates."""
+    from scalemm.__main__ import kernel_set
+    names = [s.name for s in kernel_set("decode")]
+    assert len(names) == len(set(names))
+    skinny = {n for n in names if "skinny" in n}
+    assert any("_staged_" in n for n in skinny) and any(n.startswith("nvfp4_gemm_") for n in names)
+    assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
