@@ -188,6 +188,28 @@ def test_skinny_matches_exact_dequant(M, N, K, staged):
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
+@pytest.mark.parametrize("staged", [False, True])
+def test_skinny_column_probe(staged):
+    """Tokens that are unit vectors e_k return column k of dequant(W), exactly (one product per output):
+    a wrong element, row or scale placement names the columns it moved (the first GPU run's wrong
+    pair decode showed up as sign flips and garbage in alternate columns)."""
+    N, K = 72, 384  # 3 chunks; rows past the 64-row tile
+    w = _weights(N, K, "token", seed=31)
+    wd = (ref.dequantize_nvfp4(w, torch.float32, apply_alpha=False) * w.alpha.reshape(-1, 1)).T  # [K, N]
+    cfg = SkinnyConfig(1, 0, staged)
+    bad = []
+    for k0 in range(0, K, 8):  # 8 unit tokens per call
+        x = torch.zeros(8, K, device="cuda", dtype=torch.bfloat16)
+        x[torch.arange(8), torch.arange(k0, k0 + 8)] = 1
+        out = scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg)
+        for i in range(8):
+            if not torch.equal(out[i], wd[k0 + i]):
+                hits = [k for k in range(K) if torch.equal(out[i], wd[k])]
+                rows = (out[i] != wd[k0 + i]).nonzero().flatten()[:4].tolist()
+                bad.append(f"k={k0 + i}: equals columns {hits}, wrong rows {rows}")
+    assert not bad, f"{len(bad)} of {K} columns wrong: " + "; ".join(bad[:6])
+
+
 @pytest.mark.parametrize("splits", range(0, 9))
 @pytest.mark.parametrize("staged", [False, True])
 def test_skinny_every_split_is_exact_and_deterministic(splits, staged):
