@@ -44,7 +44,7 @@ def candidates(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if skinny is not None:
         out += [SkinnyConfig(skinny.token_tiles, s) for s in (0, 1, 2, 4, 8)]
-        out += [SkinnyConfig(skinny.token_tiles, s, staged=True) for s in (0, 2, 4, 8)]  # the cp.async ring
+        out += [SkinnyConfig(skinny.token_tiles, s, loop) for loop in ("lean", "staged") for s in (0, 2, 4, 8)]
         out += [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
@@ -80,8 +80,9 @@ def point(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
-        staged = replace(skinny, staged=True)
-        fns["w4a4_" + staged.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=staged)
+        for loop in ("lean", "staged"):  # the candidate main loops
+            c = replace(skinny, mainloop=loop)
+            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
         # timing only (no alpha_a): the bf16 decode pass + the W4A16 skinny kernel, the alternative for
         # many tokens, where every warp decoding every token costs more than one pass
         fns["w4a4_pass_" + skinny.label()] = lambda i: gemm_nvfp4(dequantize_rows_bf16(xq), ws[i], out=out,
@@ -116,8 +117,10 @@ def grouped_point(G, per, N, K, which="all"):
         fns["w4a4_grouped"] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=cutlass)
         fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
         fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
-        staged = replace(skinny, staged=True)
-        fns["w4a16_grouped_" + staged.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=staged)
+        for loop in ("lean", "staged"):  # the candidate main loops
+            c = replace(skinny, mainloop=loop)
+            fns["w4a16_grouped_" + c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out,
+                                                                                          config=c))(c)
     for n in (16, 32, 64, 128, 256) if which == "all" else ():  # the CUTLASS tiles (kernels of --set nvfp4)
         c = GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True)
         fns[c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c))(c)
@@ -166,6 +169,7 @@ def save(points, device, out):
     series = (("CUTLASS W4A16", "o", lambda k: re.fullmatch(r"t128x\d+x64_c1x1_coop_swap(_sk)?", k)),
               ("CUTLASS W4A4 (bf16 decode pass)", "s", lambda k: k == "w4a4"),
               ("skinny W4A16", "^", lambda k: re.fullmatch(r"skinny_t\d+", k)),
+              ("skinny W4A16 lean", ">", lambda k: re.fullmatch(r"skinny_t\d+_lean", k)),
               ("skinny W4A16 staged", "<", lambda k: re.fullmatch(r"skinny_t\d+_staged", k)),
               ("skinny W4A4", "v", lambda k: re.fullmatch(r"w4a4_skinny_t\d+", k)))
     for name, mark, match in series:

@@ -208,5 +208,6 @@ def test_decode_kernel_set():
     names = [s.name for s in kernel_set("decode")]
     assert len(names) == len(set(names))
     skinny = {n for n in names if "skinny" in n}
-    assert any("_staged_" in n for n in skinny) and any(n.startswith("nvfp4_gemm_") for n in names)
+    assert any("_staged_" in n for n in skinny) and any("_lean_" in n for n in skinny)
+    assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}

@@ -172,14 +172,15 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
+SKINNY_LOOPS = ["registers", "lean", "staged"]  # SkinnyConfig.mainloop: the measured kernel and the candidates
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 
 @pytest.mark.parametrize("M", [1, 5, 8, 9, 16, 17, 33, 64])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
-@pytest.mark.parametrize("staged", [False, True])  # weights through registers / the cp.async ring
-def test_skinny_matches_exact_dequant(M, N, K, staged):
-    cfg = replace(skinny_config_for_tokens(M), staged=staged)
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+def test_skinny_matches_exact_dequant(M, N, K, loop):
+    cfg = replace(skinny_config_for_tokens(M), mainloop=loop)
     w = _weights(N, K, "token", seed=N + K + 1)
     x = _wide((M, K), seed=M + 100).to(torch.bfloat16)
     out = _poisoned(M, N, torch.float32)
@@ -188,15 +189,15 @@ def test_skinny_matches_exact_dequant(M, N, K, staged):
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
-@pytest.mark.parametrize("staged", [False, True])
-def test_skinny_column_probe(staged):
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+def test_skinny_column_probe(loop):
     """Tokens that are unit vectors e_k return column k of dequant(W), exactly (one product per output):
     a wrong element, row or scale placement names the columns it moved (the first GPU run's wrong
     pair decode showed up as sign flips and garbage in alternate columns)."""
     N, K = 72, 384  # 3 chunks; rows past the 64-row tile
     w = _weights(N, K, "token", seed=31)
     wd = (ref.dequantize_nvfp4(w, torch.float32, apply_alpha=False) * w.alpha.reshape(-1, 1)).T  # [K, N]
-    cfg = SkinnyConfig(1, 0, staged)
+    cfg = SkinnyConfig(1, 0, loop)
     bad = []
     for k0 in range(0, K, 8):  # 8 unit tokens per call
         x = torch.zeros(8, K, device="cuda", dtype=torch.bfloat16)
@@ -211,12 +212,12 @@ def test_skinny_column_probe(staged):
 
 
 @pytest.mark.parametrize("splits", range(0, 9))
-@pytest.mark.parametrize("staged", [False, True])
-def test_skinny_every_split_is_exact_and_deterministic(splits, staged):
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
     M, N, K = 9, 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
     w = _weights(N, K, "tensor", seed=51)
     x = _wide((M, K), seed=52).to(torch.bfloat16)
-    cfg = SkinnyConfig(2, splits, staged)  # 9 tokens: two tiles of 8
+    cfg = SkinnyConfig(2, splits, loop)  # 9 tokens: two tiles of 8
     out = _poisoned(M, N, torch.float32)
     scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any()
@@ -225,7 +226,7 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, staged):
 
 
 @pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config"),
-                                   (7, "staged"), (33, "staged")])
+                                   (7, "lean"), (33, "lean"), (7, "staged"), (33, "staged")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
@@ -240,7 +241,7 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     else:
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out,
-                     config=replace(skinny_config_for_tokens(M), staged=via == "staged"))
+                     config=replace(skinny_config_for_tokens(M), mainloop="registers" if via == "config" else via))
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -417,8 +418,9 @@ def test_grouped_graph_replay_sees_new_offsets():
 
 @pytest.mark.parametrize("case", list(SIZES))
 @pytest.mark.parametrize("w_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("tiles,staged", [(1, False), (8, False), (1, True), (8, True)])
-def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, staged):
+@pytest.mark.parametrize("tiles", [1, 8])
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, loop):
     sizes = SIZES[case]
     G, N, K = len(sizes), 1000, 2080  # N past the 64-row tile, K past the last 128-chunk
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=G + 1).reshape(G, N, K).to(torch.bfloat16),
@@ -427,7 +429,7 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, stag
     x = _wide((T + 3, K), seed=T + 1).to(torch.bfloat16)  # 3 rows past the last group: never written
     out = _poisoned(T + 3, N, torch.float32)
     scalemm.grouped_gemm(x, w, _offsets(sizes), out_dtype=torch.float32, out=out,
-                         config=SkinnyConfig(tiles, staged=staged))
+                         config=SkinnyConfig(tiles, mainloop=loop))
     assert not out[:T].isnan().any(), "unwritten rows"
     assert out[T:].isnan().all(), "rows past the last group were written"
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5

@@ -129,10 +129,12 @@ def _groups(offsets, T):
     return out
 
 
-def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Tensor:
+def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False) -> torch.Tensor:
     """The kernel's arithmetic, lane by lane: fp64 [T, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
     bias) per group; x bf16 [T, K] (W4A16) or NVFP4 (W4A4: kX4, decoded by the lanes like the weights);
-    dense (offsets None: w [N, K], T <= 8 * token_tiles) or grouped (w stacked experts, offsets [G])."""
+    dense (offsets None: w [N, K], T <= 8 * token_tiles) or grouped (w stacked experts, offsets [G]).
+    lean: kLoopLean, whose chunks wholly inside K load without predicates, rows past N reading row
+    N - 1 and tokens past the block its last token (the last, partial chunk as before)."""
     x4 = not isinstance(x, torch.Tensor)
     T, K = x.shape
     grouped = offsets is not None
@@ -172,8 +174,9 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
                     for warp in range(WARPS):
                         acc = [[[0.0] * 4 for _ in range(32)] for _ in range(token_tiles)]
                         for c in range(c_begin, c_end):
+                            free = lean and c < K // CHUNK_K  # lean_loop's unpredicated chunks
                             wcodes, wscales = _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0,
-                                                            warp, c)
+                                                            warp, c, clamp=free)
                             for j in range(4):
                                 xb, a = {}, {}
                                 for lane in range(32):
@@ -181,10 +184,11 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
                                     chunks_ok = (K - 32 * q - 32) // CHUNK_K + 1 if K >= 32 * q + 32 else 0
                                     tile_ok = (count - g + 7) // 8 if g < count else 0
                                     for m in range(token_tiles):
-                                        ok = c < chunks_ok and m < tile_ok
+                                        ok = free or (c < chunks_ok and m < tile_ok)
+                                        tok = min(8 * m + g, count - 1) if free else 8 * m + g  # LeanTokens
                                         if x4:  # Lane.xq / x_scale_offset: codes and a scale pair per token, chunk
-                                            start = (block + 8 * m + g) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
-                                            r = scale_row0 + 8 * m + g
+                                            start = (block + tok) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
+                                            r = scale_row0 + tok
                                             off = ((r // 128) * 128 * cp + (q // 2) * 512 + 2 * (q & 1)
                                                    + (r % 128 % 32) * 16 + (r % 128 // 32) * 4 + c * 1024)
                                             xword = _u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])) if ok else 0
@@ -192,7 +196,7 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
                                             pairs = [_decode_pair(xword, i, xsc) for i in range(4)]
                                             xb[lane, m] = [v for pr in pairs for v in pr]
                                         elif ok:  # Lane.x + chunk * 128 + tile * 8 rows, in elements
-                                            e0 = (block + 8 * m + g) * K + 32 * q + c * CHUNK_K + 8 * j
+                                            e0 = (block + tok) * K + 32 * q + c * CHUNK_K + 8 * j
                                             xb[lane, m] = xs[e0:e0 + 8].tolist()
                                         else:
                                             xb[lane, m] = [0.0] * 8
@@ -236,9 +240,10 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None) -> torch.Ten
     return out
 
 
-def _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c):
+def _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c, clamp=False):
     """load_weights for every lane of a warp (Lane: rows r0 + g (t = 0) and r0 + g + 8 (t = 1) of
-    group grp, addresses of chunk 0 plus c * 64 bytes of codes, c * 1024 bytes of scales)."""
+    group grp, addresses of chunk 0 plus c * 64 bytes of codes, c * 1024 bytes of scales). clamp:
+    lean_loop's loads (no predicates; rows past N read row N - 1)."""
     wcodes, wscales = [], []
     for lane in range(32):
         g, q = lane // 4, lane % 4
@@ -246,7 +251,9 @@ def _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c):
         lc, ls = [], []
         for t in range(N8_PER_WARP):
             row = n0 + warp * (8 * N8_PER_WARP) + g + 8 * t
-            if c < chunks_ok and row < N:
+            if clamp:
+                row = min(row, N - 1)
+            if clamp or (c < chunks_ok and row < N):
                 start = grp * N * (K // 2) + row * (K // 2) + 16 * q + c * (CHUNK_K // 2)
                 lc.append(bytes(codes[start:start + 16]))
                 off = (grp * scale_group_bytes + (row // 128) * 128 * cp + (q // 2) * 512 + (row % 128 % 32) * 16
@@ -274,12 +281,13 @@ def _exact(x, w):
     (17, 8, 416, 4, 3),    # a partial third token tile; 8 rows of N; 4 chunks in 2 CTAs of 2
     (5, 136, 96, 1, 1),    # K shorter than a chunk; rows 128..135 in the second 128-row scale block
 ])
-def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits):
+@pytest.mark.parametrize("lean", [False, True])
+def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits, lean):
     g = torch.Generator().manual_seed(M * 1000 + N + K)
     wf = torch.randn(N, K, generator=g) * torch.rand(N, 1, generator=g).mul(6).sub(3).exp2()
     w = scalemm.quantize_nvfp4(wf.to(torch.bfloat16), scaling="token")
     x = torch.randn(M, K, generator=g).to(torch.bfloat16)
-    got = skinny_model(x, w, token_tiles, splits)
+    got = skinny_model(x, w, token_tiles, splits, lean=lean)
     want = _exact(x, w)
     assert not got.isnan().any(), "outputs the model never wrote"
     assert ((got - want).norm() / want.norm()).item() < 1e-12
@@ -290,13 +298,14 @@ def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits):
     (17, 64, 160, 4, 1, "tensor"),  # tokens 8..23: scale rows past the first 32-row group of the atom
     (40, 8, 96, 8, 1, "token"),    # tokens 32..39: the second 32-row group of the scale atom
 ])
-def test_lane_model_w4a4_reproduces_the_exact_gemm(M, N, K, token_tiles, splits, scaling):
+@pytest.mark.parametrize("lean", [False, True])
+def test_lane_model_w4a4_reproduces_the_exact_gemm(M, N, K, token_tiles, splits, scaling, lean):
     """kX4: the tokens' codes and scale pairs read and decoded like the weights'."""
     g = torch.Generator().manual_seed(M + N + K)
     w = scalemm.quantize_nvfp4((torch.randn(N, K, generator=g) * 3).to(torch.bfloat16), scaling="token")
     xf = torch.randn(M, K, generator=g) * torch.rand(M, 1, generator=g).mul(6).sub(3).exp2()
     x = scalemm.quantize_nvfp4(xf.to(torch.bfloat16), scaling=scaling)
-    got = skinny_model(x, w, token_tiles, splits)
+    got = skinny_model(x, w, token_tiles, splits, lean=lean)
     want = _exact(x, w)
     assert not got.isnan().any()
     assert ((got - want).norm() / want.norm()).item() < 1e-12
@@ -327,7 +336,8 @@ def _exact_grouped(x, w, offsets):
     ([9, 0, 0, 4], 2, 1, True, "token"),    # W4A4, scale rows at each group's 128-aligned sf_offset
     ([2, 5], 1, 3, True, "tensor"),         # per-expert alphas of both operands
 ])
-def test_lane_model_grouped_reproduces_the_exact_gemm(sizes, token_tiles, splits, x_nvfp4, scaling):
+@pytest.mark.parametrize("lean", [False, True])
+def test_lane_model_grouped_reproduces_the_exact_gemm(sizes, token_tiles, splits, x_nvfp4, scaling, lean):
     """Grouped: expert g's weights at g * N rows and its batched scale block, its rows from the device
     offsets, several token blocks per expert where it has more rows than the kernel's tiles."""
     G, N, K = len(sizes), 72, 160
@@ -337,7 +347,7 @@ def test_lane_model_grouped_reproduces_the_exact_gemm(sizes, token_tiles, splits
     offsets = torch.tensor(sizes).cumsum(0).to(torch.int32)
     xf = (torch.randn(T, K, generator=gen) * torch.rand(T, 1, generator=gen).mul(4).exp2()).to(torch.bfloat16)
     x = scalemm.quantize_nvfp4_grouped(xf, offsets, scaling=scaling) if x_nvfp4 else xf
-    got = skinny_model(x, w, token_tiles, splits, offsets)
+    got = skinny_model(x, w, token_tiles, splits, offsets, lean=lean)
     want = _exact_grouped(x, w, offsets)
     assert not got.isnan().any()
     assert ((got - want).norm() / want.norm()).item() < 1e-12

@@ -183,26 +183,28 @@ class SkinnyConfig:
     """The NVFP4-weight kernel for few tokens (scalemm/sm90/nvfp4_skinny.cuh): mma.sync over 64 weight
     rows per CTA, up to 8 * token_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it).
-    staged (compiled): the weights stream through a per-warp cp.async ring in shared memory (512
-    contiguous bytes per copy instruction) instead of a ring of registers; a candidate, not yet timed."""
+    mainloop (compiled), how the weights stream: "registers" (a ring of chunks in registers, every load
+    predicated: the measured kernel), "lean" (the same ring without predicates over the chunks inside K,
+    no register moves) or "staged" (a per-warp cp.async ring in shared memory, 512 contiguous bytes
+    per copy instruction); "lean" and "staged" are candidates, not yet timed (perf/NOTES.md)."""
     token_tiles: int = 1
     splits: int = 0
-    staged: bool = False
+    mainloop: str = "registers"
 
     def __post_init__(self):
         if self.token_tiles not in SKINNY_TOKEN_TILES:
             raise ValueError(f"token_tiles must be one of {SKINNY_TOKEN_TILES}, got {self.token_tiles!r}")
         if isinstance(self.splits, bool) or not isinstance(self.splits, int) or not 0 <= self.splits <= SKINNY_MAX_SPLITS:
             raise ValueError(f"splits must be an int in [0, {SKINNY_MAX_SPLITS}] (0: automatic), got {self.splits!r}")
-        if not isinstance(self.staged, bool):
-            raise ValueError(f"staged must be a bool, got {self.staged!r}")
+        if not isinstance(self.mainloop, str) or self.mainloop not in SKINNY_MAINLOOPS:
+            raise ValueError(f"mainloop must be one of {tuple(SKINNY_MAINLOOPS)}, got {self.mainloop!r}")
 
     @property
     def max_tokens(self) -> int:
         return 8 * self.token_tiles
 
     def key(self) -> str:
-        return f"skinny_t{self.token_tiles}" + ("_staged" if self.staged else "")
+        return f"skinny_t{self.token_tiles}" + ("" if self.mainloop == "registers" else f"_{self.mainloop}")
 
     def label(self) -> str:
         return self.key() + (f"_s{self.splits}" if self.splits else "")
@@ -212,6 +214,8 @@ class SkinnyConfig:
 
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
+# SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
+SKINNY_MAINLOOPS = {"registers": "kLoopRegisters", "lean": "kLoopLean", "staged": "kLoopStaged"}
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 
@@ -256,7 +260,7 @@ def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | 
     x4 = act_dtype == "nvfp4"  # NVFP4 activations (W4A4), decoded in the kernel to bf16 operands
     return {"ELEMENT_X": CPP_TYPES["bf16" if x4 else dtype_name(act_dtype)], "X_NVFP4": "true" if x4 else "false",
             "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)], "TOKEN_TILES": str(config.token_tiles),
-            "STAGED": "true" if config.staged else "false", "ACTIVATION": f"{act}<float>"}
+            "MAINLOOP": f"scalemm::sm90::skinny::{SKINNY_MAINLOOPS[config.mainloop]}", "ACTIVATION": f"{act}<float>"}
 
 
 def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:

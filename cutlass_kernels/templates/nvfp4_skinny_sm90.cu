@@ -2,5 +2,5 @@
 #include "scalemm/sm90/nvfp4_skinny.cuh"
 
 extern "C" int scalemm_nvfp4_skinny_gemm(scalemm::Nvfp4SkinnyGemmArgs const* a) {
-  return scalemm::sm90::skinny::launch<{{ELEMENT_X}}, {{X_NVFP4}}, {{ELEMENT_D}}, {{TOKEN_TILES}}, {{STAGED}}, {{ACTIVATION}}>(*a);
+  return scalemm::sm90::skinny::launch<{{ELEMENT_X}}, {{X_NVFP4}}, {{ELEMENT_D}}, {{TOKEN_TILES}}, {{MAINLOOP}}, {{ACTIVATION}}>(*a);
 }

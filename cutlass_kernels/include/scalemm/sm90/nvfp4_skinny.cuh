@@ -56,6 +56,20 @@ constexpr int kTileN = kWarps * kN8PerWarp * 8;  // weight rows per CTA (64)
 constexpr int kPrefetch = 3;
 constexpr int kMaxSplits = kSkinnyMaxSplits;
 
+// How the main loop streams the weights (SkinnyConfig.mainloop):
+//  kLoopRegisters: a ring of kPrefetch chunks in registers, every load predicated (the measured kernel);
+//  kLoopLean: the same ring over the chunks that lie wholly inside K with no predicates at all (rows
+//    past n and tokens past the block read the last valid row / token, whose outputs are never
+//    stored), each slot reloaded after its MMAs (no register moves); the last, partial chunk checked;
+//  kLoopStaged: a cp.async ring in shared memory (namespace staged below).
+enum : int { kLoopRegisters = 0, kLoopLean = 1, kLoopStaged = 2 };
+// CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). kLoopLean at 1 token tile:
+// without predicates ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per
+// SM); 4 CTAs fit in 128 registers without spills. More token tiles spill under a bound. (A bound
+// of 1 is not "none": it changed the other kernels' code, so they keep 0.)
+template <int kLoop, int kTokenTiles>
+constexpr int kMinBlocks = kLoop == kLoopLean && kTokenTiles == 1 ? 4 : 0;
+
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
@@ -173,7 +187,7 @@ __device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chu
 }
 
 // ---------------------------------------------------------------------------------------------
-// Staged weights (SkinnyConfig.staged, kStaged): the same WeightChunk per lane and chunk, but read
+// Staged weights (SkinnyConfig.mainloop = "staged", kLoopStaged): the same WeightChunk per lane and chunk, but read
 // from a per-warp ring in shared memory that cp.async fills in stages of kChunks chunks. A warp's
 // copy instruction moves 512 contiguous bytes (two rows x 256 bytes: two full 128-byte lines each),
 // where the register ring's loads touch 64 bytes of each of 8 rows 4-16 KB apart; and the ring's
@@ -269,10 +283,22 @@ __device__ __forceinline__ uint32_t decode_pair(CodeWord const& w, int byte, uin
   return mul2<T>(e2m1x2_tiny_clean<T>(prmt(w.even, w.odd, sel)), scale_pair);  // not __byte_perm: sign bytes
 }
 
-template <class T, bool kX4, int kTokenTiles>
+// kLoopLean: per token tile m, where token min(8 m + g, count - 1) of the block starts (chunk 0):
+// W4A16 its elements [32 q, ...), W4A4 its codes and its scale pair. Tokens past the block read the
+// block's last token: they only feed MMA columns whose outputs are never stored.
+template <class T, int kTokenTiles>
+struct LeanTokens {
+  const T* x[kTokenTiles];
+  const uint8_t* xq[kTokenTiles];
+  const uint8_t* xs[kTokenTiles];
+};
+
+// The MMAs of one chunk. kLean: no predicates (lt gives the token pointers, the chunk lies inside K).
+template <class T, bool kX4, int kTokenTiles, bool kLean = false>
 __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
-                                          Params const& p, int chunk, int g) {
-  const bool k_ok = chunk < l.chunks_ok;
+                                          Params const& p, int chunk, int g,
+                                          LeanTokens<T, kTokenTiles> const* lt = nullptr) {
+  const bool k_ok = kLean || chunk < l.chunks_ok;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) e4m3x4_to_scale_pairs<T>(w.scales[t], pairs[t]);
@@ -282,11 +308,16 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
   if constexpr (kX4) {
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
-      xcodes[m] = make_uint4(0, 0, 0, 0);
       uint32_t sc = 0;
-      if (k_ok && m < l.tile_ok) {
-        xcodes[m] = __ldg(reinterpret_cast<const uint4*>(l.xq + m * l.x_tile_stride + int64_t(chunk) * (kChunkK / 2)));
-        sc = __ldg(reinterpret_cast<const uint16_t*>(l.xs + l.x_scale_offset(p, m, g) + int64_t(chunk) * 1024));
+      if constexpr (kLean) {
+        xcodes[m] = __ldg(reinterpret_cast<const uint4*>(lt->xq[m] + int64_t(chunk) * (kChunkK / 2)));
+        sc = __ldg(reinterpret_cast<const uint16_t*>(lt->xs[m] + int64_t(chunk) * 1024));
+      } else {
+        xcodes[m] = make_uint4(0, 0, 0, 0);
+        if (k_ok && m < l.tile_ok) {
+          xcodes[m] = __ldg(reinterpret_cast<const uint4*>(l.xq + m * l.x_tile_stride + int64_t(chunk) * (kChunkK / 2)));
+          sc = __ldg(reinterpret_cast<const uint16_t*>(l.xs + l.x_scale_offset(p, m, g) + int64_t(chunk) * 1024));
+        }
       }
       e4m3x4_to_scale_pairs<T>(sc, xpairs[m]);
     }
@@ -303,7 +334,9 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
         for (int i = 0; i < 4; ++i) b[m][i] = decode_pair<T>(cw, i, xpairs[m][j / 2]);
       } else {
         uint4 v = make_uint4(0, 0, 0, 0);
-        if (k_ok && m < l.tile_ok)
+        if constexpr (kLean)
+          v = __ldg(reinterpret_cast<const uint4*>(lt->x[m] + int64_t(chunk) * kChunkK + 8 * j));
+        else if (k_ok && m < l.tile_ok)
           v = __ldg(reinterpret_cast<const uint4*>(l.x + m * l.x_tile_stride + int64_t(chunk) * kChunkK + 8 * j));
         b[m][0] = v.x, b[m][1] = v.y, b[m][2] = v.z, b[m][3] = v.w;
       }
@@ -322,6 +355,64 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
         mma16816<T>(acc[m], a[0][2], a[1][2], a[0][3], a[1][3], b[m][2], b[m][3]);  // elements 8j + 4..7
       }
     }
+  }
+}
+
+// kLoopLean's main loop over the chunks [c_begin, c_end) of one block of `count` tokens starting at
+// token row `block` (scale row `scale_row`), for lane (g, q) of the warp whose rows start at wrow0.
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
+                                          int group, int wrow0, int block, int count, int scale_row, int c_begin,
+                                          int c_end, int g, int q) {
+  const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
+  const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
+  const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
+  const uint8_t* codes[kN8PerWarp];
+  const uint8_t* scales[kN8PerWarp];
+#pragma unroll
+  for (int t = 0; t < kN8PerWarp; ++t) {  // rows past n read row n - 1 (never stored)
+    const int row = min(wrow0 + g + 8 * t, p.n - 1);
+    codes[t] = w + int64_t(row) * (p.k / 2) + 16 * q;
+    scales[t] = ws + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 + scale_atom_row_offset(row % 128) +
+                2 * (q & 1);
+  }
+  LeanTokens<T, kTokenTiles> lt;
+#pragma unroll
+  for (int m = 0; m < kTokenTiles; ++m) {
+    const int tok = min(8 * m + g, count - 1);
+    if constexpr (kX4) {
+      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + 16 * q;
+      const int r = scale_row + tok;
+      lt.xs[m] = p.x_scales + int64_t(r / 128) * 128 * p.scale_cols + scale_atom_row_offset(r % 128) + (q / 2) * 512 +
+                 2 * (q & 1);
+    } else {
+      lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
+    }
+  }
+  auto load = [&](WeightChunk& wc, int chunk) {
+#pragma unroll
+    for (int t = 0; t < kN8PerWarp; ++t) {
+      wc.codes[t] = load_stream(codes[t] + int64_t(chunk) * (kChunkK / 2));
+      wc.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(scales[t] + int64_t(chunk) * 1024));
+    }
+  };
+  WeightChunk ring[kPrefetch];
+#pragma unroll
+  for (int i = 0; i < kPrefetch; ++i)
+    if (c_begin + i < c_full) load(ring[i], c_begin + i);
+  for (int c = c_begin; c < c_full; c += kPrefetch) {
+#pragma unroll
+    for (int i = 0; i < kPrefetch; ++i) {
+      if (c + i < c_full) {
+        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, c + i, g, &lt);
+        if (c + i + kPrefetch < c_full) load(ring[i], c + i + kPrefetch);  // into the registers just read
+      }
+    }
+  }
+  if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
+    WeightChunk wc;
+    load_weights(wc, l, c_full);
+    mma_chunk<T, kX4, kTokenTiles>(acc, wc, l, p, c_full, g);
   }
 }
 
@@ -357,8 +448,8 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
-template <class T, bool kX4, class Out, int kTokenTiles, bool kStaged, class Act>
-__global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params p) {
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
   namespace cg = cooperative_groups;
@@ -401,7 +492,10 @@ __global__ void __launch_bounds__(kWarps * 32) nvfp4_skinny_kernel(const Params 
     const int count = min(kTokens, last - block);
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     float acc[kTokenTiles][4] = {};
-    if constexpr (kStaged) {
+    if constexpr (kLoop == kLoopLean) {
+      lean_loop<T, kX4, kTokenTiles>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+                                     scale_row + (block - first), c_begin, c_end, g, q);
+    } else if constexpr (kLoop == kLoopStaged) {
       // stage st (chunks c_begin + kChunks st ...) in slot st % kDepth; kDepth - 1 stages in flight.
       // Every iteration commits one group (empty past the end), so "stage st has landed" is always
       // "at most kDepth - 2 groups pending".
@@ -536,7 +630,7 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
 
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
 // asked once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
-template <class T, bool kX4, class Out, int kTokenTiles, bool kStaged, class Act>
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
 int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return static_cast<int>(err);
@@ -550,8 +644,9 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kStaged, Act>;
-  constexpr size_t kSmem = kStaged ? size_t(staged::kCtaBytes) : 0;
+  static_assert(kLoop == kLoopRegisters || kLoop == kLoopLean || kLoop == kLoopStaged, "main loop");
+  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
+  constexpr size_t kSmem = kLoop == kLoopStaged ? size_t(staged::kCtaBytes) : 0;
   if constexpr (kSmem > 48 * 1024) {  // above the default limit: opt in, once per device
     static bool opted_in[64] = {};
     if (!opted_in[a.device]) {
