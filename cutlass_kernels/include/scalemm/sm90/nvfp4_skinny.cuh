@@ -10,7 +10,8 @@
 //  - every warp loads its own weight codes straight into registers (16 bytes per lane per
 //    128-element chunk of K, a ring of kPrefetch chunks in flight), with their e4m3 block scales
 //    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
-//    and the codes in the quantizer's byte order: no prepared copy of the weights;
+//    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopRegisters,
+//    the measured main loop; kLoopLean and kLoopStaged below stream the same chunks other ways);
 //  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
 //    bf16/fp16) into the A operand of mma.sync m16n8k16 (a warp's 16 weight rows per MMA), the
 //    tokens being the B operand (8 per MMA, read through L1: the warps of a CTA share them);
