@@ -155,6 +155,11 @@ def test_skinny_config_and_heuristic():
                 dict(splits=2.0)):
         with pytest.raises(ValueError):
             SkinnyConfig(**bad)
+    for bad in ("fast", 1, True, ["lean"]):  # the main loop: one of the compiled kinds, named
+        with pytest.raises(ValueError, match="mainloop"):
+            SkinnyConfig(mainloop=bad)
+    assert [SkinnyConfig(2, 4, m).label() for m in ("registers", "lean", "staged")] == [
+        "skinny_t2_s4", "skinny_t2_lean_s4", "skinny_t2_staged_s4"]
 
 
 def test_skinny_problem_says_why():

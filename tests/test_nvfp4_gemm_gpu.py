@@ -373,8 +373,15 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
 
 
 @pytest.mark.parametrize("a_scaling", ["tensor", "token"])
-def test_grouped_w4a4_matches_exact_dequant(a_scaling):
-    sizes = SIZES["ragged"]
+@pytest.mark.parametrize("sizes,config", [
+    (SIZES["ragged"], None),
+    ([1, 0, 3, 0, 0, 2, 1, 9], None),                # decode routing, mean 2 rows per expert: still CUTLASS
+    ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3)),  # the skinny kernel decodes the activations itself
+], ids=["ragged", "decode", "decode-skinny"])
+def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config):
+    """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Grouped calls
+    without a config keep the CUTLASS kernel, also at decode; with a SkinnyConfig no bf16 decode pass runs."""
+    import scalemm.gemm_nvfp4 as g
     G, N, K = len(sizes), 512, 1024
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=3).reshape(G, N, K).to(torch.bfloat16), scaling="token")
     T = sum(sizes)
@@ -382,7 +389,11 @@ def test_grouped_w4a4_matches_exact_dequant(a_scaling):
     a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=4).to(torch.bfloat16), offsets, scaling=a_scaling)
     bias = torch.randn(G, N, device="cuda").to(torch.float32)
     out = _poisoned(T, N, torch.float32)
-    scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out)
+    if config is None:
+        monkeypatch.setattr(g, "_gemm_skinny", None)  # the default must not take the skinny kernel
+    else:
+        monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
+    scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=config)
     assert not out.isnan().any()
     assert _rel_err(out, _exact_grouped(a, w, sizes, N, bias)) <= 1e-5
 
@@ -433,29 +444,6 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, loop
     assert not out[:T].isnan().any(), "unwritten rows"
     assert out[T:].isnan().all(), "rows past the last group were written"
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
-
-
-@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("via", ["config", "default"])
-def test_grouped_skinny_w4a4_with_bias(monkeypatch, a_scaling, via):
-    """W4A4 decoded in the kernel (scale rows at each group's sf_offset), per-expert bias."""
-    import scalemm.gemm_nvfp4 as g
-    sizes = [1, 0, 3, 0, 0, 2, 1, 9]  # decode routing: mean 2 rows per expert
-    G, N, K = len(sizes), 512, 1024
-    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=13).reshape(G, N, K).to(torch.bfloat16), scaling="token")
-    T = sum(sizes)
-    offsets = _offsets(sizes)
-    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=14).to(torch.bfloat16), offsets, scaling=a_scaling)
-    bias = torch.randn(G, N, device="cuda").to(torch.float32)
-    out = _poisoned(T, N, torch.float32)
-    if via == "default":  # grouped calls without a config keep the CUTLASS kernel, also at decode
-        monkeypatch.setattr(g, "_gemm_skinny", None)
-        scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out)
-    else:
-        monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
-        scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=SkinnyConfig(2, 3))
-    assert not out.isnan().any()
-    assert _rel_err(out, _exact_grouped(a, w, sizes, N, bias)) <= 1e-5
 
 
 def test_grouped_skinny_graph_replay_and_bad_offsets():

@@ -119,6 +119,27 @@ struct Params {
   int64_t scale_group_bytes;     // ceil(n / 128) * 128 * scale_cols
 };
 
+// Byte offset of row r's 4 scales in atom column 0 of a 128x4-swizzled scale matrix of scale_cols
+// columns (its 128-row stripe, then its place in the 512-byte atom); atom column a adds 512 a.
+__device__ __forceinline__ int64_t scale_row_offset(int r, int scale_cols) {
+  return int64_t(r / 128) * 128 * scale_cols + scale_atom_row_offset(r % 128);
+}
+
+// Lane quad q's share of a row in a chunk: codes of elements [32q, 32q + 32), and the scales of
+// blocks 2q, 2q + 1 (atom q / 2 of the chunk's two, bytes 2 (q & 1) and 2 (q & 1) + 1)
+__device__ __forceinline__ int quad_code_offset(int q) { return 16 * q; }
+__device__ __forceinline__ int quad_scale_offset(int q) { return (q / 2) * 512 + 2 * (q & 1); }
+
+// Where weight row `row` of group `group` starts: its codes (element 0) and its scales (atom 0)
+struct WeightRow {
+  const uint8_t* codes;
+  const uint8_t* scales;
+};
+__device__ __forceinline__ WeightRow weight_row(Params const& p, int group, int row) {
+  return {p.weight + int64_t(group) * p.n * (p.k / 2) + int64_t(row) * (p.k / 2),
+          p.weight_scales + int64_t(group) * p.scale_group_bytes + scale_row_offset(row, p.scale_cols)};
+}
+
 // What a lane reads, fixed for the whole main loop of one block of tokens (addresses of chunk 0;
 // chunk c adds c * 64 bytes of codes, c * 1024 bytes of scales = two 512-byte atoms, c * 128 token
 // elements). kX4: the tokens are NVFP4 too (W4A4), read like the weights: 16 bytes of codes and a
@@ -140,20 +161,18 @@ struct Lane {
   // group: its weights; first: the block's first token row; count: its tokens; scale_row: kX4, the
   // scale row of token `first`
   __device__ Lane(Params const& p, int group, int row0, int first, int count, int scale_row, int g, int q) {
-    const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
-    const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
       const int row = row0 + 8 * t;
+      const WeightRow wr = weight_row(p, group, row);
       row_ok[t] = row < p.n;
-      codes[t] = w + int64_t(row) * (p.k / 2) + 16 * q;
-      scales[t] = ws + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 + scale_atom_row_offset(row % 128) +
-                  2 * (q & 1);
+      codes[t] = wr.codes + quad_code_offset(q);
+      scales[t] = wr.scales + quad_scale_offset(q);
     }
     if constexpr (kX4) {
       x = nullptr;
-      xq = static_cast<const uint8_t*>(p.x) + int64_t(first + g) * (p.k / 2) + 16 * q;
-      xs = p.x_scales + (q / 2) * 512 + 2 * (q & 1);
+      xq = static_cast<const uint8_t*>(p.x) + int64_t(first + g) * (p.k / 2) + quad_code_offset(q);
+      xs = p.x_scales + quad_scale_offset(q);
       x_tile_stride = int64_t(8) * (p.k / 2);
     } else {
       x = static_cast<const T*>(p.x) + int64_t(first + g) * p.k + 32 * q;
@@ -168,8 +187,7 @@ struct Lane {
 
   // kX4: byte offset of the scale pair of token 8m + g of the block in chunk 0
   __device__ int64_t x_scale_offset(Params const& p, int m, int g) const {
-    const int r = x_scale_row + 8 * m + g;
-    return int64_t(r / 128) * 128 * p.scale_cols + scale_atom_row_offset(r % 128);
+    return scale_row_offset(x_scale_row + 8 * m + g, p.scale_cols);
   }
 };
 
@@ -224,12 +242,12 @@ template <int kPending>
 __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
 
 // The stage of chunks [cs, cs + kChunks) (those < c_end) of the warp's rows wrow0 .. wrow0 + 15 of
-// weights w (codes) / ws (scales) of one group -> `stage`. Codes: copy i, lane l takes row
+// group `group`'s weights -> `stage`. Codes: copy i, lane l takes row
 // 2 i + l / 16, bytes [16 (l % 16), + 16) of its 256 (elements cs * 128 + 32 (l % 16) ...: chunk
 // cs + (l % 16) / 4). Scales: word 32 i + l is row (32 i + l) / 8, atom a = (32 i + l) % 8 of the
 // stage (K atom 2 cs + a: blocks 4 (2 cs + a) .. + 3, the row's 4 bytes in it).
-__device__ __forceinline__ void issue(uint8_t* stage, Params const& p, const uint8_t* w, const uint8_t* ws, int wrow0,
-                                      int cs, int c_end, int lane) {
+__device__ __forceinline__ void issue(uint8_t* stage, Params const& p, int group, int wrow0, int cs, int c_end,
+                                      int lane) {
   const int u = lane % 16;
   const int e = cs * kChunkK + 32 * u;
   const bool k_ok = cs + u / 4 < c_end && e < p.k;
@@ -237,15 +255,14 @@ __device__ __forceinline__ void issue(uint8_t* stage, Params const& p, const uin
   for (int i = 0; i < kRows / 2; ++i) {
     const int r = 2 * i + lane / 16, row = wrow0 + r;
     const bool ok = k_ok && row < p.n;
-    copy16(stage + r * kRowPitch + 16 * u, ok ? w + int64_t(row) * (p.k / 2) + e / 2 : w, ok);
+    copy16(stage + r * kRowPitch + 16 * u, ok ? weight_row(p, group, row).codes + e / 2 : p.weight, ok);
   }
 #pragma unroll
   for (int i = 0; i < kRows * kAtoms / 32; ++i) {
     const int word = 32 * i + lane, r = word / kAtoms, a = word % kAtoms, row = wrow0 + r, atom = 2 * cs + a;
     const bool ok = row < p.n && cs + a / 2 < c_end && 4 * atom < p.scale_cols;
-    const uint8_t* src = ws + int64_t(row / 128) * 128 * p.scale_cols + int64_t(atom) * 512 +
-                         scale_atom_row_offset(row % 128);
-    copy4(stage + kCodeBytes + r * kScalePitch + 4 * a, ok ? src : ws, ok);
+    copy4(stage + kCodeBytes + r * kScalePitch + 4 * a,
+          ok ? weight_row(p, group, row).scales + int64_t(atom) * 512 : p.weight_scales, ok);
   }
 }
 
@@ -259,7 +276,7 @@ __device__ __forceinline__ void read(WeightChunk& w, L const& l, const uint8_t* 
     w.scales[t] = 0;
     if (ok && l.row_ok[t]) {
       const int r = g + 8 * t;
-      w.codes[t] = *reinterpret_cast<const uint4*>(stage + r * kRowPitch + cl * (kChunkK / 2) + 16 * q);
+      w.codes[t] = *reinterpret_cast<const uint4*>(stage + r * kRowPitch + cl * (kChunkK / 2) + quad_code_offset(q));
       w.scales[t] = *reinterpret_cast<const uint16_t*>(stage + kCodeBytes + r * kScalePitch + 4 * (2 * cl + q / 2) +
                                                        2 * (q & 1));
     }
@@ -366,26 +383,21 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
                                           int c_end, int g, int q) {
   const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
-  const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
-  const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
   const uint8_t* codes[kN8PerWarp];
   const uint8_t* scales[kN8PerWarp];
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) {  // rows past n read row n - 1 (never stored)
-    const int row = min(wrow0 + g + 8 * t, p.n - 1);
-    codes[t] = w + int64_t(row) * (p.k / 2) + 16 * q;
-    scales[t] = ws + int64_t(row / 128) * 128 * p.scale_cols + (q / 2) * 512 + scale_atom_row_offset(row % 128) +
-                2 * (q & 1);
+    const WeightRow wr = weight_row(p, group, min(wrow0 + g + 8 * t, p.n - 1));
+    codes[t] = wr.codes + quad_code_offset(q);
+    scales[t] = wr.scales + quad_scale_offset(q);
   }
   LeanTokens<T, kTokenTiles> lt;
 #pragma unroll
   for (int m = 0; m < kTokenTiles; ++m) {
     const int tok = min(8 * m + g, count - 1);
     if constexpr (kX4) {
-      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + 16 * q;
-      const int r = scale_row + tok;
-      lt.xs[m] = p.x_scales + int64_t(r / 128) * 128 * p.scale_cols + scale_atom_row_offset(r % 128) + (q / 2) * 512 +
-                 2 * (q & 1);
+      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + quad_code_offset(q);
+      lt.xs[m] = p.x_scales + scale_row_offset(scale_row + tok, p.scale_cols) + quad_scale_offset(q);
     } else {
       lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
     }
@@ -503,13 +515,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) n
       namespace sg = staged;
       extern __shared__ __align__(16) uint8_t staged_smem[];
       uint8_t* ring = staged_smem + warp * sg::kWarpBytes;
-      const uint8_t* w = p.weight + int64_t(group) * p.n * (p.k / 2);
-      const uint8_t* ws = p.weight_scales + int64_t(group) * p.scale_group_bytes;
       const int wrow0 = n0 + warp * sg::kRows;
       const int stages = (c_end - c_begin + sg::kChunks - 1) / sg::kChunks;
 #pragma unroll
       for (int s = 0; s < sg::kDepth - 1; ++s) {
-        if (s < stages) sg::issue(ring + s * sg::kStageBytes, p, w, ws, wrow0, c_begin + s * sg::kChunks, c_end, lane);
+        if (s < stages) sg::issue(ring + s * sg::kStageBytes, p, group, wrow0, c_begin + s * sg::kChunks, c_end, lane);
         sg::commit();
       }
       for (int st = 0; st < stages; ++st) {
@@ -517,7 +527,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) n
         __syncwarp();  // every lane's copies of stage st are visible; every lane is done with stage st - 1
         const int next = st + sg::kDepth - 1;  // into the slot of stage st - 1
         if (next < stages)
-          sg::issue(ring + next % sg::kDepth * sg::kStageBytes, p, w, ws, wrow0, c_begin + next * sg::kChunks, c_end,
+          sg::issue(ring + next % sg::kDepth * sg::kStageBytes, p, group, wrow0, c_begin + next * sg::kChunks, c_end,
                     lane);
         sg::commit();
         const uint8_t* stage = ring + st % sg::kDepth * sg::kStageBytes;
