@@ -44,7 +44,7 @@ def candidates(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if skinny is not None:
         out += [SkinnyConfig(skinny.token_tiles, s) for s in (0, 1, 2, 4, 8)]
-        out += [SkinnyConfig(skinny.token_tiles, s, loop) for loop in ("lean", "staged") for s in (0, 2, 4, 8)]
+        out += [SkinnyConfig(skinny.token_tiles, s, "registers") for s in (0, 2, 4, 8)]
         out += [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
@@ -68,6 +68,12 @@ def point(M, N, K, which="all"):
     xq = scalemm.quantize_nvfp4(x, scaling="token")
     w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+    if which == "loops":  # the skinny kernel's two main loops against bf16 cuBLAS (no CUTLASS kernel needed)
+        fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T)}
+        for c in (skinny_config_for_tokens(M), replace(skinny_config_for_tokens(M), mainloop="registers")):
+            fns[c.label()] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
+            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+        return bench(fns, copies)
     cutlass = default_nvfp4_config(M, N, K)  # "w4a16"/"w4a4": the CUTLASS kernel (the default may be the skinny one)
     for w in ws:  # prepare every weight copy for the CUTLASS kernel before the graphs are captured
         gemm_nvfp4(x, w, out=out, config=cutlass)
@@ -80,9 +86,8 @@ def point(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
-        for loop in ("lean", "staged"):  # the candidate main loops
-            c = replace(skinny, mainloop=loop)
-            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+        c = replace(skinny, mainloop="registers")  # the other main loop (the default is lean)
+        fns["w4a4_" + c.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c)
         # timing only (no alpha_a): the bf16 decode pass + the W4A16 skinny kernel, the alternative for
         # many tokens, where every warp decoding every token costs more than one pass
         fns["w4a4_pass_" + skinny.label()] = lambda i: gemm_nvfp4(dequantize_rows_bf16(xq), ws[i], out=out,
@@ -117,10 +122,8 @@ def grouped_point(G, per, N, K, which="all"):
         fns["w4a4_grouped"] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=cutlass)
         fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
         fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
-        for loop in ("lean", "staged"):  # the candidate main loops
-            c = replace(skinny, mainloop=loop)
-            fns["w4a16_grouped_" + c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out,
-                                                                                          config=c))(c)
+        c = replace(skinny, mainloop="registers")  # the other main loop (the default is lean)
+        fns["w4a16_grouped_" + c.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c)
     for n in (16, 32, 64, 128, 256) if which == "all" else ():  # the CUTLASS tiles (kernels of --set nvfp4)
         c = GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True)
         fns[c.label()] = (lambda c: lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c))(c)
@@ -169,8 +172,7 @@ def save(points, device, out):
     series = (("CUTLASS W4A16", "o", lambda k: re.fullmatch(r"t128x\d+x64_c1x1_coop_swap(_sk)?", k)),
               ("CUTLASS W4A4 (bf16 decode pass)", "s", lambda k: k == "w4a4"),
               ("skinny W4A16", "^", lambda k: re.fullmatch(r"skinny_t\d+", k)),
-              ("skinny W4A16 lean", ">", lambda k: re.fullmatch(r"skinny_t\d+_lean", k)),
-              ("skinny W4A16 staged", "<", lambda k: re.fullmatch(r"skinny_t\d+_staged", k)),
+              ("skinny W4A16 registers loop", ">", lambda k: re.fullmatch(r"skinny_t\d+_registers", k)),
               ("skinny W4A4", "v", lambda k: re.fullmatch(r"w4a4_skinny_t\d+", k)))
     for name, mark, match in series:
         ts = [first(p["us"], match) for p in dense]
@@ -181,8 +183,8 @@ def save(points, device, out):
     axes[0].set_ylabel("speed-up vs bf16 cuBLAS (same run)")
     axes[0].set_title(f"NVFP4-weight GEMM, {device}")
     axes[0].legend()
-    for i, (key, name) in enumerate((("w4a16_grouped", "CUTLASS"), ("w4a16_grouped_skinny", "skinny"))):
-        ts = [first(p["us"], lambda k: k == key or (k.startswith(key + "_t") and "skinny" in key)) for p in grouped]
+    for i, (pattern, name) in enumerate(((r"w4a16_grouped", "CUTLASS"), (r"w4a16_grouped_skinny_t\d+", "skinny"))):
+        ts = [first(p["us"], lambda k: re.fullmatch(pattern, k)) for p in grouped]
         axes[1].bar([j + 0.4 * i for j in range(len(grouped))],
                     [p["us"]["torch_grouped_bf16"] / t if t else 0 for p, t in zip(grouped, ts)], 0.4, label=name)
     axes[1].legend(fontsize=7)
@@ -197,8 +199,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="two token counts, no candidates")
     p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
-    p.add_argument("--candidates", choices=("all", "skinny", "none"), default="all",
-                   help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests)")
+    p.add_argument("--candidates", choices=("all", "skinny", "loops", "none"), default="all",
+                   help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests); "
+                        "loops: only the skinny kernel's main loops (lean, registers) and bf16, up to 64 tokens")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
@@ -217,11 +220,13 @@ def main():
         for M in ms:
             r = point(M, N, K, "none" if args.quick else args.candidates)
             points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
-            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={((skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)).label()}", r, "torch_bf16"),
+            default = (skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)
+            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default.label()}", r, "torch_bf16"),
                   flush=True)
     grouped = [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096), (128, 1, 1536, 4096),
                (128, 8, 1536, 2048)]
-    grouped = [pt for pt in grouped if args.grouped == "all" or (args.grouped == "decode" and pt[1] <= 16)]
+    grouped = [pt for pt in grouped if args.candidates != "loops" and
+               (args.grouped == "all" or (args.grouped == "decode" and pt[1] <= 16))]
     for G, per, N, K in grouped:
         r = grouped_point(G, per, N, K, "none" if args.quick else args.candidates)
         points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "us": r})

@@ -183,13 +183,12 @@ class SkinnyConfig:
     """The NVFP4-weight kernel for few tokens (scalemm/sm90/nvfp4_skinny.cuh): mma.sync over 64 weight
     rows per CTA, up to 8 * token_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it).
-    mainloop (compiled), how the weights stream: "registers" (a ring of chunks in registers, every load
-    predicated: the measured kernel), "lean" (the same ring without predicates over the chunks inside K,
-    no register moves) or "staged" (a per-warp cp.async ring in shared memory, 512 contiguous bytes
-    per copy instruction); "lean" and "staged" are candidates, not yet timed (perf/NOTES.md)."""
+    mainloop (compiled), how the weights stream: "lean" (the default: a ring of chunks in registers with
+    no predicates over the chunks inside K, no register moves) or "registers" (the same ring with every
+    load predicated; 1.07-1.25x lean's time at 1-8 tokens on an H100, perf/NOTES.md)."""
     token_tiles: int = 1
     splits: int = 0
-    mainloop: str = "registers"
+    mainloop: str = "lean"
 
     def __post_init__(self):
         if self.token_tiles not in SKINNY_TOKEN_TILES:
@@ -204,7 +203,7 @@ class SkinnyConfig:
         return 8 * self.token_tiles
 
     def key(self) -> str:
-        return f"skinny_t{self.token_tiles}" + ("" if self.mainloop == "registers" else f"_{self.mainloop}")
+        return f"skinny_t{self.token_tiles}" + ("" if self.mainloop == SKINNY_DEFAULT_MAINLOOP else f"_{self.mainloop}")
 
     def label(self) -> str:
         return self.key() + (f"_s{self.splits}" if self.splits else "")
@@ -215,7 +214,8 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"registers": "kLoopRegisters", "lean": "kLoopLean", "staged": "kLoopStaged"}
+SKINNY_MAINLOOPS = {"lean": "kLoopLean", "registers": "kLoopRegisters"}
+SKINNY_DEFAULT_MAINLOOP = "lean"
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 

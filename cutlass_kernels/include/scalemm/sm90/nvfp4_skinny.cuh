@@ -10,8 +10,8 @@
 //  - every warp loads its own weight codes straight into registers (16 bytes per lane per
 //    128-element chunk of K, a ring of kPrefetch chunks in flight), with their e4m3 block scales
 //    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
-//    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopRegisters,
-//    the measured main loop; kLoopLean and kLoopStaged below stream the same chunks other ways);
+//    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopLean, the
+//    default, and kLoopRegisters below stream the same chunks two ways);
 //  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
 //    bf16/fp16) into the A operand of mma.sync m16n8k16 (a warp's 16 weight rows per MMA), the
 //    tokens being the B operand (8 per MMA, read through L1: the warps of a CTA share them);
@@ -57,13 +57,14 @@ constexpr int kTileN = kWarps * kN8PerWarp * 8;  // weight rows per CTA (64)
 constexpr int kPrefetch = 3;
 constexpr int kMaxSplits = kSkinnyMaxSplits;
 
-// How the main loop streams the weights (SkinnyConfig.mainloop):
-//  kLoopRegisters: a ring of kPrefetch chunks in registers, every load predicated (the measured kernel);
-//  kLoopLean: the same ring over the chunks that lie wholly inside K with no predicates at all (rows
-//    past n and tokens past the block read the last valid row / token, whose outputs are never
-//    stored), each slot reloaded after its MMAs (no register moves); the last, partial chunk checked;
-//  kLoopStaged: a cp.async ring in shared memory (namespace staged below).
-enum : int { kLoopRegisters = 0, kLoopLean = 1, kLoopStaged = 2 };
+// How the main loop streams the weights (SkinnyConfig.mainloop; perf/NOTES.md has the timings):
+//  kLoopRegisters: a ring of kPrefetch chunks in registers, every load predicated;
+//  kLoopLean (the default): the same ring over the chunks that lie wholly inside K with no
+//    predicates at all (rows past n and tokens past the block read the last valid row / token, whose
+//    outputs are never stored), each slot reloaded after its MMAs (no register moves); the last,
+//    partial chunk checked. 6-20% less time than kLoopRegisters at 1-8 tokens on an H100.
+// (A third, a cp.async ring in shared memory, took 1.26-1.67x kLoopLean's time and was removed.)
+enum : int { kLoopRegisters = 0, kLoopLean = 1 };
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). kLoopLean at 1 token tile:
 // without predicates ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per
 // SM); 4 CTAs fit in 128 registers without spills. More token tiles spill under a bound. (A bound
@@ -75,7 +76,10 @@ constexpr int kMinBlocks = kLoop == kLoopLean && kTokenTiles == 1 ? 4 : 0;
 // the tokens, which every warp of the CTA reads).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"  // not volatile: free to schedule
+  // volatile: a non-volatile asm counts as free of side effects, so the compiler may execute it
+  // where the source guards it (it did: kLoopLean's ring prologue loaded chunks past the end of a
+  // split's rows unconditionally). ptxas still schedules the load freely.
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
@@ -204,85 +208,6 @@ __device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chu
     }
   }
 }
-
-// ---------------------------------------------------------------------------------------------
-// Staged weights (SkinnyConfig.mainloop = "staged", kLoopStaged): the same WeightChunk per lane and chunk, but read
-// from a per-warp ring in shared memory that cp.async fills in stages of kChunks chunks. A warp's
-// copy instruction moves 512 contiguous bytes (two rows x 256 bytes: two full 128-byte lines each),
-// where the register ring's loads touch 64 bytes of each of 8 rows 4-16 KB apart; and the ring's
-// depth costs shared memory, not registers. The scales come along as 4-byte words (one row's 4
-// blocks of one 512-byte atom). Byte order and the lane mapping of the chunk are unchanged.
-namespace staged {
-constexpr int kChunks = 4;                        // chunks of K per stage
-constexpr int kDepth = 4;                         // stages in a warp's ring (kDepth - 1 in flight)
-constexpr int kRows = 8 * kN8PerWarp;             // a warp's weight rows (16)
-constexpr int kRowBytes = kChunks * kChunkK / 2;  // codes per row and stage (256)
-// + 64: lanes (g, q) of a quarter warp read 16-byte units 20 g + q + const, distinct mod 8 (no bank
-// conflicts); the copies write 8 consecutive units per quarter warp
-constexpr int kRowPitch = kRowBytes + 64;
-constexpr int kCodeBytes = kRows * kRowPitch;
-constexpr int kAtoms = 2 * kChunks;               // 512-byte scale atoms (4 blocks of 16 along K) per stage
-constexpr int kScalePitch = 4 * kAtoms + 8;       // [row][atom] words; + 8: rows g, words h read banks 10 g + h, distinct
-constexpr int kStageBytes = kCodeBytes + kRows * kScalePitch;
-constexpr int kWarpBytes = kDepth * kStageBytes;
-constexpr int kCtaBytes = kWarps * kWarpBytes;    // dynamic shared memory of a CTA
-static_assert(kStageBytes % 16 == 0 && kRows * kAtoms % 32 == 0, "stage layout");
-
-// 16 (or 4) bytes global -> shared, asynchronously; !ok: zeros, nothing read
-__device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void copy4(uint8_t* dst, const uint8_t* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
-
-// The stage of chunks [cs, cs + kChunks) (those < c_end) of the warp's rows wrow0 .. wrow0 + 15 of
-// group `group`'s weights -> `stage`. Codes: copy i, lane l takes row
-// 2 i + l / 16, bytes [16 (l % 16), + 16) of its 256 (elements cs * 128 + 32 (l % 16) ...: chunk
-// cs + (l % 16) / 4). Scales: word 32 i + l is row (32 i + l) / 8, atom a = (32 i + l) % 8 of the
-// stage (K atom 2 cs + a: blocks 4 (2 cs + a) .. + 3, the row's 4 bytes in it).
-__device__ __forceinline__ void issue(uint8_t* stage, Params const& p, int group, int wrow0, int cs, int c_end,
-                                      int lane) {
-  const int u = lane % 16;
-  const int e = cs * kChunkK + 32 * u;
-  const bool k_ok = cs + u / 4 < c_end && e < p.k;
-#pragma unroll
-  for (int i = 0; i < kRows / 2; ++i) {
-    const int r = 2 * i + lane / 16, row = wrow0 + r;
-    const bool ok = k_ok && row < p.n;
-    copy16(stage + r * kRowPitch + 16 * u, ok ? weight_row(p, group, row).codes + e / 2 : p.weight, ok);
-  }
-#pragma unroll
-  for (int i = 0; i < kRows * kAtoms / 32; ++i) {
-    const int word = 32 * i + lane, r = word / kAtoms, a = word % kAtoms, row = wrow0 + r, atom = 2 * cs + a;
-    const bool ok = row < p.n && cs + a / 2 < c_end && 4 * atom < p.scale_cols;
-    copy4(stage + kCodeBytes + r * kScalePitch + 4 * a,
-          ok ? weight_row(p, group, row).scales + int64_t(atom) * 512 : p.weight_scales, ok);
-  }
-}
-
-// Lane (g, q)'s WeightChunk of chunk `cl` of a stage (global chunk `chunk`), as load_weights reads it
-template <class L>
-__device__ __forceinline__ void read(WeightChunk& w, L const& l, const uint8_t* stage, int cl, int chunk, int g, int q) {
-  const bool ok = chunk < l.chunks_ok;
-#pragma unroll
-  for (int t = 0; t < kN8PerWarp; ++t) {
-    w.codes[t] = make_uint4(0, 0, 0, 0);
-    w.scales[t] = 0;
-    if (ok && l.row_ok[t]) {
-      const int r = g + 8 * t;
-      w.codes[t] = *reinterpret_cast<const uint4*>(stage + r * kRowPitch + cl * (kChunkK / 2) + quad_code_offset(q));
-      w.scales[t] = *reinterpret_cast<const uint16_t*>(stage + kCodeBytes + r * kScalePitch + 4 * (2 * cl + q / 2) +
-                                                       2 * (q & 1));
-    }
-  }
-}
-}  // namespace staged
 
 // A word of 8 codes split into its even codes (low nibbles) and odd codes (high nibbles), each in the
 // low nibble of its byte with the high nibble zero.
@@ -508,41 +433,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) n
     if constexpr (kLoop == kLoopLean) {
       lean_loop<T, kX4, kTokenTiles>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
                                      scale_row + (block - first), c_begin, c_end, g, q);
-    } else if constexpr (kLoop == kLoopStaged) {
-      // stage st (chunks c_begin + kChunks st ...) in slot st % kDepth; kDepth - 1 stages in flight.
-      // Every iteration commits one group (empty past the end), so "stage st has landed" is always
-      // "at most kDepth - 2 groups pending".
-      namespace sg = staged;
-      extern __shared__ __align__(16) uint8_t staged_smem[];
-      uint8_t* ring = staged_smem + warp * sg::kWarpBytes;
-      const int wrow0 = n0 + warp * sg::kRows;
-      const int stages = (c_end - c_begin + sg::kChunks - 1) / sg::kChunks;
-#pragma unroll
-      for (int s = 0; s < sg::kDepth - 1; ++s) {
-        if (s < stages) sg::issue(ring + s * sg::kStageBytes, p, group, wrow0, c_begin + s * sg::kChunks, c_end, lane);
-        sg::commit();
-      }
-      for (int st = 0; st < stages; ++st) {
-        sg::wait<sg::kDepth - 2>();
-        __syncwarp();  // every lane's copies of stage st are visible; every lane is done with stage st - 1
-        const int next = st + sg::kDepth - 1;  // into the slot of stage st - 1
-        if (next < stages)
-          sg::issue(ring + next % sg::kDepth * sg::kStageBytes, p, group, wrow0, c_begin + next * sg::kChunks, c_end,
-                    lane);
-        sg::commit();
-        const uint8_t* stage = ring + st % sg::kDepth * sg::kStageBytes;
-#pragma unroll
-        for (int cl = 0; cl < sg::kChunks; ++cl) {
-          const int c = c_begin + st * sg::kChunks + cl;
-          if (c < c_end) {
-            WeightChunk cur;
-            sg::read(cur, lane_src, stage, cl, c, g, q);
-            mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c, g);
-          }
-        }
-      }
-      sg::wait<0>();
-      __syncwarp();  // the next block of tokens refills the ring
     } else {
       WeightChunk ring[kPrefetch];
 #pragma unroll
@@ -617,12 +507,12 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
 }
 
 // Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
-inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, size_t smem_bytes,
-                                         cudaStream_t stream, cudaLaunchAttribute& attr) {
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
+                                         cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
   cfg.blockDim = dim3(kWarps * 32, 1, 1);
-  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
@@ -655,17 +545,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  static_assert(kLoop == kLoopRegisters || kLoop == kLoopLean || kLoop == kLoopStaged, "main loop");
+  static_assert(kLoop == kLoopRegisters || kLoop == kLoopLean, "main loop");
   auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
-  constexpr size_t kSmem = kLoop == kLoopStaged ? size_t(staged::kCtaBytes) : 0;
-  if constexpr (kSmem > 48 * 1024) {  // above the default limit: opt in, once per device
-    static bool opted_in[64] = {};
-    if (!opted_in[a.device]) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-      if (err != cudaSuccess) return static_cast<int>(err);
-      opted_in[a.device] = true;
-    }
-  }
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -677,7 +558,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     if (!queried[a.device]) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, kSmem, nullptr, attr);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
@@ -697,7 +578,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
-      cluster_config(splits, tiles, a.groups, kSmem, static_cast<cudaStream_t>(a.stream), attr);
+      cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
   err = cudaLaunchKernelEx(&cfg, kernel, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
