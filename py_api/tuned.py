@@ -39,7 +39,6 @@ scalemm.tuning fills it (`scalemm.tune`); scalemm.gemm and scalemm.grouped_gemm 
 """
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import os

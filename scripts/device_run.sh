@@ -41,7 +41,7 @@ if has build; then
   python3 -m scalemm build ${BUILD_SETS:---set all} --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
 fi
 if has test; then
-  timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE -p no:cacheprovider --continue-on-collection-errors || status=1
+  timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE --durations=15 -p no:cacheprovider --continue-on-collection-errors || status=1
 fi
 if has sweep || has tune || has tuned; then
   extra=""; has tune && extra="--tune"; has tuned && extra="$extra --tuned"

@@ -79,10 +79,10 @@ def guarded(t: torch.Tensor, side: str) -> torch.Tensor:
     return raw.view(t.dtype).view(t.shape)
 
 
-def guarded_nvfp4(q, side: str):
-    """An NVFP4Tensor / GroupedNVFP4Tensor whose tensors are all guarded copies."""
+def guarded_nvfp4(q, side: str, copy=guarded):
+    """An NVFP4Tensor / GroupedNVFP4Tensor whose tensors are all copy(t, side) (guarded copies)."""
     from scalemm.formats import GroupedNVFP4Tensor, NVFP4Tensor
-    g = lambda t: None if t is None else guarded(t, side)  # noqa: E731
+    g = lambda t: None if t is None else copy(t, side)  # noqa: E731
     if isinstance(q, GroupedNVFP4Tensor):
         return GroupedNVFP4Tensor(g(q.qdata), g(q.scales), g(q.sf_offsets), g(q.alpha), g(q.amax), g(q.offsets),
                                   q.shape, q.scaling, q.orig_dtype, q.layout, q.scale_rows, None, q.group_rows)
@@ -99,46 +99,55 @@ DENSE_CASES = [(1, 4096, 4096, 0, False), (1, 1024, 4096, 8, False), (8, 1000, 2
 GROUPED_CASES = [((1, 0, 2, 9), 136, 2080, 1, False), ((3, 0, 1), 64, 1024, 1, True), ((17, 0, 5), 72, 256, 2, True)]
 
 
-def _inputs(M, N, K, x4, seed):
+def _inputs(M, N, K, x4, seed, device):
     import scalemm
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    w = scalemm.quantize_nvfp4(torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16), scaling="token")
-    x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(seed)
+    w = scalemm.quantize_nvfp4(torch.randn(N, K, device=device, generator=g).to(torch.bfloat16), scaling="token")
+    x = torch.randn(M, K, device=device, generator=g).to(torch.bfloat16)
     return w, (scalemm.quantize_nvfp4(x, scaling="token") if x4 else x)
 
 
-def run(loop: str) -> int:
+def _plain_copy(t: torch.Tensor, side: str) -> torch.Tensor:
+    return t.clone()
+
+
+def run(loop: str, device: str = "cuda") -> int:
+    """device="cpu": the same calls on the reference with plain copies (checks this script, not a kernel)."""
     import scalemm
     from scalemm.cutlass_kernels.configs import SkinnyConfig, skinny_config_for_tokens
+    copy = guarded if device == "cuda" else _plain_copy
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     failures = 0
     for i, (M, N, K, splits, x4) in enumerate(DENSE_CASES):
-        w, x = _inputs(M, N, K, x4, seed=i)
+        w, x = _inputs(M, N, K, x4, i, device)
         cfg = SkinnyConfig(skinny_config_for_tokens(M).token_tiles, splits, loop)
         want = scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg)
         for side in ("tail", "head"):
-            gx = guarded_nvfp4(x, side) if x4 else guarded(x, side)
-            got = scalemm.gemm(gx, guarded_nvfp4(w, side), out_dtype=torch.float32, config=cfg)
-            torch.cuda.synchronize()  # an illegal address raises here and ends the process
+            gx = guarded_nvfp4(x, side, copy) if x4 else copy(x, side)
+            got = scalemm.gemm(gx, guarded_nvfp4(w, side, copy), out_dtype=torch.float32, config=cfg)
+            sync()  # an illegal address raises here and ends the process
             ok = torch.equal(got, want)
             failures += not ok
             print(f"dense M={M} N={N} K={K} splits={splits} {'W4A4' if x4 else 'W4A16'} {side}: "
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)
     for i, (sizes, N, K, tiles, x4) in enumerate(GROUPED_CASES):
         G, T = len(sizes), sum(sizes)
-        offsets = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-        gen = torch.Generator(device="cuda").manual_seed(100 + i)
-        w = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K, device="cuda", generator=gen).to(torch.bfloat16),
+        offsets = torch.tensor(sizes, device=device, dtype=torch.int32).cumsum(0).to(torch.int32)
+        gen = torch.Generator(device=device).manual_seed(100 + i)
+        w = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K, device=device, generator=gen).to(torch.bfloat16),
                                            scaling="token")
-        x = torch.randn(T, K, device="cuda", generator=gen).to(torch.bfloat16)
+        x = torch.randn(T, K, device=device, generator=gen).to(torch.bfloat16)
         if x4:
             x = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
         cfg = SkinnyConfig(tiles, 0, loop)
-        want = scalemm.grouped_gemm(x, w, offsets, out_dtype=torch.float32, config=cfg)
+        # W4A4: the activations' container carries the offsets (pass None)
+        want = scalemm.grouped_gemm(x, w, None if x4 else offsets, out_dtype=torch.float32, config=cfg)
         for side in ("tail", "head"):
-            gx = guarded_nvfp4(x, side) if x4 else guarded(x, side)
-            gw = guarded_nvfp4(w, side)
-            got = scalemm.grouped_gemm(gx, gw, guarded(offsets, side), out_dtype=torch.float32, config=cfg)
-            torch.cuda.synchronize()
+            gx = guarded_nvfp4(x, side, copy) if x4 else copy(x, side)
+            gw = guarded_nvfp4(w, side, copy)
+            got = scalemm.grouped_gemm(gx, gw, None if x4 else copy(offsets, side), out_dtype=torch.float32,
+                                       config=cfg)
+            sync()
             ok = torch.equal(got, want)
             failures += not ok
             print(f"grouped sizes={sizes} N={N} K={K} tiles={tiles} {'W4A4' if x4 else 'W4A16'} {side}: "

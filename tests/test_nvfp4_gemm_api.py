@@ -216,3 +216,18 @@ def test_decode_kernel_set():
     assert any("_registers_" in n for n in skinny) and any("_registers_" not in n for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
+
+
+def test_guarded_reads_script_on_cpu(capsys):
+    """tests/guarded_reads.py (run on the GPU by test_skinny_reads_stay_inside_inputs) with plain copies on
+    the reference: its cases are valid calls and its container copies keep every field."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent / "guarded_reads.py"
+    spec = importlib.util.spec_from_file_location("guarded_reads", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.run("lean", device="cpu") == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "0 mismatches"
+    assert sum(line.endswith(": ok") for line in lines) == 2 * (len(module.DENSE_CASES) + len(module.GROUPED_CASES))
