@@ -6,8 +6,8 @@ kernel's prepared weight copy), so ncu can profile just it:
   ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \\
       --section MemoryWorkloadAnalysis --section WarpStateStats python3 perf/profile_nvfp4.py --kernel skinny
 
---kernel skinny (the default at <= 8 tokens: SkinnyConfig.mainloop "lean"), registers (the skinny kernel
-with mainloop "registers"), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
+--kernel skinny (the default at <= 8 tokens: SkinnyConfig.mainloop "lean"), stepped (the skinny kernel
+with mainloop "stepped"), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
 the weight: cuBLAS, the anchor). `bash scripts/device_run.sh profile` runs all four.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kernel", choices=("skinny", "registers", "cutlass", "bf16"), default="skinny")
+    p.add_argument("--kernel", choices=("skinny", "stepped", "cutlass", "bf16"), default="skinny")
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--k", type=int, default=8192)
@@ -37,7 +37,7 @@ def main():
             return torch.matmul(x, w16.T)
     else:
         wq = scalemm.quantize_nvfp4(w16, scaling="token")
-        if args.kernel in ("skinny", "registers"):
+        if args.kernel in ("skinny", "stepped"):
             config = skinny_config_for_tokens(M)
             if config is None:
                 raise SystemExit(f"--m {M}: the skinny kernel takes at most 64 tokens")

@@ -155,11 +155,11 @@ def test_skinny_config_and_heuristic():
                 dict(splits=2.0)):
         with pytest.raises(ValueError):
             SkinnyConfig(**bad)
-    for bad in ("fast", "staged", 1, True, ["lean"]):  # the main loop: one of the compiled kinds, named
+    for bad in ("fast", "staged", "registers", 1, True, ["lean"]):  # the main loop: one of the compiled kinds, named
         with pytest.raises(ValueError, match="mainloop"):
             SkinnyConfig(mainloop=bad)
     assert SkinnyConfig().mainloop == "lean"  # the default main loop's kernels carry no suffix
-    assert [SkinnyConfig(2, 4, m).label() for m in ("lean", "registers")] == ["skinny_t2_s4", "skinny_t2_registers_s4"]
+    assert [SkinnyConfig(2, 4, m).label() for m in ("lean", "stepped")] == ["skinny_t2_s4", "skinny_t2_stepped_s4"]
 
 
 def test_skinny_problem_says_why():
@@ -213,7 +213,7 @@ def test_decode_kernel_set():
     names = [s.name for s in kernel_set("decode")]
     assert len(names) == len(set(names))
     skinny = {n for n in names if "skinny" in n}
-    assert any("_registers_" in n for n in skinny) and any("_registers_" not in n for n in skinny)
+    assert any("_stepped_" in n for n in skinny) and any("_stepped_" not in n for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
 

@@ -172,7 +172,7 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
-SKINNY_LOOPS = ["lean", "registers"]  # SkinnyConfig.mainloop: the default and the predicated ring
+SKINNY_LOOPS = ["lean", "stepped"]  # SkinnyConfig.mainloop: the default and the candidate
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 
@@ -249,7 +249,7 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
 
 
 @pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config"),
-                                   (7, "registers"), (33, "registers")])
+                                   (7, "stepped"), (33, "stepped")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""

@@ -184,8 +184,9 @@ class SkinnyConfig:
     rows per CTA, up to 8 * token_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it).
     mainloop (compiled), how the weights stream: "lean" (the default: a ring of chunks in registers with
-    no predicates over the chunks inside K, no register moves) or "registers" (the same ring with every
-    load predicated; 1.07-1.25x lean's time at 1-8 tokens on an H100, perf/NOTES.md)."""
+    no predicates over the chunks inside K, no register moves) or "stepped" (a candidate, not yet timed:
+    the same loads from per-lane pointers stepped once per iteration, ~19% fewer instructions per chunk;
+    perf/NOTES.md)."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "lean"
@@ -214,7 +215,7 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"lean": "kLoopLean", "registers": "kLoopRegisters"}
+SKINNY_MAINLOOPS = {"lean": "kLoopLean", "stepped": "kLoopStepped"}
 SKINNY_DEFAULT_MAINLOOP = "lean"
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 

@@ -11,7 +11,7 @@
 //    128-element chunk of K, a ring of kPrefetch chunks in flight), with their e4m3 block scales
 //    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
 //    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopLean, the
-//    default, and kLoopRegisters below stream the same chunks two ways);
+//    default, and kLoopStepped below address the same loads two ways);
 //  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
 //    bf16/fp16) into the A operand of mma.sync m16n8k16 (a warp's 16 weight rows per MMA), the
 //    tokens being the B operand (8 per MMA, read through L1: the warps of a CTA share them);
@@ -58,19 +58,24 @@ constexpr int kPrefetch = 3;
 constexpr int kMaxSplits = kSkinnyMaxSplits;
 
 // How the main loop streams the weights (SkinnyConfig.mainloop; perf/NOTES.md has the timings):
-//  kLoopRegisters: a ring of kPrefetch chunks in registers, every load predicated;
-//  kLoopLean (the default): the same ring over the chunks that lie wholly inside K with no
-//    predicates at all (rows past n and tokens past the block read the last valid row / token, whose
-//    outputs are never stored), each slot reloaded after its MMAs (no register moves); the last,
-//    partial chunk checked. 6-20% less time than kLoopRegisters at 1-8 tokens on an H100.
-// (A third, a cp.async ring in shared memory, took 1.26-1.67x kLoopLean's time and was removed.)
-enum : int { kLoopRegisters = 0, kLoopLean = 1 };
-// CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). kLoopLean at 1 token tile:
+//  kLoopLean (the default): a ring of kPrefetch chunks in registers over the chunks that lie wholly
+//    inside K with no predicates at all (rows past n and tokens past the block read the last valid
+//    row / token, whose outputs are never stored), each slot reloaded after its MMAs (no register
+//    moves); the last, partial chunk checked. Each load's address is computed from the chunk index.
+//  kLoopStepped (a candidate, not yet timed): the same loads from per-lane pointers stepped once per
+//    kPrefetch chunks, every address in an iteration a pointer plus an immediate. At 1 token tile,
+//    under the same 128-register bound, ptxas then keeps the pointers in registers instead of
+//    recomputing each row's address from the kernel parameters per chunk: ~195 instead of ~242
+//    SASS instructions per chunk (W4A16; W4A4 ~277 instead of ~317), no spills.
+// Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
+// H100) and a cp.async ring in shared memory (1.26-1.67x).
+enum : int { kLoopLean = 1, kLoopStepped = 2 };
+// CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). The lean loops at 1 token tile:
 // without predicates ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per
-// SM); 4 CTAs fit in 128 registers without spills. More token tiles spill under a bound. (A bound
-// of 1 is not "none": it changed the other kernels' code, so they keep 0.)
+// SM); 4 CTAs fit in 128 registers. More token tiles spill under a bound. (A bound of 1 is not
+// "none": it changed the other kernels' code, so they keep 0.)
 template <int kLoop, int kTokenTiles>
-constexpr int kMinBlocks = kLoop == kLoopLean && kTokenTiles == 1 ? 4 : 0;
+constexpr int kMinBlocks = kTokenTiles == 1 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads).
@@ -301,9 +306,10 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
   }
 }
 
-// kLoopLean's main loop over the chunks [c_begin, c_end) of one block of `count` tokens starting at
-// token row `block` (scale row `scale_row`), for lane (g, q) of the warp whose rows start at wrow0.
-template <class T, bool kX4, int kTokenTiles>
+// The lean main loop (kLoopLean, kLoopStepped: kStepped) over the chunks [c_begin, c_end) of one block
+// of `count` tokens starting at token row `block` (scale row `scale_row`), for lane (g, q) of the warp
+// whose rows start at wrow0.
+template <class T, bool kX4, int kTokenTiles, bool kStepped>
 __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
                                           int c_end, int g, int q) {
@@ -327,6 +333,25 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
       lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
     }
   }
+  // kStepped: the pointers above move to chunk c (c_begin, then each iteration's first chunk) and
+  // a load or MMA names its chunk by the offset from c, a constant once the loop is unrolled.
+  // Otherwise they stay at chunk 0 and name the chunk itself.
+  auto step = [&](int chunks) {
+#pragma unroll
+    for (int t = 0; t < kN8PerWarp; ++t) {
+      codes[t] += int64_t(chunks) * (kChunkK / 2);
+      scales[t] += int64_t(chunks) * 1024;
+    }
+#pragma unroll
+    for (int m = 0; m < kTokenTiles; ++m) {
+      if constexpr (kX4) {
+        lt.xq[m] += int64_t(chunks) * (kChunkK / 2);
+        lt.xs[m] += int64_t(chunks) * 1024;
+      } else {
+        lt.x[m] += int64_t(chunks) * kChunkK;
+      }
+    }
+  };
   auto load = [&](WeightChunk& wc, int chunk) {
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
@@ -334,18 +359,22 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
       wc.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(scales[t] + int64_t(chunk) * 1024));
     }
   };
+  const int origin = kStepped ? c_begin : 0;  // the chunk the pointers are at, for the prologue
+  if constexpr (kStepped) step(c_begin);
   WeightChunk ring[kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i)
-    if (c_begin + i < c_full) load(ring[i], c_begin + i);
+    if (c_begin + i < c_full) load(ring[i], c_begin - origin + i);
   for (int c = c_begin; c < c_full; c += kPrefetch) {
+    const int at = kStepped ? 0 : c;  // chunk c + i is `at + i` from the pointers
 #pragma unroll
     for (int i = 0; i < kPrefetch; ++i) {
       if (c + i < c_full) {
-        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, c + i, g, &lt);
-        if (c + i + kPrefetch < c_full) load(ring[i], c + i + kPrefetch);  // into the registers just read
+        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, at + i, g, &lt);
+        if (c + i + kPrefetch < c_full) load(ring[i], at + i + kPrefetch);  // into the registers just read
       }
     }
+    if constexpr (kStepped) step(kPrefetch);
   }
   if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
     WeightChunk wc;
@@ -430,25 +459,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) n
     const int count = min(kTokens, last - block);
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     float acc[kTokenTiles][4] = {};
-    if constexpr (kLoop == kLoopLean) {
-      lean_loop<T, kX4, kTokenTiles>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
-                                     scale_row + (block - first), c_begin, c_end, g, q);
-    } else {
-      WeightChunk ring[kPrefetch];
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) load_weights(ring[i], lane_src, c_begin + i < c_end ? c_begin + i : -1);
-      for (int c = c_begin; c < c_end; c += kPrefetch) {
-#pragma unroll
-        for (int i = 0; i < kPrefetch; ++i) {
-          if (c + i < c_end) {
-            const WeightChunk cur = ring[i];
-            const int next = c + i + kPrefetch;
-            load_weights(ring[i], lane_src, next < c_end ? next : -1);
-            mma_chunk<T, kX4, kTokenTiles>(acc, cur, lane_src, p, c + i, g);
-          }
-        }
-      }
-    }
+    lean_loop<T, kX4, kTokenTiles, kLoop == kLoopStepped>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block,
+                                                          count, scale_row + (block - first), c_begin, c_end, g, q);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
@@ -545,7 +557,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  static_assert(kLoop == kLoopRegisters || kLoop == kLoopLean, "main loop");
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
   auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
