@@ -66,9 +66,15 @@ def _train_specs():
 
 def kernel_set(name: str):
     """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, decode (the
-    NVFP4 decode kernels and the quantizers: the skinny GPU tests, the decode benchmark and profile), train, all."""
+    NVFP4 decode kernels and the quantizers: the skinny GPU tests, the decode benchmark and profile), skinny
+    (only the skinny kernels and the bf16 quantizers: the skinny GPU tests and `nvfp4_explore.py
+    --candidates loops`, the quickest to build), train, all."""
     if name == "train":
         return _train_specs()
+    if name == "skinny":
+        from .gemm_nvfp4 import _skinny_build_specs
+        from . import quantize, quantize_grouped
+        return _skinny_build_specs() + [quantize._spec(torch.bfloat16), quantize_grouped._spec(torch.bfloat16)]
     if name == "decode":
         from .gemm_nvfp4 import build_set as nvfp4_build_set
         from .quantize import kernel_specs as quant_specs
@@ -103,7 +109,7 @@ def kernel_set(name: str):
         cases += [(c.compiled(), True, bf16, None) for cs in TUNING_CANDIDATES.values() for c in cs]
     grouped = _grouped_cases(name)
     if name not in ("default", "tests", "sweep", "nvfp4", "all"):
-        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, decode, train, all")
+        raise SystemExit(f"unknown kernel set {name!r}: default, tests, sweep, nvfp4, decode, skinny, train, all")
     wgrad = []
     if name in ("default", "tests", "all"):
         from .cutlass_kernels.configs import default_wgrad_config
@@ -370,7 +376,7 @@ def main(argv=None):
     d.add_argument("-k", type=_size(16), default=4096, help="input features, a multiple of 16")
     b = sub.add_parser("build", help="prebuild kernels into the JIT cache, in parallel")
     b.add_argument("--set", action="append", default=None,
-                   help="default (repeatable): default, tests, sweep, nvfp4, decode, train, all")
+                   help="default (repeatable): default, tests, sweep, nvfp4, decode, skinny, train, all")
     b.add_argument("--jobs", type=_size(), default=None, help="parallel nvcc processes (default: one per core)")
     sub.add_parser("info", help="toolchain, CUTLASS, GPU and cache")
     s = sub.add_parser("sweep", help="run perf/gemm_sweep.py (arguments pass through)")

@@ -16,7 +16,9 @@
 #                                              # pack (tar the JIT cache)
 #
 # Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
-# (the decode set builds in about a minute; add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`).
+# (add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`). Quickest for the skinny kernel alone:
+# BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" bash scripts/device_run.sh build test
+# then python3 perf/nvfp4_explore.py --ms 1,8 --candidates loops (its main loops against bf16 cuBLAS).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
 set -uo pipefail

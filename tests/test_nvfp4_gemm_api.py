@@ -216,6 +216,10 @@ def test_decode_kernel_set():
     assert any("_stepped_" in n for n in skinny) and any("_stepped_" not in n for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
+    # --set skinny: the same skinny kernels and the bf16 quantizers only, all of them in --set decode
+    small = [s.name for s in kernel_set("skinny")]
+    assert {n for n in small if "skinny" in n} == skinny and set(small) <= set(names)
+    assert sorted(n for n in small if "skinny" not in n) == ["quant_bfloat16", "quant_grouped_bfloat16"]
 
 
 def test_guarded_reads_script_on_cpu(capsys):
