@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_sweep import L2_BYTES, bench, torchao_nvfp4, torchao_w4a16  # noqa: E402
+from quant_bench import moe_routing_counts  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
@@ -103,13 +104,18 @@ def point(M, N, K, which="all"):
     return bench(fns, copies)
 
 
-def grouped_point(G, per, N, K, which="all"):
+def grouped_point(G, per, N, K, which="all", routing="uniform"):
+    """G experts, T = G * per rows: `per` rows each ("uniform") or a skewed top-8 routing of T / 8 tokens
+    (quant_bench.moe_routing_counts: popular experts get many rows, some none)."""
     T = G * per
     g = torch.Generator(device="cuda").manual_seed(G + per)
     w16 = torch.randn(G, N, K, device="cuda", generator=g).to(torch.bfloat16)
     wq = scalemm.quantize_nvfp4_stacked(w16, scaling="token")
     x = torch.randn(T, K, device="cuda", generator=g).to(torch.bfloat16)
-    offs = (torch.arange(1, G + 1, device="cuda") * per).to(torch.int32)
+    if routing == "uniform":
+        offs = (torch.arange(1, G + 1, device="cuda") * per).to(torch.int32)
+    else:
+        offs = moe_routing_counts(T // 8, G, 8).cumsum(0).to(torch.int32).cuda()
     out = torch.empty(T, N, dtype=torch.bfloat16, device="cuda")
     cutlass = default_nvfp4_grouped_config(T, G, N, K)  # "w4a16_grouped": the CUTLASS kernel
     grouped_gemm_nvfp4(x, wq, offs, out=out, config=cutlass)
@@ -146,9 +152,9 @@ def parse_text(path):
             m = re.match(r"M=\s*(\d+) N=\s*(\d+) K=\s*(\d+)", head)
             points.append({"kind": "dense", "M": int(m[1]), "N": int(m[2]), "K": int(m[3]), "us": times})
         elif line.startswith("grouped"):
-            m = re.match(r"grouped G=(\d+) per=(\d+) N=(\d+) K=(\d+)", head)
+            m = re.match(r"grouped G=(\d+) per=(\d+) N=(\d+) K=(\d+)( skewed)?", head)
             points.append({"kind": "grouped", "G": int(m[1]), "per": int(m[2]), "N": int(m[3]), "K": int(m[4]),
-                           "us": times})
+                           "routing": "skewed" if m[5] else "uniform", "us": times})
     return points
 
 
@@ -190,7 +196,8 @@ def save(points, device, out):
                     [p["us"]["torch_grouped_bf16"] / t if t else 0 for p, t in zip(grouped, ts)], 0.4, label=name)
     axes[1].legend(fontsize=7)
     axes[1].axhline(1.0, color="gray", lw=0.8)
-    axes[1].set_xticks(range(len(grouped)), [f"G={p['G']}\n{p['per']}/exp" for p in grouped], fontsize=7)
+    axes[1].set_xticks(range(len(grouped)), [f"G={p['G']}\n{p['per']}/exp" + ("\nskewed" if p.get("routing") == "skewed" else "")
+                                              for p in grouped], fontsize=7)
     axes[1].set_title("grouped W4A16 vs torch._grouped_mm")
     fig.tight_layout()
     fig.savefig(out / "nvfp4_explore.png", dpi=110)
@@ -224,14 +231,18 @@ def main():
             default = (skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)
             print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default.label()}", r, "torch_bf16"),
                   flush=True)
-    grouped = [(8, 2048, 2048, 7168), (64, 2, 2048, 7168), (64, 32, 1536, 4096), (128, 1, 1536, 4096),
-               (128, 8, 1536, 2048)]
+    # (G, rows per expert, N, K, routing); "skewed": where the skinny kernel's blocks of 8 rows re-read
+    # a popular expert's weights
+    grouped = [(8, 2048, 2048, 7168, "uniform"), (64, 2, 2048, 7168, "uniform"), (64, 32, 1536, 4096, "uniform"),
+               (128, 1, 1536, 4096, "uniform"), (128, 8, 1536, 2048, "uniform"), (128, 1, 1536, 4096, "skewed"),
+               (64, 2, 2048, 7168, "skewed")]
     grouped = [pt for pt in grouped if args.candidates != "loops" and
                (args.grouped == "all" or (args.grouped == "decode" and pt[1] <= 16))]
-    for G, per, N, K in grouped:
-        r = grouped_point(G, per, N, K, "none" if args.quick else args.candidates)
-        points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "us": r})
-        print(_row(f"grouped G={G} per={per} N={N} K={K}", r, "torch_grouped_bf16"), flush=True)
+    for G, per, N, K, routing in grouped:
+        r = grouped_point(G, per, N, K, "none" if args.quick else args.candidates, routing)
+        points.append({"kind": "grouped", "G": G, "per": per, "N": N, "K": K, "routing": routing, "us": r})
+        print(_row(f"grouped G={G} per={per} N={N} K={K}" + (f" {routing}" if routing != "uniform" else ""), r,
+                   "torch_grouped_bf16"), flush=True)
     if args.out:
         save(points, device, args.out)
 
