@@ -73,8 +73,10 @@ def kernel_set(name: str):
         return _train_specs()
     if name == "skinny":
         from .gemm_nvfp4 import _skinny_build_specs
-        from . import quantize, quantize_grouped
-        return _skinny_build_specs() + [quantize._spec(torch.bfloat16), quantize_grouped._spec(torch.bfloat16)]
+        from .quantize import kernel_specs as quant_specs
+        from .quantize_grouped import kernel_specs as grouped_quant_specs
+        bf16 = [s for s in list(quant_specs()) + list(grouped_quant_specs()) if s.name.endswith("_bfloat16")]
+        return _skinny_build_specs() + bf16
     if name == "decode":
         from .gemm_nvfp4 import build_set as nvfp4_build_set
         from .quantize import kernel_specs as quant_specs

@@ -32,6 +32,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def guarded_reads():
+    """tests/guarded_reads.py as a module (the skinny kernel's inputs against unmapped memory; also a script)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent / "guarded_reads.py"
+    spec = importlib.util.spec_from_file_location("guarded_reads", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.PATH = path
+    return module
+
+
+@pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """An empty JIT cache for this test (and any process it starts)."""
     d = tmp_path / "cache"

@@ -222,15 +222,10 @@ def test_decode_kernel_set():
     assert sorted(n for n in small if "skinny" not in n) == ["quant_bfloat16", "quant_grouped_bfloat16"]
 
 
-def test_guarded_reads_script_on_cpu(capsys):
+def test_guarded_reads_script_on_cpu(capsys, guarded_reads):
     """tests/guarded_reads.py (run on the GPU by test_skinny_reads_stay_inside_inputs) with plain copies on
     the reference: its cases are valid calls and its container copies keep every field."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent / "guarded_reads.py"
-    spec = importlib.util.spec_from_file_location("guarded_reads", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = guarded_reads
     assert module.run("lean", device="cpu") == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "0 mismatches"

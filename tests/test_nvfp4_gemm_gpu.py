@@ -190,20 +190,15 @@ def test_skinny_matches_exact_dequant(M, N, K, loop):
 
 
 @pytest.mark.parametrize("loop", SKINNY_LOOPS)
-def test_skinny_reads_stay_inside_inputs(loop):
+def test_skinny_reads_stay_inside_inputs(loop, guarded_reads):
     """Every input of the skinny kernel against unmapped memory (tests/guarded_reads.py), dense and
     grouped, W4A16 and W4A4: a read past either end of any input is an illegal address. torch's
     allocator hides such reads (the next tensor is mapped); the first lean loop had one (its ring
     prologue's loads were hoisted above their guards) and faulted only in some processes."""
-    import importlib.util
     import subprocess
     import sys
-    from pathlib import Path
-    script = Path(__file__).resolve().parent / "guarded_reads.py"
-    spec = importlib.util.spec_from_file_location("guarded_reads", script)
-    cases = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cases)
-    r = subprocess.run([sys.executable, str(script), loop], capture_output=True, text=True, timeout=600)
+    cases = guarded_reads
+    r = subprocess.run([sys.executable, str(cases.PATH), loop], capture_output=True, text=True, timeout=600)
     lines = (r.stdout + r.stderr).strip().splitlines()
     tail = "\n".join(lines[-25:])
     assert r.returncode == 0, tail  # 700 (illegal address) ends the child with a traceback

@@ -74,7 +74,7 @@ enum : int { kLoopLean = 1, kLoopStepped = 2 };
 // without predicates ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per
 // SM); 4 CTAs fit in 128 registers. More token tiles spill under a bound. (A bound of 1 is not
 // "none": it changed the other kernels' code, so they keep 0.)
-template <int kLoop, int kTokenTiles>
+template <int kTokenTiles>
 constexpr int kMinBlocks = kTokenTiles == 1 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
@@ -416,7 +416,7 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kLoop, kTokenTiles>) nvfp4_skinny_kernel(const Params p) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
   namespace cg = cooperative_groups;
@@ -524,7 +524,6 @@ inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t grou
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
   cfg.blockDim = dim3(kWarps * 32, 1, 1);
-  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
