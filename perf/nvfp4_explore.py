@@ -30,7 +30,7 @@ from quant_bench import moe_routing_counts  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import (SkinnyConfig,  # noqa: E402
+from scalemm.cutlass_kernels.configs.sm90 import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
                                                 default_nvfp4_grouped_config, skinny_config_for_groups,
                                                 default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
@@ -45,7 +45,7 @@ def candidates(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if skinny is not None:
         out += [SkinnyConfig(skinny.token_tiles, s) for s in (0, 1, 2, 4, 8)]
-        out += [SkinnyConfig(skinny.token_tiles, s, "stepped") for s in (0, 2, 4, 8)]
+        out += [SkinnyConfig(skinny.token_tiles, s, "lean") for s in (0, 2, 4, 8)]
         out += [default_nvfp4_config(M, N, K)]
     if which != "all":
         return out
@@ -71,7 +71,7 @@ def point(M, N, K, which="all"):
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
     if which == "loops":  # the skinny kernel's main loops against bf16 cuBLAS (no CUTLASS kernel needed)
         fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T)}
-        for c in (skinny_config_for_tokens(M), replace(skinny_config_for_tokens(M), mainloop="stepped")):
+        for c in (replace(skinny_config_for_tokens(M), mainloop=loop) for loop in SKINNY_MAINLOOPS):
             fns[c.label()] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
             fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
         return bench(fns, copies)
@@ -87,7 +87,7 @@ def point(M, N, K, which="all"):
     skinny = skinny_config_for_tokens(M)
     if which != "none" and skinny is not None and K % 32 == 0:  # W4A4 with the activations decoded in the kernel
         fns["w4a4_" + skinny.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=skinny)
-        c = replace(skinny, mainloop="stepped")  # the candidate main loop (the default is lean)
+        c = replace(skinny, mainloop="lean")  # the baseline main loop (the default is stepped)
         fns["w4a4_" + c.label()] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c)
         # timing only (no alpha_a): the bf16 decode pass + the W4A16 skinny kernel, the alternative for
         # many tokens, where every warp decoding every token costs more than one pass
@@ -128,7 +128,7 @@ def grouped_point(G, per, N, K, which="all", routing="uniform"):
         fns["w4a4_grouped"] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=cutlass)
         fns["w4a16_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=skinny)
         fns["w4a4_grouped_" + skinny.label()] = lambda i: grouped_gemm_nvfp4(xq, wq, offs, out=out, config=skinny)
-        c = replace(skinny, mainloop="stepped")  # the candidate main loop (the default is lean)
+        c = replace(skinny, mainloop="lean")  # the baseline main loop (the default is stepped)
         fns["w4a16_grouped_" + c.label()] = lambda i: grouped_gemm_nvfp4(x, wq, offs, out=out, config=c)
     for n in (16, 32, 64, 128, 256) if which == "all" else ():  # the CUTLASS tiles (kernels of --set nvfp4)
         c = GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True)
@@ -209,7 +209,7 @@ def main():
     p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
     p.add_argument("--candidates", choices=("all", "skinny", "loops", "none"), default="all",
                    help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests); "
-                        "loops: only the skinny kernel's main loops (lean, stepped) and bf16, up to 64 tokens")
+                        "loops: only the skinny kernel's main loops (stepped, lean) and bf16, up to 64 tokens")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")

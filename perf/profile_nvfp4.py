@@ -6,8 +6,8 @@ kernel's prepared weight copy), so ncu can profile just it:
   ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \\
       --section MemoryWorkloadAnalysis --section WarpStateStats python3 perf/profile_nvfp4.py --kernel skinny
 
---kernel skinny (the default at <= 8 tokens: SkinnyConfig.mainloop "lean"), stepped (the skinny kernel
-with mainloop "stepped"), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
+--kernel skinny (the default at <= 8 tokens, with the default SkinnyConfig.mainloop), a main loop's name
+(SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
 the weight: cuBLAS, the anchor). `bash scripts/device_run.sh profile` runs all four.
 """
 from __future__ import annotations
@@ -19,11 +19,12 @@ import torch
 
 import scalemm
 from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_for_tokens
+from scalemm.cutlass_kernels.configs.sm90 import SKINNY_MAINLOOPS
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kernel", choices=("skinny", "stepped", "cutlass", "bf16"), default="skinny")
+    p.add_argument("--kernel", choices=("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16"), default="skinny")
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--k", type=int, default=8192)
@@ -37,11 +38,12 @@ def main():
             return torch.matmul(x, w16.T)
     else:
         wq = scalemm.quantize_nvfp4(w16, scaling="token")
-        if args.kernel in ("skinny", "stepped"):
+        if args.kernel == "skinny" or args.kernel in SKINNY_MAINLOOPS:
             config = skinny_config_for_tokens(M)
             if config is None:
                 raise SystemExit(f"--m {M}: the skinny kernel takes at most 64 tokens")
-            config = replace(config, mainloop="lean" if args.kernel == "skinny" else args.kernel)
+            if args.kernel != "skinny":  # skinny: the default main loop
+                config = replace(config, mainloop=args.kernel)
         else:
             config = default_nvfp4_config(M, N, K)
         out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")

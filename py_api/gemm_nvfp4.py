@@ -400,7 +400,7 @@ def _skinny_build_specs() -> list[KernelSpec]:
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs = [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
              for m, a, o, act in sorted(skinny, key=str)]
-    return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop="stepped"), act_dtype=a, out_dtype=o)  # the other loop
+    return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop="lean"), act_dtype=a, out_dtype=o)  # the other loop
                     for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
 
 

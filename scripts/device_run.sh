@@ -10,8 +10,8 @@
 #                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
 #                                              # decode (NVFP4 at 1-64 tokens: the skinny kernel's splits against
 #                                              # the CUTLASS kernel and bf16 cuBLAS; kernels of --set tests),
-#                                              # profile (ncu on one 8192x8192 decode GEMM: skinny (lean loop),
-#                                              # skinny stepped loop, CUTLASS, bf16 cuBLAS;
+#                                              # profile (ncu on one 8192x8192 decode GEMM: skinny (default
+#                                              # stepped loop), skinny lean loop, CUTLASS, bf16 cuBLAS;
 #                                              # PROFILE_ARGS="--m 8 --n 4096 --k 4096"),
 #                                              # pack (tar the JIT cache)
 #
@@ -88,7 +88,7 @@ if has decode; then
   timeout 420 python3 perf/nvfp4_explore.py --ms 1,8,16,64 --candidates skinny --grouped decode --out "$OUT/decode" || status=1
 fi
 if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware counters: Firecracker machines)
-  for kernel in skinny stepped cutlass bf16; do
+  for kernel in skinny lean cutlass bf16; do
     timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
       --section LaunchStats python3 perf/profile_nvfp4.py --kernel $kernel ${PROFILE_ARGS:-} > "$OUT/ncu-$kernel.txt" 2>&1 \

@@ -58,15 +58,16 @@ def nvfp4_gemms(dev):
         x = torch.randn(M, 2064, device=dev, dtype=torch.bfloat16)
         scalemm.gemm(x, w, out_dtype=torch.float32)
         scalemm.gemm(scalemm.quantize_nvfp4(x, scaling="token"), w)
-    # the skinny kernel (each main loop: lean, stepped): a partial last chunk (K = 2080), N past its
+    # the skinny kernel (each main loop: stepped, lean): a partial last chunk (K = 2080), N past its
     # 64-row tile, every split count (tests/guarded_reads.py checks reads outside the inputs, which
     # memcheck cannot see inside torch's allocator segments)
     from scalemm.cutlass_kernels.configs import SkinnyConfig
+    from scalemm.cutlass_kernels.configs.sm90 import SKINNY_MAINLOOPS
     ws = scalemm.quantize_nvfp4(torch.randn(200, 2080, device=dev, dtype=torch.bfloat16), scaling="token")
     for M, tiles in ((1, 1), (9, 2), (33, 8)):
         x = torch.randn(M, 2080, device=dev, dtype=torch.bfloat16)
         for splits in (0, 1, 3, 8):
-            for loop in ("lean", "stepped"):
+            for loop in SKINNY_MAINLOOPS:
                 scalemm.gemm(x, ws, out_dtype=torch.float32, config=SkinnyConfig(tiles, splits, loop))
     sizes = [5, 0, 130, 1, 0, 17]
     T, G = sum(sizes), len(sizes)
@@ -78,7 +79,7 @@ def nvfp4_gemms(dev):
     bad = torch.tensor([40, 10, 500, 153, 153, 90], device=dev, dtype=torch.int32)
     scalemm.grouped_gemm(x[:T], we, bad)
     # the skinny kernel, grouped: W4A16 and W4A4, a group longer than its token tiles, bad offsets
-    for tiles, splits, loop in [(t, s, loop) for t, s in ((1, 0), (8, 3)) for loop in ("lean", "stepped")]:
+    for tiles, splits, loop in [(t, s, loop) for t, s in ((1, 0), (8, 3)) for loop in SKINNY_MAINLOOPS]:
         cfg = SkinnyConfig(tiles, splits, loop)
         scalemm.grouped_gemm(x, we, offs, out_dtype=torch.float32, config=cfg)
         scalemm.grouped_gemm(scalemm.quantize_nvfp4_grouped(x[:T], offs, scaling="token"), we, None, config=cfg)

@@ -8,7 +8,7 @@ virtual memory API: the copy ends at the mapping's last byte (side="tail") or st
 past the end (or before the start) is then an illegal address (CUDA error 700).
 
 That error poisons the CUDA context, so the checks run in a child process:
-`python tests/guarded_reads.py [lean|registers]` runs the skinny kernel on every case with all its
+`python tests/guarded_reads.py [stepped|lean]` (SkinnyConfig.mainloop) runs the skinny kernel on every case with all its
 inputs guarded, on both sides, and compares each output with the same kernel's output on ordinary
 tensors (bit for bit: the kernel is deterministic). It prints one line per case and exits 0 only
 if every case ran and matched. tests/test_nvfp4_gemm_gpu.py::test_skinny_reads_stay_inside_inputs
@@ -159,4 +159,4 @@ def run(loop: str, device: str = "cuda") -> int:
 if __name__ == "__main__":
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
-    sys.exit(run(sys.argv[1] if len(sys.argv) > 1 else "lean"))
+    sys.exit(run(sys.argv[1] if len(sys.argv) > 1 else "stepped"))

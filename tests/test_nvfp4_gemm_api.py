@@ -158,8 +158,8 @@ def test_skinny_config_and_heuristic():
     for bad in ("fast", "staged", "registers", 1, True, ["lean"]):  # the main loop: one of the compiled kinds, named
         with pytest.raises(ValueError, match="mainloop"):
             SkinnyConfig(mainloop=bad)
-    assert SkinnyConfig().mainloop == "lean"  # the default main loop's kernels carry no suffix
-    assert [SkinnyConfig(2, 4, m).label() for m in ("lean", "stepped")] == ["skinny_t2_s4", "skinny_t2_stepped_s4"]
+    assert SkinnyConfig().mainloop == "stepped"  # the default main loop's kernels carry no suffix
+    assert [SkinnyConfig(2, 4, m).label() for m in ("stepped", "lean")] == ["skinny_t2_s4", "skinny_t2_lean_s4"]
 
 
 def test_skinny_problem_says_why():
@@ -213,7 +213,7 @@ def test_decode_kernel_set():
     names = [s.name for s in kernel_set("decode")]
     assert len(names) == len(set(names))
     skinny = {n for n in names if "skinny" in n}
-    assert any("_stepped_" in n for n in skinny) and any("_stepped_" not in n for n in skinny)
+    assert any("_lean_" in n for n in skinny) and any("_lean_" not in n for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
     # --set skinny: the same skinny kernels and the bf16 quantizers only, all of them in --set decode
@@ -226,7 +226,7 @@ def test_guarded_reads_script_on_cpu(capsys, guarded_reads):
     """tests/guarded_reads.py (run on the GPU by test_skinny_reads_stay_inside_inputs) with plain copies on
     the reference: its cases are valid calls and its container copies keep every field."""
     module = guarded_reads
-    assert module.run("lean", device="cpu") == 0
+    assert module.run("stepped", device="cpu") == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "0 mismatches"
     assert sum(line.endswith(": ok") for line in lines) == 2 * (len(module.DENSE_CASES) + len(module.GROUPED_CASES))

@@ -133,7 +133,7 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False) 
     """The kernel's arithmetic, lane by lane: fp64 [T, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
     bias) per group; x bf16 [T, K] (W4A16) or NVFP4 (W4A4: kX4, decoded by the lanes like the weights);
     dense (offsets None: w [N, K], T <= 8 * token_tiles) or grouped (w stacked experts, offsets [G]).
-    lean: the kernel's main loops (kLoopLean and kLoopStepped: the same loads, addressed two ways),
+    lean: the kernel's main loops (kLoopStepped and kLoopLean: the same loads, addressed two ways),
     whose chunks wholly inside K load without predicates, rows past N reading row N - 1 and tokens
     past the block its last token; the last, partial chunk through the checked loads. lean=False: every
     load checked (the removed predicated loop; the partial chunk's loads throughout)."""

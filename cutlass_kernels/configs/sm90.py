@@ -183,13 +183,13 @@ class SkinnyConfig:
     """The NVFP4-weight kernel for few tokens (scalemm/sm90/nvfp4_skinny.cuh): mma.sync over 64 weight
     rows per CTA, up to 8 * token_tiles tokens (compiled), K split over `splits` CTAs of one cluster (a
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it).
-    mainloop (compiled), how the weights stream: "lean" (the default: a ring of chunks in registers with
-    no predicates over the chunks inside K, no register moves) or "stepped" (a candidate, not yet timed:
-    the same loads from per-lane pointers stepped once per iteration, ~19% fewer instructions per chunk;
-    perf/NOTES.md)."""
+    mainloop (compiled), how the weights stream: "stepped" (the default: a ring of chunks in registers
+    with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
+    128-byte lines fetched into L2) or "lean" (the previous default, the measured baseline: the same
+    loads addressed from the chunk index; 1.01-1.18x the time on an H100; perf/NOTES.md)."""
     token_tiles: int = 1
     splits: int = 0
-    mainloop: str = "lean"
+    mainloop: str = "stepped"
 
     def __post_init__(self):
         if self.token_tiles not in SKINNY_TOKEN_TILES:
@@ -215,8 +215,8 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"lean": "kLoopLean", "stepped": "kLoopStepped"}
-SKINNY_DEFAULT_MAINLOOP = "lean"
+SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean"}
+SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 

@@ -10,8 +10,8 @@
 //  - every warp loads its own weight codes straight into registers (16 bytes per lane per
 //    128-element chunk of K, a ring of kPrefetch chunks in flight), with their e4m3 block scales
 //    read exactly as the quantizer wrote them (128x4 swizzled atoms, docs/numerics.md section 5)
-//    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopLean, the
-//    default, and kLoopStepped below address the same loads two ways);
+//    and the codes in the quantizer's byte order: no prepared copy of the weights (kLoopStepped, the
+//    default, and kLoopLean below address the same loads two ways);
 //  - decodes them in registers (scalemm/sm90/nvfp4_numerics.cuh: value * s * 2^-8, exact in
 //    bf16/fp16) into the A operand of mma.sync m16n8k16 (a warp's 16 weight rows per MMA), the
 //    tokens being the B operand (8 per MMA, read through L1: the warps of a CTA share them);
@@ -58,34 +58,46 @@ constexpr int kPrefetch = 3;
 constexpr int kMaxSplits = kSkinnyMaxSplits;
 
 // How the main loop streams the weights (SkinnyConfig.mainloop; perf/NOTES.md has the timings):
-//  kLoopLean (the default): a ring of kPrefetch chunks in registers over the chunks that lie wholly
+//  kLoopStepped (the default): a ring of kPrefetch chunks in registers over the chunks that lie wholly
 //    inside K with no predicates at all (rows past n and tokens past the block read the last valid
 //    row / token, whose outputs are never stored), each slot reloaded after its MMAs (no register
-//    moves); the last, partial chunk checked. Each load's address is computed from the chunk index.
-//  kLoopStepped (a candidate, not yet timed): the same loads from per-lane pointers stepped once per
-//    kPrefetch chunks, every address in an iteration a pointer plus an immediate. At 1 token tile,
-//    under the same 128-register bound, ptxas then keeps the pointers in registers instead of
-//    recomputing each row's address from the kernel parameters per chunk: ~195 instead of ~242
-//    SASS instructions per chunk (W4A16; W4A4 ~277 instead of ~317), no spills.
+//    moves); the last, partial chunk checked. The row, scale and token pointers step once per
+//    kPrefetch chunks, so every address in an iteration is a pointer plus an immediate (under the
+//    128-register bound ptxas then keeps the pointers in registers: ~195 instead of ~242 SASS
+//    instructions per chunk at 1 token tile). The code loads ask L2 for the whole 128-byte line
+//    (.L2::128B): a chunk reads 64 bytes of each row, and fetched in two halves a chunk apart the
+//    stream ran slower (H100, M = 1, two runs: 3-9% on 8192^2, 14336 x 4096, 4096 x 14336; the hint
+//    cost 1-2% at 4096^2).
+//  kLoopLean (the previous default, kept as the measured baseline): the same loads, each address
+//    computed from the chunk index, without the fetch hint: 1.01-1.18x kLoopStepped's time (H100, 1-8
+//    tokens, four layer shapes).
 // Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
-// H100) and a cp.async ring in shared memory (1.26-1.67x).
+// H100), a cp.async ring in shared memory (1.26-1.67x), and on top of kLoopStepped L1 prefetches of
+// the next chunks' tokens (no gain) or L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower).
 enum : int { kLoopLean = 1, kLoopStepped = 2 };
-// CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). The lean loops at 1 token tile:
-// without predicates ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per
-// SM); 4 CTAs fit in 128 registers. More token tiles spill under a bound. (A bound of 1 is not
-// "none": it changed the other kernels' code, so they keep 0.)
+// CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
+// bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
+// 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
+// without it) and was faster (up to 11%) or even. 4 and 8 tiles spill in the loop under a bound.
+// (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.)
 template <int kTokenTiles>
-constexpr int kMinBlocks = kTokenTiles == 1 ? 4 : 0;
+constexpr int kMinBlocks = kTokenTiles <= 2 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
-// the tokens, which every warp of the CTA reads).
+// the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
+// around it from memory.
+template <bool kWholeLine>
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
   // volatile: a non-volatile asm counts as free of side effects, so the compiler may execute it
   // where the source guards it (it did: kLoopLean's ring prologue loaded chunks past the end of a
   // split's rows unconditionally). ptxas still schedules the load freely.
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  if constexpr (kWholeLine)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 
@@ -208,7 +220,7 @@ __device__ __forceinline__ void load_weights(WeightChunk& w, L const& l, int chu
     w.codes[t] = make_uint4(0, 0, 0, 0);
     w.scales[t] = 0;
     if (ok && l.row_ok[t]) {
-      w.codes[t] = load_stream(l.codes[t] + int64_t(chunk) * (kChunkK / 2));
+      w.codes[t] = load_stream<false>(l.codes[t] + int64_t(chunk) * (kChunkK / 2));
       w.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(l.scales[t] + int64_t(chunk) * 1024));
     }
   }
@@ -306,13 +318,14 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
   }
 }
 
-// The lean main loop (kLoopLean, kLoopStepped: kStepped) over the chunks [c_begin, c_end) of one block
+// The unpredicated main loop (kLoopStepped: kStepped, kLoopLean) over the chunks [c_begin, c_end) of one block
 // of `count` tokens starting at token row `block` (scale row `scale_row`), for lane (g, q) of the warp
 // whose rows start at wrow0.
-template <class T, bool kX4, int kTokenTiles, bool kStepped>
+template <class T, bool kX4, int kTokenTiles, int kLoop>
 __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
                                           int c_end, int g, int q) {
+  constexpr bool kStepped = kLoop == kLoopStepped;
   const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
   const uint8_t* codes[kN8PerWarp];
   const uint8_t* scales[kN8PerWarp];
@@ -355,7 +368,7 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
   auto load = [&](WeightChunk& wc, int chunk) {
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
-      wc.codes[t] = load_stream(codes[t] + int64_t(chunk) * (kChunkK / 2));
+      wc.codes[t] = load_stream<kStepped>(codes[t] + int64_t(chunk) * (kChunkK / 2));
       wc.scales[t] = __ldg(reinterpret_cast<const uint16_t*>(scales[t] + int64_t(chunk) * 1024));
     }
   };
@@ -459,8 +472,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles>) nvfp4_sk
     const int count = min(kTokens, last - block);
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     float acc[kTokenTiles][4] = {};
-    lean_loop<T, kX4, kTokenTiles, kLoop == kLoopStepped>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block,
-                                                          count, scale_row + (block - first), c_begin, c_end, g, q);
+    lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+                                          scale_row + (block - first), c_begin, c_end, g, q);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
