@@ -177,6 +177,17 @@ def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = Fals
     return quantize_nvfp4_stacked(w, scaling=scaling)
 
 
+def _experts_to_rows(u8: torch.Tensor, E: int) -> torch.Tensor:
+    """Bytes [K, E * n] (expert e's n columns at e * n, rows contiguous) -> [E * K, n] (expert e's K
+    rows together). Moved as 8-byte words where the layout allows (n, the row stride and the start
+    multiples of 8): torch's copy of a permuted uint8 view moves one byte per element (the FP8 expert
+    layer's two weight copies took ~1.4 ms per training step that way on an H100)."""
+    K = u8.shape[0]
+    wide = u8.shape[1] % (8 * E) == 0 and u8.stride(0) % 8 == 0 and u8.data_ptr() % 8 == 0
+    v = u8.view(torch.int64) if wide else u8
+    return v.unflatten(1, (E, -1)).permute(1, 0, 2).reshape(E * K, -1).view(torch.uint8)
+
+
 def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
     """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
     pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
@@ -194,11 +205,10 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
     col, q.columnwise = q.columnwise, None
     offsets_t = layout.stacked_offsets(E, K, w.device)
     if recipe.format == "fp8":
-        u8 = col.data.view(torch.uint8)[:, :E * N]
-        data = u8.unflatten(1, (E, N)).permute(1, 0, 2).reshape(E * K, N).view(col.data.dtype)
+        data = _experts_to_rows(col.data.view(torch.uint8)[:, :E * N], E).view(col.data.dtype)
         return q, GroupedFP8Tensor(data, col.scale_inv.reshape(-1), offsets_t, (E * K, N), scaling, w.dtype,
                                    group_rows=K)
-    qdata = col.qdata[:, :E * N // 2].unflatten(1, (E, N // 2)).permute(1, 0, 2).reshape(E * K, N // 2)
+    qdata = _experts_to_rows(col.qdata[:, :E * N // 2], E)
     scale_rows = layout.stacked_scale_rows(E, K)
     scales = col.scales[:layout.grouped_scale_bytes(scale_rows, N // 16)].clone()  # the leading E blocks
     sf_offsets = (torch.arange(E, device=w.device, dtype=torch.int32) * layout.round_up(K, layout.SF_TILE_ROWS))

@@ -385,6 +385,17 @@ def test_stacked_pair_is_the_two_passes(name, E, N, K):
             assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)) if x.element_size() == 1 else torch.equal(x, y)
 
 
+@pytest.mark.parametrize("K,E,n,pad", [(6, 3, 32, 16), (5, 2, 24, 0), (4, 3, 12, 4), (3, 2, 16, 3)])
+def test_experts_to_rows_moves_whole_rows(K, E, n, pad):
+    """[K, E * n] bytes (a padded row stride, as the columnwise copies have) -> [E * K, n], expert by
+    expert, whether it moves 8-byte words (n and the stride multiples of 8) or single bytes."""
+    base = torch.randint(0, 256, (K, E * n + pad), dtype=torch.uint8)
+    u8 = base[:, :E * n]
+    got = training._experts_to_rows(u8, E)
+    assert got.dtype == torch.uint8 and got.is_contiguous()
+    assert torch.equal(got, u8.unflatten(1, (E, n)).permute(1, 0, 2).reshape(E * K, n))
+
+
 def test_decode_wgrad_matches_the_host_dequantization():
     from scalemm.formats.nvfp4 import dequantize_nvfp4_grouped
     torch.manual_seed(0)
