@@ -12,7 +12,9 @@
 #                                              # the CUTLASS kernel and bf16 cuBLAS; kernels of --set tests),
 #                                              # profile (ncu on one 8192x8192 decode GEMM: skinny (default
 #                                              # stepped loop), skinny lean loop, CUTLASS, bf16 cuBLAS;
-#                                              # PROFILE_ARGS="--m 8 --n 4096 --k 4096"),
+#                                              # PROFILE_ARGS="--m 8 --n 4096 --k 4096"; and the default
+#                                              # skinny kernel's stall samples per SASS instruction:
+#                                              # ncu-skinny-sass.csv),
 #                                              # pack (tar the JIT cache)
 #
 # Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
@@ -96,6 +98,14 @@ if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware c
     echo "== ncu $kernel (full report: $OUT/ncu-$kernel.txt)"
     grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Stall" "$OUT/ncu-$kernel.txt" | head -n 30
   done
+  # where the default skinny kernel's warps stall, per SASS instruction (stall samples by reason):
+  # a report with source counters, then its source page as CSV (the section totals say only "long
+  # scoreboard", not which load)
+  timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SourceCounters \
+    --section WarpStateStats -f -o "$OUT/ncu-skinny-source" python3 perf/profile_nvfp4.py --kernel skinny \
+    ${PROFILE_ARGS:-} > /dev/null 2>&1 || status=1
+  ncu -i "$OUT/ncu-skinny-source.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-skinny-sass.csv" 2>&1 \
+    || echo "ncu could not print the source page (see $OUT/ncu-skinny-sass.csv)"
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')

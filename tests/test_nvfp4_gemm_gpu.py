@@ -257,8 +257,8 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
     assert torch.equal(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), out)
 
 
-@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (33, "config"),
-                                   (7, "lean"), (33, "lean")])
+@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (16, "config"),
+                                   (33, "config"), (7, "lean"), (33, "lean")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
