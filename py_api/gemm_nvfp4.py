@@ -27,6 +27,7 @@ from . import epilogues as epi
 from .arch import configs_for, gpu_info
 from .cutlass_kernels.configs import (GemmConfig, SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
                                       nvfp4_cpp, skinny_cpp)
+from .cutlass_kernels.configs.sm90 import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS
 from .formats.base import check_host_offsets
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
@@ -400,7 +401,8 @@ def _skinny_build_specs() -> list[KernelSpec]:
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs = [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
              for m, a, o, act in sorted(skinny, key=str)]
-    return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop="lean"), act_dtype=a, out_dtype=o)  # the other loop
+    return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop=loop), act_dtype=a, out_dtype=o)  # the other loops
+                    for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP
                     for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
 
 

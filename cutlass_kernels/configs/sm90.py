@@ -185,8 +185,9 @@ class SkinnyConfig:
     run-time knob: 0 lets the launcher fit the grid to the GPU's occupancy, 1..SKINNY_MAX_SPLITS fixes it).
     mainloop (compiled), how the weights stream: "stepped" (the default: a ring of chunks in registers
     with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
-    128-byte lines fetched into L2) or "lean" (the previous default, the measured baseline: the same
-    loads addressed from the chunk index; 1.01-1.18x the time on an H100; perf/NOTES.md)."""
+    128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
+    loads addressed from the chunk index; 1.01-1.18x the time on an H100) or "deep" (a candidate,
+    not yet timed: stepped with a ring of 6 chunks instead of 3, 3 CTAs per SM; perf/NOTES.md)."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
@@ -215,7 +216,7 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean"}
+SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "deep": "kLoopDeep"}
 SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 

@@ -74,14 +74,22 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 // Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
 // H100), a cp.async ring in shared memory (1.26-1.67x), and on top of kLoopStepped L1 prefetches of
 // the next chunks' tokens (no gain) or L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower).
-enum : int { kLoopLean = 1, kLoopStepped = 2 };
+//  kLoopDeep (a candidate, compiled, not yet timed): kLoopStepped with a ring of 6 chunks and, at 1-2
+//    token tiles, a bound of 3 CTAs per SM (~166 registers, no spills at 1 tile): twice the weight
+//    bytes in flight per warp. ncu put ~59% of the stepped loop's stall cycles on global loads with
+//    43% of the DRAM bandwidth in use at 8192^2, where the grid holds ~3 CTAs per SM anyway; this
+//    loop tests whether more bytes in flight per warp move that.
+enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3 };
+// chunks in the register ring of each main loop
+template <int kLoop>
+constexpr int kRing = kLoop == kLoopDeep ? 6 : kPrefetch;
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
 // without it) and was faster (up to 11%) or even. 4 and 8 tiles spill in the loop under a bound.
 // (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.)
-template <int kTokenTiles>
-constexpr int kMinBlocks = kTokenTiles <= 2 ? 4 : 0;
+template <int kTokenTiles, int kLoop>
+constexpr int kMinBlocks = kTokenTiles <= 2 ? (kLoop == kLoopDeep ? 3 : 4) : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
@@ -318,14 +326,15 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
   }
 }
 
-// The unpredicated main loop (kLoopStepped: kStepped, kLoopLean) over the chunks [c_begin, c_end) of one block
+// The unpredicated main loop (kLoopStepped and kLoopDeep: kStepped; kLoopLean) over the chunks [c_begin, c_end) of one block
 // of `count` tokens starting at token row `block` (scale row `scale_row`), for lane (g, q) of the warp
 // whose rows start at wrow0.
 template <class T, bool kX4, int kTokenTiles, int kLoop>
 __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
                                           int c_end, int g, int q) {
-  constexpr bool kStepped = kLoop == kLoopStepped;
+  constexpr bool kStepped = kLoop != kLoopLean;
+  constexpr int kRingChunks = kRing<kLoop>;
   const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
   const uint8_t* codes[kN8PerWarp];
   const uint8_t* scales[kN8PerWarp];
@@ -374,20 +383,20 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
   };
   const int origin = kStepped ? c_begin : 0;  // the chunk the pointers are at, for the prologue
   if constexpr (kStepped) step(c_begin);
-  WeightChunk ring[kPrefetch];
+  WeightChunk ring[kRingChunks];
 #pragma unroll
-  for (int i = 0; i < kPrefetch; ++i)
+  for (int i = 0; i < kRingChunks; ++i)
     if (c_begin + i < c_full) load(ring[i], c_begin - origin + i);
-  for (int c = c_begin; c < c_full; c += kPrefetch) {
+  for (int c = c_begin; c < c_full; c += kRingChunks) {
     const int at = kStepped ? 0 : c;  // chunk c + i is `at + i` from the pointers
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) {
+    for (int i = 0; i < kRingChunks; ++i) {
       if (c + i < c_full) {
         mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, at + i, g, &lt);
-        if (c + i + kPrefetch < c_full) load(ring[i], at + i + kPrefetch);  // into the registers just read
+        if (c + i + kRingChunks < c_full) load(ring[i], at + i + kRingChunks);  // into the registers just read
       }
     }
-    if constexpr (kStepped) step(kPrefetch);
+    if constexpr (kStepped) step(kRingChunks);
   }
   if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
     WeightChunk wc;
@@ -429,7 +438,7 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles>) nvfp4_skinny_kernel(const Params p) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
   namespace cg = cooperative_groups;
@@ -569,7 +578,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopDeep, "main loop");
   auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
