@@ -20,7 +20,7 @@
 # Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
 # (add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`). Quickest for the skinny kernel alone:
 # BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" bash scripts/device_run.sh build test
-# (--set skinny, 67 kernels, builds here in about a minute; its cache is larger than a device call carries)
+# (--set skinny, 83 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries)
 # then python3 perf/nvfp4_explore.py --ms 1,8 --candidates loops (its main loops against bf16 cuBLAS).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.

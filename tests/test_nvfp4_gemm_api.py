@@ -213,9 +213,9 @@ def test_decode_kernel_set():
     names = [s.name for s in kernel_set("decode")]
     assert len(names) == len(set(names))
     skinny = {n for n in names if "skinny" in n}
-    for loop in ("lean", "deep"):  # every main loop's kernels, the default's without a suffix
+    for loop in ("lean", "deep", "bulk"):  # every main loop's kernels, the default's without a suffix
         assert any(f"_{loop}_" in n for n in skinny)
-    assert any("_lean_" not in n and "_deep_" not in n for n in skinny)
+    assert any(all(f"_{loop}_" not in n for loop in ("lean", "deep", "bulk")) for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
     # --set skinny: the same skinny kernels and the bf16 quantizers only, all of them in --set decode

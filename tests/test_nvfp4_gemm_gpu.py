@@ -172,7 +172,7 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
-SKINNY_LOOPS = ["stepped", "lean", "deep"]  # SkinnyConfig.mainloop: the default, the baseline, a candidate
+SKINNY_LOOPS = ["stepped", "lean", "deep", "bulk"]  # SkinnyConfig.mainloop: the default, the baseline, candidates
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 

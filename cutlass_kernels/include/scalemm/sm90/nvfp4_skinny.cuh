@@ -37,8 +37,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <cooperative_groups.h>
+#include <cuda.h>  // CUtensorMap and its encode function's types (called through the runtime's driver entry point)
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include "cutlass/arch/barrier.h"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/epilogue/thread/activation.h"
@@ -79,7 +82,17 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //    bytes in flight per warp. ncu put ~59% of the stepped loop's stall cycles on global loads with
 //    43% of the DRAM bandwidth in use at 8192^2, where the grid holds ~3 CTAs per SM anyway; this
 //    loop tests whether more bytes in flight per warp move that.
-enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3 };
+//  kLoopBulk (a candidate, compiled, not yet timed): a fifth warp streams the CTA's weights into a
+//    ring of kBulkStages shared-memory stages with TMA (one 2D tensor copy of 64 rows x 64 bytes per
+//    chunk, one bulk copy of the chunks' two scale atoms per stage, mbarrier-tracked), and the four
+//    MMA warps read their codes and scales from there (LDS, conflict-free: a lane quad's 64 bytes per
+//    row, rows 64 bytes apart). The bytes in flight no longer cost the MMA warps registers, and the
+//    copies bypass L1's miss tracking (the register ring's 16-byte loads all go through it).
+enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3, kLoopBulk = 4 };
+constexpr int kBulkStageChunks = 2;  // chunks per stage of kLoopBulk
+constexpr int kBulkStages = 4;       // stages: 4 x 2 x (4 KB of codes + 1 KB of scale atoms) = 40 KB per CTA
+template <int kLoop>
+constexpr int kBlockWarps = kLoop == kLoopBulk ? kWarps + 1 : kWarps;  // + the copy warp
 // chunks in the register ring of each main loop
 template <int kLoop>
 constexpr int kRing = kLoop == kLoopDeep ? 6 : kPrefetch;
@@ -89,7 +102,7 @@ constexpr int kRing = kLoop == kLoopDeep ? 6 : kPrefetch;
 // without it) and was faster (up to 11%) or even. 4 and 8 tiles spill in the loop under a bound.
 // (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.)
 template <int kTokenTiles, int kLoop>
-constexpr int kMinBlocks = kTokenTiles <= 2 ? (kLoop == kLoopDeep ? 3 : 4) : 0;
+constexpr int kMinBlocks = kTokenTiles <= 2 ? (kLoop == kLoopDeep ? 3 : 4) : 0;  // kLoopBulk: 4 CTAs of 5 warps
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
@@ -434,25 +447,123 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
   }
 }
 
+// kLoopBulk's shared-memory ring: per stage kBulkStageChunks chunks of the CTA's 64 rows (64 bytes of
+// codes per row and chunk, rows 64 bytes apart: TMA's 64 x 64-byte box) and each chunk's two scale
+// atoms (1024 bytes: all 128 rows of the stripe, the CTA's 64 among them); `full` completes when a
+// stage's bytes have landed, `empty` when the four MMA warps have read it.
+struct BulkRing {
+  alignas(128) uint8_t codes[kBulkStages][kBulkStageChunks][kTileN * (kChunkK / 2)];
+  alignas(16) uint8_t scales[kBulkStages][kBulkStageChunks][1024];
+  uint64_t full[kBulkStages];
+  uint64_t empty[kBulkStages];
+};
+
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, uint64_t* bar, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(map),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(x), "r"(y)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem), "r"(bytes),
+               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+
+// kLoopBulk, the copy warp's lane 0: the stages of chunks [c_begin, c_full) of the group's rows
+// n0 .. n0 + 63 (rows past the tensor: zeros from TMA; past n: the next group's rows, never stored).
+// `stage` counts the stages of the whole kernel (the ring's position and phase carry across blocks).
+__device__ __forceinline__ void bulk_produce(BulkRing& ring, const CUtensorMap* map, Params const& p, int group,
+                                             int n0, int c_begin, int c_full, int& stage) {
+  const uint8_t* scales = p.weight_scales + int64_t(group) * p.scale_group_bytes +
+                          int64_t(n0 / 128) * 128 * p.scale_cols;  // the stripe's atoms; chunk c's pair at c * 1024
+  for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
+    const int s = stage % kBulkStages, phase = (stage / kBulkStages) & 1;
+    const int n_chunks = min(kBulkStageChunks, c_full - c);
+    cutlass::arch::ClusterBarrier::wait(&ring.empty[s], phase ^ 1);  // a fresh barrier passes parity 1
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
+        &ring.full[s], uint32_t(n_chunks) * (sizeof(ring.codes[0][0]) + sizeof(ring.scales[0][0])));
+    for (int j = 0; j < n_chunks; ++j)
+      tma_load_2d(ring.codes[s][j], map, &ring.full[s], (c + j) * (kChunkK / 2), group * p.n + n0);
+    bulk_load(ring.scales[s][0], scales + int64_t(c) * 1024, uint32_t(n_chunks) * 1024, &ring.full[s]);
+  }
+}
+
+// kLoopBulk, an MMA warp: the same chunks from the ring, the CTA's rows wrow + g + 8t (wrow: the warp's
+// first row in the CTA; the CTA starts at row `stripe_row` of its 128-row scale stripe), then the
+// partial last chunk of K through the checked loads.
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing& ring, Lane<T, kX4> const& l,
+                                             Params const& p, int wrow, int stripe_row, int block, int count,
+                                             int scale_row, int c_begin, int c_end, int g, int q, int& stage) {
+  const int c_full = min(c_end, p.k / kChunkK);
+  LeanTokens<T, kTokenTiles> lt;  // chunk 0 of each token tile's token (mma_chunk adds the chunk)
+#pragma unroll
+  for (int m = 0; m < kTokenTiles; ++m) {
+    const int tok = min(8 * m + g, count - 1);
+    if constexpr (kX4) {
+      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + quad_code_offset(q);
+      lt.xs[m] = p.x_scales + scale_row_offset(scale_row + tok, p.scale_cols) + quad_scale_offset(q);
+    } else {
+      lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
+    }
+  }
+  int code_at[kN8PerWarp], scale_at[kN8PerWarp];  // the lane's bytes within a chunk of the ring
+#pragma unroll
+  for (int t = 0; t < kN8PerWarp; ++t) {
+    const int r = wrow + g + 8 * t;  // 0 .. 63
+    code_at[t] = r * (kChunkK / 2) + quad_code_offset(q);
+    scale_at[t] = scale_atom_row_offset(stripe_row + r) + quad_scale_offset(q);
+  }
+  for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
+    const int s = stage % kBulkStages, phase = (stage / kBulkStages) & 1;
+    const int n_chunks = min(kBulkStageChunks, c_full - c);
+    cutlass::arch::ClusterBarrier::wait(&ring.full[s], phase);
+    WeightChunk w[kBulkStageChunks];
+#pragma unroll
+    for (int j = 0; j < kBulkStageChunks; ++j) {
+#pragma unroll
+      for (int t = 0; t < kN8PerWarp; ++t) {
+        w[j].codes[t] = *reinterpret_cast<const uint4*>(ring.codes[s][j] + code_at[t]);
+        w[j].scales[t] = *reinterpret_cast<const uint16_t*>(ring.scales[s][j] + scale_at[t]);
+      }
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ring.empty[s]);
+#pragma unroll
+    for (int j = 0; j < kBulkStageChunks; ++j)
+      if (j < n_chunks) mma_chunk<T, kX4, kTokenTiles, true>(acc, w[j], l, p, c + j, g, &lt);
+  }
+  if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
+    WeightChunk wc;
+    load_weights(wc, l, c_full);
+    mma_chunk<T, kX4, kTokenTiles>(acc, wc, l, p, c_full, g);
+  }
+}
+
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
+// kLoopBulk: `map` is the weights' TMA descriptor and a fifth warp copies; otherwise null.
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
+__device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* map) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
+  constexpr bool kBulk = kLoop == kLoopBulk;
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
   constexpr int kPitch = kTileN + 4;  // floats per partial row (one row per token; + 4: no bank conflicts)
   __shared__ __align__(16) float partial[kTokens * kPitch];
-  __shared__ int bounds[kWarps];
+  __shared__ int bounds[kBlockWarps<kLoop>];
 
   const int group = blockIdx.z;
   // the group's rows [first, last), by the rule of every grouped kernel (scalemm.formats.layout.
   // group_bounds): ends = running max of the offsets clamped into [0, tokens], first = the previous
   // group's end. Bad offsets thus give empty or short groups, never overlapping rows or rows outside
   // the scale rows the quantizer laid out. The running max over the earlier groups is one parallel
-  // load round: each thread takes every 128th offset. The same for every CTA of a cluster.
+  // load round: each thread takes every blockDim-th offset. The same for every CTA of a cluster.
   int first = 0, last = p.tokens, scale_row = 0;
   if (p.offsets != nullptr) {
     int m = 0;
@@ -462,7 +573,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     if (threadIdx.x % 32 == 0) bounds[threadIdx.x / 32] = m;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) first = max(first, bounds[w]);
+    for (int w = 0; w < kBlockWarps<kLoop>; ++w) first = max(first, bounds[w]);
     last = max(first, min(max(__ldg(p.offsets + group), 0), p.tokens));
     if (kX4) scale_row = __ldg(p.x_sf_offsets + group);
   }
@@ -477,22 +588,50 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
   Out* d = static_cast<Out*>(p.d);
 
+  [[maybe_unused]] BulkRing* ring = nullptr;
+  [[maybe_unused]] int stage = 0;
+  if constexpr (kBulk) {
+    __shared__ BulkRing ring_storage;
+    ring = &ring_storage;
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < kBulkStages; ++i) {
+        cutlass::arch::ClusterBarrier::init(&ring->full[i], 1);
+        cutlass::arch::ClusterBarrier::init(&ring->empty[i], kWarps);
+      }
+      cutlass::arch::fence_barrier_init();
+    }
+    __syncthreads();
+  }
+
   for (int block = first; block < last; block += kTokens) {
     const int count = min(kTokens, last - block);
-    const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     float acc[kTokenTiles][4] = {};
-    lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
-                                          scale_row + (block - first), c_begin, c_end, g, q);
+    if constexpr (kBulk) {
+      if (warp == kWarps) {  // the copy warp
+        if (lane == 0) bulk_produce(*ring, map, p, group, n0, c_begin, min(c_end, p.k / kChunkK), stage);
+      } else {
+        const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
+        bulk_consume<T, kX4, kTokenTiles>(acc, *ring, lane_src, p, warp * (8 * kN8PerWarp), n0 % 128, block, count,
+                                          scale_row + (block - first), c_begin, c_end, g, q, stage);
+      }
+    } else {
+      const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
+      lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+                                            scale_row + (block - first), c_begin, c_end, g, q);
+    }
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
+    if (!kBulk || warp < kWarps) {  // not the copy warp
 #pragma unroll
-    for (int m = 0; m < kTokenTiles; ++m) {
+      for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
-        partial[(8 * m + 2 * q) * kPitch + row] = acc[m][2 * h] * kUnscale;
-        partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
+        for (int h = 0; h < 2; ++h) {
+          const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
+          partial[(8 * m + 2 * q) * kPitch + row] = acc[m][2 * h] * kUnscale;
+          partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
+        }
       }
     }
     cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
@@ -516,6 +655,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     }
     cluster.sync();  // the partials are read before the next block overwrites them or a CTA leaves
   }
+}
+
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
+  skinny_body<T, kX4, Out, kTokenTiles, kLoop, Act>(p, nullptr);
+}
+
+// kLoopBulk: the same with the weights' TMA descriptor (a __grid_constant__ parameter: TMA reads it there)
+template <class T, bool kX4, class Out, int kTokenTiles, class Act>
+__global__ void __launch_bounds__((kWarps + 1) * 32, kMinBlocks<kTokenTiles, kLoopBulk>)
+    nvfp4_skinny_bulk_kernel(const Params p, const __grid_constant__ CUtensorMap map) {
+  skinny_body<T, kX4, Out, kTokenTiles, kLoopBulk, Act>(p, &map);
 }
 
 // A CTA's fixed cost in chunks of streaming: its ring's first loads (exposed latency), the cluster
@@ -542,10 +693,10 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
 
 // Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
 inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
-                                         cudaLaunchAttribute& attr) {
+                                         cudaLaunchAttribute& attr, int warps = kWarps) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
-  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.blockDim = dim3(unsigned(warps) * 32, 1, 1);
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
@@ -554,6 +705,30 @@ inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t grou
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   return cfg;
+}
+
+// kLoopBulk: the TMA descriptor of the codes [rows, k / 2] bytes (row pitch k / 2, a multiple of 16),
+// copied in boxes of kTileN rows x one chunk (64 bytes), no swizzle (the MMA warps' reads of 64 bytes
+// per row are conflict-free as laid out), rows past the tensor zero-filled. The encode function comes
+// through the runtime's driver entry point (no link against libcuda), looked up once.
+inline cudaError_t weight_tensor_map(CUtensorMap& map, const void* codes, int64_t k, int64_t rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {cuuint64_t(k / 2), cuuint64_t(rows)};
+  const cuuint64_t pitch[1] = {cuuint64_t(k / 2)};
+  const cuuint32_t box[2] = {kChunkK / 2, kTileN}, unit[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(codes), dims, pitch, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
@@ -578,8 +753,13 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopDeep, "main loop");
-  auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
+  if (kLoop == kLoopBulk && a.groups * a.n > INT32_MAX) return kBadArgument;  // TMA's row coordinate is an int
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopDeep || kLoop == kLoopBulk, "main loop");
+  constexpr bool kBulk = kLoop == kLoopBulk;
+  auto kernel = [] {
+    if constexpr (kBulk) return nvfp4_skinny_bulk_kernel<T, kX4, Out, kTokenTiles, Act>;
+    else return nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
+  }();
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -591,7 +771,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     if (!queried[a.device]) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr, kBlockWarps<kLoop>);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
@@ -611,8 +791,15 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
-      cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
-  err = cudaLaunchKernelEx(&cfg, kernel, p);
+      cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr, kBlockWarps<kLoop>);
+  if constexpr (kBulk) {
+    CUtensorMap map;
+    err = weight_tensor_map(map, a.weight, a.k, a.groups * a.n);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    err = cudaLaunchKernelEx(&cfg, kernel, p, map);
+  } else {
+    err = cudaLaunchKernelEx(&cfg, kernel, p);
+  }
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
