@@ -274,6 +274,25 @@ struct LeanTokens {
   const uint8_t* xs[kTokenTiles];
 };
 
+// The token pointers of lane (g, q) at chunk 0 for the block of `count` tokens at row `block` (kX4: its
+// scale rows from `scale_row`).
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ LeanTokens<T, kTokenTiles> lean_tokens(Params const& p, int block, int count, int scale_row,
+                                                                  int g, int q) {
+  LeanTokens<T, kTokenTiles> lt;
+#pragma unroll
+  for (int m = 0; m < kTokenTiles; ++m) {
+    const int tok = min(8 * m + g, count - 1);
+    if constexpr (kX4) {
+      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + quad_code_offset(q);
+      lt.xs[m] = p.x_scales + scale_row_offset(scale_row + tok, p.scale_cols) + quad_scale_offset(q);
+    } else {
+      lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
+    }
+  }
+  return lt;
+}
+
 // The MMAs of one chunk. kLean: no predicates (lt gives the token pointers, the chunk lies inside K).
 template <class T, bool kX4, int kTokenTiles, bool kLean = false>
 __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
@@ -357,17 +376,7 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
     codes[t] = wr.codes + quad_code_offset(q);
     scales[t] = wr.scales + quad_scale_offset(q);
   }
-  LeanTokens<T, kTokenTiles> lt;
-#pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
-    const int tok = min(8 * m + g, count - 1);
-    if constexpr (kX4) {
-      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + quad_code_offset(q);
-      lt.xs[m] = p.x_scales + scale_row_offset(scale_row + tok, p.scale_cols) + quad_scale_offset(q);
-    } else {
-      lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
-    }
-  }
+  LeanTokens<T, kTokenTiles> lt = lean_tokens<T, kX4, kTokenTiles>(p, block, count, scale_row, g, q);
   // kStepped: the pointers above move to chunk c (c_begin, then each iteration's first chunk) and
   // a load or MMA names its chunk by the offset from c, a constant once the loop is unrolled.
   // Otherwise they stay at chunk 0 and name the chunk itself.
@@ -499,17 +508,7 @@ __device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkR
                                              Params const& p, int wrow, int stripe_row, int block, int count,
                                              int scale_row, int c_begin, int c_end, int g, int q, int& stage) {
   const int c_full = min(c_end, p.k / kChunkK);
-  LeanTokens<T, kTokenTiles> lt;  // chunk 0 of each token tile's token (mma_chunk adds the chunk)
-#pragma unroll
-  for (int m = 0; m < kTokenTiles; ++m) {
-    const int tok = min(8 * m + g, count - 1);
-    if constexpr (kX4) {
-      lt.xq[m] = static_cast<const uint8_t*>(p.x) + int64_t(block + tok) * (p.k / 2) + quad_code_offset(q);
-      lt.xs[m] = p.x_scales + scale_row_offset(scale_row + tok, p.scale_cols) + quad_scale_offset(q);
-    } else {
-      lt.x[m] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 32 * q;
-    }
-  }
+  const LeanTokens<T, kTokenTiles> lt = lean_tokens<T, kX4, kTokenTiles>(p, block, count, scale_row, g, q);
   int code_at[kN8PerWarp], scale_at[kN8PerWarp];  // the lane's bytes within a chunk of the ring
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) {
