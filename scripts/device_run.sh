@@ -14,14 +14,17 @@
 #                                              # stepped loop), skinny lean loop, CUTLASS, bf16 cuBLAS;
 #                                              # PROFILE_ARGS="--m 8 --n 4096 --k 4096"; and the default
 #                                              # skinny kernel's stall samples per SASS instruction:
-#                                              # ncu-skinny-sass.csv),
+#                                              # ncu-skinny-sass.csv; PROFILE_KERNELS="skinny deep bulk bf16"
+#                                              # picks the kernels), loops (the skinny kernel's main loops
+#                                              # against bf16 cuBLAS at 1, 8 and 16 tokens: kernels of
+#                                              # --set skinny),
 #                                              # pack (tar the JIT cache)
 #
 # Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
 # (add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`). Quickest for the skinny kernel alone:
-# BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" bash scripts/device_run.sh build test
-# (--set skinny, 83 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries)
-# then python3 perf/nvfp4_explore.py --ms 1,8 --candidates loops (its main loops against bf16 cuBLAS).
+# BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" PROFILE_KERNELS="skinny deep bulk bf16" \
+#   bash scripts/device_run.sh build test loops profile
+# (--set skinny, 83 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
 set -uo pipefail
@@ -90,8 +93,11 @@ if has decode; then
   mkdir -p "$OUT/decode"
   timeout 420 python3 perf/nvfp4_explore.py --ms 1,8,16,64 --candidates skinny --grouped decode --out "$OUT/decode" || status=1
 fi
+if has loops; then
+  timeout 300 python3 perf/nvfp4_explore.py --ms 1,8,16 --candidates loops --out "$OUT/loops" || status=1
+fi
 if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware counters: Firecracker machines)
-  for kernel in skinny lean cutlass bf16; do
+  for kernel in ${PROFILE_KERNELS:-skinny lean cutlass bf16}; do
     timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
       --section LaunchStats python3 perf/profile_nvfp4.py --kernel $kernel ${PROFILE_ARGS:-} > "$OUT/ncu-$kernel.txt" 2>&1 \
