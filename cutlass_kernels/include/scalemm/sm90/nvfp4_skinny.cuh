@@ -83,14 +83,17 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //    43% of the DRAM bandwidth in use at 8192^2, where the grid holds ~3 CTAs per SM anyway; this
 //    loop tests whether more bytes in flight per warp move that.
 //  kLoopBulk (a candidate, compiled, not yet timed): a fifth warp streams the CTA's weights into a
-//    ring of kBulkStages shared-memory stages with TMA (one 2D tensor copy of 64 rows x 64 bytes per
+//    ring of kBulkStages (4 at 1-2 token tiles) shared-memory stages with TMA (one 2D tensor copy of 64 rows x 64 bytes per
 //    chunk, one bulk copy of the chunks' two scale atoms per stage, mbarrier-tracked), and the four
 //    MMA warps read their codes and scales from there (LDS, conflict-free: a lane quad's 64 bytes per
 //    row, rows 64 bytes apart). The bytes in flight no longer cost the MMA warps registers, and the
 //    copies bypass L1's miss tracking (the register ring's 16-byte loads all go through it).
 enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3, kLoopBulk = 4 };
 constexpr int kBulkStageChunks = 2;  // chunks per stage of kLoopBulk
-constexpr int kBulkStages = 4;       // stages: 4 x 2 x (4 KB of codes + 1 KB of scale atoms) = 40 KB per CTA
+// stages: 4 x 2 x (4 KB of codes + 1 KB of scale atoms) = 40 KB per CTA at 1-2 token tiles; fewer with
+// more tiles, whose partial sums take more shared memory (all of it static: at most 48 KB)
+template <int kTokenTiles>
+constexpr int kBulkStages = kTokenTiles <= 2 ? 4 : kTokenTiles == 4 ? 3 : 2;
 template <int kLoop>
 constexpr int kBlockWarps = kLoop == kLoopBulk ? kWarps + 1 : kWarps;  // + the copy warp
 // chunks in the register ring of each main loop
@@ -460,11 +463,12 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // codes per row and chunk, rows 64 bytes apart: TMA's 64 x 64-byte box) and each chunk's two scale
 // atoms (1024 bytes: all 128 rows of the stripe, the CTA's 64 among them); `full` completes when a
 // stage's bytes have landed, `empty` when the four MMA warps have read it.
+template <int kStages>
 struct BulkRing {
-  alignas(128) uint8_t codes[kBulkStages][kBulkStageChunks][kTileN * (kChunkK / 2)];
-  alignas(16) uint8_t scales[kBulkStages][kBulkStageChunks][1024];
-  uint64_t full[kBulkStages];
-  uint64_t empty[kBulkStages];
+  alignas(128) uint8_t codes[kStages][kBulkStageChunks][kTileN * (kChunkK / 2)];
+  alignas(16) uint8_t scales[kStages][kBulkStageChunks][1024];
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
 };
 
 __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, uint64_t* bar, int x, int y) {
@@ -484,12 +488,13 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t
 // kLoopBulk, the copy warp's lane 0: the stages of chunks [c_begin, c_full) of the group's rows
 // n0 .. n0 + 63 (rows past the tensor: zeros from TMA; past n: the next group's rows, never stored).
 // `stage` counts the stages of the whole kernel (the ring's position and phase carry across blocks).
-__device__ __forceinline__ void bulk_produce(BulkRing& ring, const CUtensorMap* map, Params const& p, int group,
+template <int kStages>
+__device__ __forceinline__ void bulk_produce(BulkRing<kStages>& ring, const CUtensorMap* map, Params const& p, int group,
                                              int n0, int c_begin, int c_full, int& stage) {
   const uint8_t* scales = p.weight_scales + int64_t(group) * p.scale_group_bytes +
                           int64_t(n0 / 128) * 128 * p.scale_cols;  // the stripe's atoms; chunk c's pair at c * 1024
   for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
-    const int s = stage % kBulkStages, phase = (stage / kBulkStages) & 1;
+    const int s = stage % kStages, phase = (stage / kStages) & 1;
     const int n_chunks = min(kBulkStageChunks, c_full - c);
     cutlass::arch::ClusterBarrier::wait(&ring.empty[s], phase ^ 1);  // a fresh barrier passes parity 1
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
@@ -503,8 +508,8 @@ __device__ __forceinline__ void bulk_produce(BulkRing& ring, const CUtensorMap* 
 // kLoopBulk, an MMA warp: the same chunks from the ring, the CTA's rows wrow + g + 8t (wrow: the warp's
 // first row in the CTA; the CTA starts at row `stripe_row` of its 128-row scale stripe), then the
 // partial last chunk of K through the checked loads.
-template <class T, bool kX4, int kTokenTiles>
-__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing& ring, Lane<T, kX4> const& l,
+template <class T, bool kX4, int kTokenTiles, int kStages>
+__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing<kStages>& ring, Lane<T, kX4> const& l,
                                              Params const& p, int wrow, int stripe_row, int block, int count,
                                              int scale_row, int c_begin, int c_end, int g, int q, int& stage) {
   const int c_full = min(c_end, p.k / kChunkK);
@@ -517,7 +522,7 @@ __device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkR
     scale_at[t] = scale_atom_row_offset(stripe_row + r) + quad_scale_offset(q);
   }
   for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
-    const int s = stage % kBulkStages, phase = (stage / kBulkStages) & 1;
+    const int s = stage % kStages, phase = (stage / kStages) & 1;
     const int n_chunks = min(kBulkStageChunks, c_full - c);
     cutlass::arch::ClusterBarrier::wait(&ring.full[s], phase);
     WeightChunk w[kBulkStageChunks];
@@ -587,14 +592,15 @@ __device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* 
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
   Out* d = static_cast<Out*>(p.d);
 
-  [[maybe_unused]] BulkRing* ring = nullptr;
+  using Ring = BulkRing<kBulkStages<kTokenTiles>>;
+  [[maybe_unused]] Ring* ring = nullptr;
   [[maybe_unused]] int stage = 0;
   if constexpr (kBulk) {
-    __shared__ BulkRing ring_storage;
+    __shared__ Ring ring_storage;
     ring = &ring_storage;
     if (threadIdx.x == 0) {
 #pragma unroll
-      for (int i = 0; i < kBulkStages; ++i) {
+      for (int i = 0; i < kBulkStages<kTokenTiles>; ++i) {
         cutlass::arch::ClusterBarrier::init(&ring->full[i], 1);
         cutlass::arch::ClusterBarrier::init(&ring->empty[i], kWarps);
       }
@@ -611,8 +617,9 @@ __device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* 
         if (lane == 0) bulk_produce(*ring, map, p, group, n0, c_begin, min(c_end, p.k / kChunkK), stage);
       } else {
         const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
-        bulk_consume<T, kX4, kTokenTiles>(acc, *ring, lane_src, p, warp * (8 * kN8PerWarp), n0 % 128, block, count,
-                                          scale_row + (block - first), c_begin, c_end, g, q, stage);
+        bulk_consume<T, kX4, kTokenTiles, kBulkStages<kTokenTiles>>(acc, *ring, lane_src, p, warp * (8 * kN8PerWarp),
+                                                                    n0 % 128, block, count, scale_row + (block - first),
+                                                                    c_begin, c_end, g, q, stage);
       }
     } else {
       const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
