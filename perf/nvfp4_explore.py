@@ -30,9 +30,9 @@ from quant_bench import moe_routing_counts  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
-                                                default_nvfp4_grouped_config, skinny_config_for_groups,
-                                                default_nvfp4_skinny_config, skinny_config_for_tokens)
+from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
+                                            default_nvfp4_grouped_config, skinny_config_for_groups,
+                                            default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
                                  grouped_gemm_nvfp4, skinny_by_default)
 

@@ -18,8 +18,7 @@ from dataclasses import replace
 import torch
 
 import scalemm
-from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_for_tokens
-from scalemm.cutlass_kernels.configs.sm90 import SKINNY_MAINLOOPS
+from scalemm.cutlass_kernels.configs import SKINNY_MAINLOOPS, default_nvfp4_config, skinny_config_for_tokens
 
 
 def main():

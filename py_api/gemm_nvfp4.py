@@ -25,9 +25,8 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .arch import configs_for, gpu_info
-from .cutlass_kernels.configs import (GemmConfig, SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
-                                      nvfp4_cpp, skinny_cpp)
-from .cutlass_kernels.configs.sm90 import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS
+from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, GemmConfig, SkinnyConfig,
+                                      default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp, skinny_cpp)
 from .formats.base import check_host_offsets
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options

@@ -61,8 +61,7 @@ def nvfp4_gemms(dev):
     # the skinny kernel (each main loop: stepped, lean): a partial last chunk (K = 2080), N past its
     # 64-row tile, every split count (tests/guarded_reads.py checks reads outside the inputs, which
     # memcheck cannot see inside torch's allocator segments)
-    from scalemm.cutlass_kernels.configs import SkinnyConfig
-    from scalemm.cutlass_kernels.configs.sm90 import SKINNY_MAINLOOPS
+    from scalemm.cutlass_kernels.configs import SKINNY_MAINLOOPS, SkinnyConfig
     ws = scalemm.quantize_nvfp4(torch.randn(200, 2080, device=dev, dtype=torch.bfloat16), scaling="token")
     for M, tiles in ((1, 1), (9, 2), (33, 8)):
         x = torch.randn(M, 2080, device=dev, dtype=torch.bfloat16)

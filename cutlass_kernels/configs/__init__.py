@@ -23,8 +23,8 @@ from .shapes import (DECODE_M, MODEL_LINEAR_SHAPES, MODEL_PRESETS, PREFILL_M, lo
 from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmConfig, default_build_set,
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
                    default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, sweep_configs, tuning_candidates,
-                   SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_groups, skinny_config_for_tokens,
-                   skinny_cpp)
+                   SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, default_nvfp4_skinny_config,
+                   skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
 
 _ARCHS: dict[str, ModuleType] = {"sm90": sm90}
 
@@ -45,6 +45,6 @@ def for_arch(arch: str) -> ModuleType:
 
 __all__ = ["for_arch", "archs", "sm90", "GemmConfig", "default_config", "default_grouped_config",
            "default_wgrad_config", "default_nvfp4_config", "default_nvfp4_grouped_config", "default_build_set",
-           "nvfp4_cpp", "SkinnyConfig", "default_nvfp4_skinny_config", "skinny_config_for_groups", "skinny_config_for_tokens", "skinny_cpp", "tuning_candidates", "grouped_tuning_candidates", "TUNING_CANDIDATES", "GROUPED_TUNING_CANDIDATES", "ELEMENTS",
+           "nvfp4_cpp", "SkinnyConfig", "SKINNY_DEFAULT_MAINLOOP", "SKINNY_MAINLOOPS", "default_nvfp4_skinny_config", "skinny_config_for_groups", "skinny_config_for_tokens", "skinny_cpp", "tuning_candidates", "grouped_tuning_candidates", "TUNING_CANDIDATES", "GROUPED_TUNING_CANDIDATES", "ELEMENTS",
            "MODEL_LINEAR_SHAPES", "MODEL_PRESETS", "DECODE_M", "PREFILL_M", "sweep_points", "sweep_configs",
            "load_model", "model_linear_shapes", "model_gemm_shapes"]

@@ -74,20 +74,21 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //  kLoopLean (the previous default, kept as the measured baseline): the same loads, each address
 //    computed from the chunk index, without the fetch hint: 1.01-1.18x kLoopStepped's time (H100, 1-8
 //    tokens, four layer shapes).
-// Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
-// H100), a cp.async ring in shared memory (1.26-1.67x), and on top of kLoopStepped L1 prefetches of
-// the next chunks' tokens (no gain) or L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower).
 //  kLoopDeep (a candidate, compiled, not yet timed): kLoopStepped with a ring of 6 chunks and, at 1-2
 //    token tiles, a bound of 3 CTAs per SM (~166 registers, no spills at 1 tile): twice the weight
 //    bytes in flight per warp. ncu put ~59% of the stepped loop's stall cycles on global loads with
 //    43% of the DRAM bandwidth in use at 8192^2, where the grid holds ~3 CTAs per SM anyway; this
 //    loop tests whether more bytes in flight per warp move that.
 //  kLoopBulk (a candidate, compiled, not yet timed): a fifth warp streams the CTA's weights into a
-//    ring of kBulkStages (4 at 1-2 token tiles) shared-memory stages with TMA (one 2D tensor copy of 64 rows x 64 bytes per
-//    chunk, one bulk copy of the chunks' two scale atoms per stage, mbarrier-tracked), and the four
-//    MMA warps read their codes and scales from there (LDS, conflict-free: a lane quad's 64 bytes per
-//    row, rows 64 bytes apart). The bytes in flight no longer cost the MMA warps registers, and the
-//    copies bypass L1's miss tracking (the register ring's 16-byte loads all go through it).
+//    ring of kBulkStages shared-memory stages (4 at 1-2 token tiles) with TMA (one 2D tensor copy of
+//    64 rows x 64 bytes per chunk, one bulk copy of the chunks' two scale atoms per stage,
+//    mbarrier-tracked), and the four MMA warps read their codes and scales from there (LDS,
+//    conflict-free: a lane quad's 64 bytes per row, rows 64 bytes apart). The bytes in flight no
+//    longer cost the MMA warps registers, and the copies bypass L1's miss tracking (the register
+//    ring's 16-byte loads all go through it).
+// Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
+// H100), a cp.async ring in shared memory (1.26-1.67x), and on top of kLoopStepped L1 prefetches of
+// the next chunks' tokens (no gain) or L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower).
 enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3, kLoopBulk = 4 };
 constexpr int kBulkStageChunks = 2;  // chunks per stage of kLoopBulk
 // stages: 4 x 2 x (4 KB of codes + 1 KB of scale atoms) = 40 KB per CTA at 1-2 token tiles; fewer with
@@ -267,9 +268,9 @@ __device__ __forceinline__ uint32_t decode_pair(CodeWord const& w, int byte, uin
   return mul2<T>(e2m1x2_tiny_clean<T>(prmt(w.even, w.odd, sel)), scale_pair);  // not __byte_perm: sign bytes
 }
 
-// kLoopLean: per token tile m, where token min(8 m + g, count - 1) of the block starts (chunk 0):
-// W4A16 its elements [32 q, ...), W4A4 its codes and its scale pair. Tokens past the block read the
-// block's last token: they only feed MMA columns whose outputs are never stored.
+// The unpredicated loops: per token tile m, where token min(8 m + g, count - 1) of the block starts
+// (chunk 0): W4A16 its elements [32 q, ...), W4A4 its codes and its scale pair. Tokens past the block
+// read the block's last token: they only feed MMA columns whose outputs are never stored.
 template <class T, int kTokenTiles>
 struct LeanTokens {
   const T* x[kTokenTiles];
@@ -361,9 +362,21 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
   }
 }
 
-// The unpredicated main loop (kLoopStepped and kLoopDeep: kStepped; kLoopLean) over the chunks [c_begin, c_end) of one block
-// of `count` tokens starting at token row `block` (scale row `scale_row`), for lane (g, q) of the warp
-// whose rows start at wrow0.
+// After the unpredicated chunks [c_begin, c_full): the partial last chunk of K, if this split has it,
+// through the checked loads.
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ void partial_chunk(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
+                                              int c_begin, int c_end, int c_full, int g) {
+  if (c_full >= c_begin && c_full < c_end) {
+    WeightChunk wc;
+    load_weights(wc, l, c_full);
+    mma_chunk<T, kX4, kTokenTiles>(acc, wc, l, p, c_full, g);
+  }
+}
+
+// The register-ring main loops (kLoopStepped and kLoopDeep: kStepped; kLoopLean) over the chunks
+// [c_begin, c_end) of one block of `count` tokens starting at token row `block` (scale row
+// `scale_row`), for lane (g, q) of the warp whose rows start at wrow0.
 template <class T, bool kX4, int kTokenTiles, int kLoop>
 __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
@@ -423,11 +436,7 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
     }
     if constexpr (kStepped) step(kRingChunks);
   }
-  if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
-    WeightChunk wc;
-    load_weights(wc, l, c_full);
-    mma_chunk<T, kX4, kTokenTiles>(acc, wc, l, p, c_full, g);
-  }
+  partial_chunk(acc, l, p, c_begin, c_end, c_full, g);
 }
 
 // The epilogue of one output element of group `group`, token row `row`, column `col`:
@@ -489,8 +498,8 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t
 // n0 .. n0 + 63 (rows past the tensor: zeros from TMA; past n: the next group's rows, never stored).
 // `stage` counts the stages of the whole kernel (the ring's position and phase carry across blocks).
 template <int kStages>
-__device__ __forceinline__ void bulk_produce(BulkRing<kStages>& ring, const CUtensorMap* map, Params const& p, int group,
-                                             int n0, int c_begin, int c_full, int& stage) {
+__device__ __forceinline__ void bulk_produce(BulkRing<kStages>& ring, const CUtensorMap* map, Params const& p,
+                                             int group, int n0, int c_begin, int c_full, int& stage) {
   const uint8_t* scales = p.weight_scales + int64_t(group) * p.scale_group_bytes +
                           int64_t(n0 / 128) * 128 * p.scale_cols;  // the stripe's atoms; chunk c's pair at c * 1024
   for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
@@ -509,9 +518,10 @@ __device__ __forceinline__ void bulk_produce(BulkRing<kStages>& ring, const CUte
 // first row in the CTA; the CTA starts at row `stripe_row` of its 128-row scale stripe), then the
 // partial last chunk of K through the checked loads.
 template <class T, bool kX4, int kTokenTiles, int kStages>
-__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing<kStages>& ring, Lane<T, kX4> const& l,
-                                             Params const& p, int wrow, int stripe_row, int block, int count,
-                                             int scale_row, int c_begin, int c_end, int g, int q, int& stage) {
+__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing<kStages>& ring,
+                                             Lane<T, kX4> const& l, Params const& p, int wrow, int stripe_row,
+                                             int block, int count, int scale_row, int c_begin, int c_end, int g,
+                                             int q, int& stage) {
   const int c_full = min(c_end, p.k / kChunkK);
   const LeanTokens<T, kTokenTiles> lt = lean_tokens<T, kX4, kTokenTiles>(p, block, count, scale_row, g, q);
   int code_at[kN8PerWarp], scale_at[kN8PerWarp];  // the lane's bytes within a chunk of the ring
@@ -540,11 +550,7 @@ __device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkR
     for (int j = 0; j < kBulkStageChunks; ++j)
       if (j < n_chunks) mma_chunk<T, kX4, kTokenTiles, true>(acc, w[j], l, p, c + j, g, &lt);
   }
-  if (c_full >= c_begin && c_full < c_end) {  // the partial last chunk of K: the checked loads
-    WeightChunk wc;
-    load_weights(wc, l, c_full);
-    mma_chunk<T, kX4, kTokenTiles>(acc, wc, l, p, c_full, g);
-  }
+  partial_chunk(acc, l, p, c_begin, c_end, c_full, g);
 }
 
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
