@@ -14,7 +14,7 @@
 #                                              # stepped loop), skinny lean loop, CUTLASS, bf16 cuBLAS;
 #                                              # PROFILE_ARGS="--m 8 --n 4096 --k 4096"; and the default
 #                                              # skinny kernel's stall samples per SASS instruction:
-#                                              # ncu-skinny-sass.csv; PROFILE_KERNELS="skinny deep bulk bf16"
+#                                              # ncu-skinny-sass.csv; PROFILE_KERNELS="skinny lean bf16"
 #                                              # picks the kernels), loops (the skinny kernel's main loops
 #                                              # against bf16 cuBLAS at 1, 8 and 16 tokens: kernels of
 #                                              # --set skinny),
@@ -22,9 +22,9 @@
 #
 # Skinny / decode work in one call: BUILD_SETS="--set decode" bash scripts/device_run.sh build decode profile
 # (add TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" and `test`). Quickest for the skinny kernel alone:
-# BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" PROFILE_KERNELS="skinny deep bulk bf16" \
+# BUILD_SETS="--set skinny" TESTS="tests/test_nvfp4_gemm_gpu.py -k skinny" PROFILE_KERNELS="skinny lean bf16" \
 #   bash scripts/device_run.sh build test loops profile
-# (--set skinny, 83 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries).
+# (--set skinny, 51 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
 # to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
 set -uo pipefail

@@ -6,6 +6,7 @@ import torch
 import scalemm
 from scalemm import reference as ref
 from scalemm.gemm_nvfp4 import _chunk_permutation, prepare_sm90_weight
+from scalemm.cutlass_kernels.configs import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS
 
 
 def _data(*shape, seed=0):
@@ -213,9 +214,10 @@ def test_decode_kernel_set():
     names = [s.name for s in kernel_set("decode")]
     assert len(names) == len(set(names))
     skinny = {n for n in names if "skinny" in n}
-    for loop in ("lean", "deep", "bulk"):  # every main loop's kernels, the default's without a suffix
+    others = [loop for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP]
+    for loop in others:  # every main loop's kernels, the default's without a suffix
         assert any(f"_{loop}_" in n for n in skinny)
-    assert any(all(f"_{loop}_" not in n for loop in ("lean", "deep", "bulk")) for n in skinny)
+    assert any(all(f"_{loop}_" not in n for loop in others) for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
     # --set skinny: the same skinny kernels and the bf16 quantizers only, all of them in --set decode

@@ -172,7 +172,7 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
-SKINNY_LOOPS = ["stepped", "lean", "deep", "bulk"]  # SkinnyConfig.mainloop: the default, the baseline, candidates
+SKINNY_LOOPS = ["stepped", "lean"]  # SkinnyConfig.mainloop: the default, the baseline
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 
@@ -207,7 +207,7 @@ def test_skinny_reads_stay_inside_inputs(loop, guarded_reads):
     assert len(ran) == 2 * (len(cases.DENSE_CASES) + len(cases.GROUPED_CASES)), tail  # both sides of every case
 
 
-@pytest.mark.parametrize("N,K", [(4096, 4096), (576, 7168), (4096, 4224), (130, 4192)])
+@pytest.mark.parametrize("N,K", [(4096, 4096), (576, 7168), (4096, 4224), (136, 4192)])  # 136: a partial tile
 def test_skinny_loops_agree_bit_for_bit(N, K):
     """Every main loop makes the same loads and MMAs in the same order, so at a fixed split count
     (which sets the order of the cross-CTA sum) their outputs are identical, W4A16 and W4A4."""

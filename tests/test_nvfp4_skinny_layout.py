@@ -355,46 +355,6 @@ def test_lane_model_grouped_reproduces_the_exact_gemm(sizes, token_tiles, splits
     assert ((got - want).norm() / want.norm()).item() < 1e-12
 
 
-@pytest.mark.parametrize("G,N,K", [(1, 200, 384), (3, 72, 416), (2, 128, 256)])
-def test_bulk_ring_holds_what_the_lanes_load(G, N, K):
-    """kLoopBulk: a stage as TMA and the bulk copy fill it (rows n0 .. n0 + 63 of the [G * N rows, K / 2]
-    code tensor, chunk c's 64 bytes each, zeros past the tensor; the scale stripe's bytes
-    [c * 1024, c * 1024 + 1024)), read at bulk_consume's offsets, gives every lane the bytes
-    load_weights reads from global memory, for every row that exists (rows past N are never stored)."""
-    gen = torch.Generator().manual_seed(G * N + K)
-    w = scalemm.quantize_nvfp4_stacked(torch.randn(G, N, K, generator=gen).to(torch.bfloat16), scaling="token")
-    codes = w.qdata.contiguous().view(-1).tolist()
-    scales = w.scales.contiguous().view(torch.uint8).view(-1).tolist()
-    cp = -(-(K // 16) // 4) * 4
-    scale_group_bytes = -(-N // 128) * 128 * cp
-    row_bytes = K // 2
-    checked = 0
-    for grp in range(G):
-        for n0 in range(0, N, TILE_N):
-            for c in range(K // CHUNK_K):  # the chunks the ring carries: wholly inside K
-                stage_codes = []
-                for r in range(TILE_N):
-                    y = grp * N + n0 + r
-                    start = y * row_bytes + c * (CHUNK_K // 2)
-                    stage_codes.append(bytes(codes[start:start + 64]) if y < G * N else bytes(64))
-                stripe = grp * scale_group_bytes + (n0 // 128) * 128 * cp + c * 1024
-                stage_scales = scales[stripe:stripe + 1024]
-                for warp in range(4):
-                    want_codes, want_scales = _load_weights(codes, scales, grp, N, K, cp, scale_group_bytes, n0, warp, c)
-                    for lane in range(32):
-                        g, q = lane // 4, lane % 4
-                        for t in range(N8_PER_WARP):
-                            r = warp * (8 * N8_PER_WARP) + g + 8 * t
-                            if n0 + r >= N:
-                                continue
-                            sr = n0 % 128 + r
-                            at = (sr % 32) * 16 + (sr // 32) * 4 + (q // 2) * 512 + 2 * (q & 1)
-                            assert stage_codes[r][16 * q:16 * q + 16] == want_codes[lane][t]
-                            assert (stage_scales[at], stage_scales[at + 1]) == want_scales[lane][t]
-                            checked += 1
-    assert checked > 0
-
-
 def test_lane_model_grouped_clamps_bad_offsets():
     """Offsets past T or decreasing: rows are clamped into [0, T], nothing outside is read or written."""
     G, N, K, T = 3, 16, 64, 10

@@ -186,9 +186,8 @@ class SkinnyConfig:
     mainloop (compiled), how the weights stream: "stepped" (the default: a ring of chunks in registers
     with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
     128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
-    loads addressed from the chunk index; 1.01-1.18x the time on an H100), or one of two candidates
-    not yet run on a GPU: "deep" (stepped with a ring of 6 chunks instead of 3, 3 CTAs per SM) and
-    "bulk" (a fifth warp streams the weights into a shared-memory ring with TMA; perf/NOTES.md)."""
+    loads addressed from the chunk index; 1.01-1.18x the time on an H100). perf/NOTES.md has the loops
+    that were measured and lost."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
@@ -217,7 +216,7 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "deep": "kLoopDeep", "bulk": "kLoopBulk"}
+SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean"}
 SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 

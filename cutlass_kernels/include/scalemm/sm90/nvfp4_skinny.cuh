@@ -37,11 +37,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <cooperative_groups.h>
-#include <cuda.h>  // CUtensorMap and its encode function's types (called through the runtime's driver entry point)
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include "cutlass/arch/barrier.h"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/epilogue/thread/activation.h"
@@ -74,39 +71,21 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //  kLoopLean (the previous default, kept as the measured baseline): the same loads, each address
 //    computed from the chunk index, without the fetch hint: 1.01-1.18x kLoopStepped's time (H100, 1-8
 //    tokens, four layer shapes).
-//  kLoopDeep (a candidate, compiled, not yet timed): kLoopStepped with a ring of 6 chunks and, at 1-2
-//    token tiles, a bound of 3 CTAs per SM (~166 registers, no spills at 1 tile): twice the weight
-//    bytes in flight per warp. ncu put ~59% of the stepped loop's stall cycles on global loads with
-//    43% of the DRAM bandwidth in use at 8192^2, where the grid holds ~3 CTAs per SM anyway; this
-//    loop tests whether more bytes in flight per warp move that.
-//  kLoopBulk (a candidate, compiled, not yet timed): a fifth warp streams the CTA's weights into a
-//    ring of kBulkStages shared-memory stages (4 at 1-2 token tiles) with TMA (one 2D tensor copy of
-//    64 rows x 64 bytes per chunk, one bulk copy of the chunks' two scale atoms per stage,
-//    mbarrier-tracked), and the four MMA warps read their codes and scales from there (LDS,
-//    conflict-free: a lane quad's 64 bytes per row, rows 64 bytes apart). The bytes in flight no
-//    longer cost the MMA warps registers, and the copies bypass L1's miss tracking (the register
-//    ring's 16-byte loads all go through it).
-// Measured and removed: a predicated register ring (1.07-1.25x kLoopLean's time at 1-8 tokens on an
-// H100), a cp.async ring in shared memory (1.26-1.67x), and on top of kLoopStepped L1 prefetches of
-// the next chunks' tokens (no gain) or L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower).
-enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopDeep = 3, kLoopBulk = 4 };
-constexpr int kBulkStageChunks = 2;  // chunks per stage of kLoopBulk
-// stages: 4 x 2 x (4 KB of codes + 1 KB of scale atoms) = 40 KB per CTA at 1-2 token tiles; fewer with
-// more tiles, whose partial sums take more shared memory (all of it static: at most 48 KB)
-template <int kTokenTiles>
-constexpr int kBulkStages = kTokenTiles <= 2 ? 4 : kTokenTiles == 4 ? 3 : 2;
-template <int kLoop>
-constexpr int kBlockWarps = kLoop == kLoopBulk ? kWarps + 1 : kWarps;  // + the copy warp
-// chunks in the register ring of each main loop
-template <int kLoop>
-constexpr int kRing = kLoop == kLoopDeep ? 6 : kPrefetch;
+// Measured and removed (H100, perf/NOTES.md): a predicated register ring (1.07-1.25x kLoopLean's time at
+// 1-8 tokens), a cp.async ring in shared memory (1.26-1.67x); on top of kLoopStepped: L1 prefetches of
+// the next chunks' tokens (no gain), L2 prefetches of the weights 6 chunks ahead (1.1-1.4x slower), a
+// 6-chunk ring at 3 CTAs per SM ("deep": 1.03-1.19x slower at 1-8 tokens), a fifth warp streaming the
+// weights into a 4-stage shared-memory ring with TMA ("bulk": 1.12-1.18x slower), and each chunk's
+// tokens loaded one chunk early ("ahead": W4A16 1.01-1.06x slower, W4A4 0.97-1.05x; faster only under
+// ncu's cache flush).
+enum : int { kLoopLean = 1, kLoopStepped = 2 };
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
 // without it) and was faster (up to 11%) or even. 4 and 8 tiles spill in the loop under a bound.
 // (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.)
 template <int kTokenTiles, int kLoop>
-constexpr int kMinBlocks = kTokenTiles <= 2 ? (kLoop == kLoopDeep ? 3 : 4) : 0;  // kLoopBulk: 4 CTAs of 5 warps
+constexpr int kMinBlocks = kTokenTiles <= 2 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
@@ -297,11 +276,36 @@ __device__ __forceinline__ LeanTokens<T, kTokenTiles> lean_tokens(Params const& 
   return lt;
 }
 
-// The MMAs of one chunk. kLean: no predicates (lt gives the token pointers, the chunk lies inside K).
+// One chunk of one lane's tokens, per token tile m (token 8m + g): W4A16 its elements [32q + 8j, 32q + 8j + 8)
+// in x[m][j], j = 0..3; kX4 its 16 bytes of codes in x[m][0] and its scale pair in scales[m].
+template <bool kX4, int kTokenTiles>
+struct TokenChunk {
+  uint4 x[kTokenTiles][kX4 ? 1 : 4];
+  uint32_t scales[kTokenTiles];
+};
+
+// The unpredicated loops' token loads of chunk `chunk` (counted from where lt's pointers are).
+template <class T, bool kX4, int kTokenTiles>
+__device__ __forceinline__ void load_tokens(TokenChunk<kX4, kTokenTiles>& tc, LeanTokens<T, kTokenTiles> const& lt,
+                                            int chunk) {
+#pragma unroll
+  for (int m = 0; m < kTokenTiles; ++m) {
+    if constexpr (kX4) {
+      tc.x[m][0] = __ldg(reinterpret_cast<const uint4*>(lt.xq[m] + int64_t(chunk) * (kChunkK / 2)));
+      tc.scales[m] = __ldg(reinterpret_cast<const uint16_t*>(lt.xs[m] + int64_t(chunk) * 1024));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        tc.x[m][j] = __ldg(reinterpret_cast<const uint4*>(lt.x[m] + int64_t(chunk) * kChunkK + 8 * j));
+    }
+  }
+}
+
+// The MMAs of one chunk. kLean: no predicates (tc holds the chunk's tokens, the chunk lies inside K).
 template <class T, bool kX4, int kTokenTiles, bool kLean = false>
 __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
                                           Params const& p, int chunk, int g,
-                                          LeanTokens<T, kTokenTiles> const* lt = nullptr) {
+                                          TokenChunk<kX4, kTokenTiles> const* tc = nullptr) {
   const bool k_ok = kLean || chunk < l.chunks_ok;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
@@ -314,8 +318,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     for (int m = 0; m < kTokenTiles; ++m) {
       uint32_t sc = 0;
       if constexpr (kLean) {
-        xcodes[m] = __ldg(reinterpret_cast<const uint4*>(lt->xq[m] + int64_t(chunk) * (kChunkK / 2)));
-        sc = __ldg(reinterpret_cast<const uint16_t*>(lt->xs[m] + int64_t(chunk) * 1024));
+        xcodes[m] = tc->x[m][0];
+        sc = tc->scales[m];
       } else {
         xcodes[m] = make_uint4(0, 0, 0, 0);
         if (k_ok && m < l.tile_ok) {
@@ -339,7 +343,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
       } else {
         uint4 v = make_uint4(0, 0, 0, 0);
         if constexpr (kLean)
-          v = __ldg(reinterpret_cast<const uint4*>(lt->x[m] + int64_t(chunk) * kChunkK + 8 * j));
+          v = tc->x[m][j];
         else if (k_ok && m < l.tile_ok)
           v = __ldg(reinterpret_cast<const uint4*>(l.x + m * l.x_tile_stride + int64_t(chunk) * kChunkK + 8 * j));
         b[m][0] = v.x, b[m][1] = v.y, b[m][2] = v.z, b[m][3] = v.w;
@@ -374,7 +378,7 @@ __device__ __forceinline__ void partial_chunk(float (&acc)[kTokenTiles][4], Lane
   }
 }
 
-// The register-ring main loops (kLoopStepped and kLoopDeep: kStepped; kLoopLean) over the chunks
+// The register-ring main loops (kLoopStepped; kLoopLean) over the chunks
 // [c_begin, c_end) of one block of `count` tokens starting at token row `block` (scale row
 // `scale_row`), for lane (g, q) of the warp whose rows start at wrow0.
 template <class T, bool kX4, int kTokenTiles, int kLoop>
@@ -382,7 +386,6 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
                                           int c_end, int g, int q) {
   constexpr bool kStepped = kLoop != kLoopLean;
-  constexpr int kRingChunks = kRing<kLoop>;
   const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
   const uint8_t* codes[kN8PerWarp];
   const uint8_t* scales[kN8PerWarp];
@@ -421,20 +424,24 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
   };
   const int origin = kStepped ? c_begin : 0;  // the chunk the pointers are at, for the prologue
   if constexpr (kStepped) step(c_begin);
-  WeightChunk ring[kRingChunks];
+  WeightChunk ring[kPrefetch];
 #pragma unroll
-  for (int i = 0; i < kRingChunks; ++i)
+  for (int i = 0; i < kPrefetch; ++i)
     if (c_begin + i < c_full) load(ring[i], c_begin - origin + i);
-  for (int c = c_begin; c < c_full; c += kRingChunks) {
+  // slot i's tokens, loaded for its MMAs (one per slot: the form that was timed; ptxas schedules one
+  // reused chunk differently)
+  TokenChunk<kX4, kTokenTiles> tokens[kPrefetch];
+  for (int c = c_begin; c < c_full; c += kPrefetch) {
     const int at = kStepped ? 0 : c;  // chunk c + i is `at + i` from the pointers
 #pragma unroll
-    for (int i = 0; i < kRingChunks; ++i) {
+    for (int i = 0; i < kPrefetch; ++i) {
       if (c + i < c_full) {
-        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, at + i, g, &lt);
-        if (c + i + kRingChunks < c_full) load(ring[i], at + i + kRingChunks);  // into the registers just read
+        load_tokens(tokens[i], lt, at + i);
+        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, at + i, g, &tokens[i]);
+        if (c + i + kPrefetch < c_full) load(ring[i], at + i + kPrefetch);  // into the registers just read
       }
     }
-    if constexpr (kStepped) step(kRingChunks);
+    if constexpr (kStepped) step(kPrefetch);
   }
   partial_chunk(acc, l, p, c_begin, c_end, c_full, g);
 }
@@ -468,105 +475,18 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
   }
 }
 
-// kLoopBulk's shared-memory ring: per stage kBulkStageChunks chunks of the CTA's 64 rows (64 bytes of
-// codes per row and chunk, rows 64 bytes apart: TMA's 64 x 64-byte box) and each chunk's two scale
-// atoms (1024 bytes: all 128 rows of the stripe, the CTA's 64 among them); `full` completes when a
-// stage's bytes have landed, `empty` when the four MMA warps have read it.
-template <int kStages>
-struct BulkRing {
-  alignas(128) uint8_t codes[kStages][kBulkStageChunks][kTileN * (kChunkK / 2)];
-  alignas(16) uint8_t scales[kStages][kBulkStageChunks][1024];
-  uint64_t full[kStages];
-  uint64_t empty[kStages];
-};
-
-__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, uint64_t* bar, int x, int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-      ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(map),
-      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(x), "r"(y)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem), "r"(bytes),
-               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
-}
-
-// kLoopBulk, the copy warp's lane 0: the stages of chunks [c_begin, c_full) of the group's rows
-// n0 .. n0 + 63 (rows past the tensor: zeros from TMA; past n: the next group's rows, never stored).
-// `stage` counts the stages of the whole kernel (the ring's position and phase carry across blocks).
-template <int kStages>
-__device__ __forceinline__ void bulk_produce(BulkRing<kStages>& ring, const CUtensorMap* map, Params const& p,
-                                             int group, int n0, int c_begin, int c_full, int& stage) {
-  const uint8_t* scales = p.weight_scales + int64_t(group) * p.scale_group_bytes +
-                          int64_t(n0 / 128) * 128 * p.scale_cols;  // the stripe's atoms; chunk c's pair at c * 1024
-  for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
-    const int s = stage % kStages, phase = (stage / kStages) & 1;
-    const int n_chunks = min(kBulkStageChunks, c_full - c);
-    cutlass::arch::ClusterBarrier::wait(&ring.empty[s], phase ^ 1);  // a fresh barrier passes parity 1
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
-        &ring.full[s], uint32_t(n_chunks) * (sizeof(ring.codes[0][0]) + sizeof(ring.scales[0][0])));
-    for (int j = 0; j < n_chunks; ++j)
-      tma_load_2d(ring.codes[s][j], map, &ring.full[s], (c + j) * (kChunkK / 2), group * p.n + n0);
-    bulk_load(ring.scales[s][0], scales + int64_t(c) * 1024, uint32_t(n_chunks) * 1024, &ring.full[s]);
-  }
-}
-
-// kLoopBulk, an MMA warp: the same chunks from the ring, the CTA's rows wrow + g + 8t (wrow: the warp's
-// first row in the CTA; the CTA starts at row `stripe_row` of its 128-row scale stripe), then the
-// partial last chunk of K through the checked loads.
-template <class T, bool kX4, int kTokenTiles, int kStages>
-__device__ __forceinline__ void bulk_consume(float (&acc)[kTokenTiles][4], BulkRing<kStages>& ring,
-                                             Lane<T, kX4> const& l, Params const& p, int wrow, int stripe_row,
-                                             int block, int count, int scale_row, int c_begin, int c_end, int g,
-                                             int q, int& stage) {
-  const int c_full = min(c_end, p.k / kChunkK);
-  const LeanTokens<T, kTokenTiles> lt = lean_tokens<T, kX4, kTokenTiles>(p, block, count, scale_row, g, q);
-  int code_at[kN8PerWarp], scale_at[kN8PerWarp];  // the lane's bytes within a chunk of the ring
-#pragma unroll
-  for (int t = 0; t < kN8PerWarp; ++t) {
-    const int r = wrow + g + 8 * t;  // 0 .. 63
-    code_at[t] = r * (kChunkK / 2) + quad_code_offset(q);
-    scale_at[t] = scale_atom_row_offset(stripe_row + r) + quad_scale_offset(q);
-  }
-  for (int c = c_begin; c < c_full; c += kBulkStageChunks, ++stage) {
-    const int s = stage % kStages, phase = (stage / kStages) & 1;
-    const int n_chunks = min(kBulkStageChunks, c_full - c);
-    cutlass::arch::ClusterBarrier::wait(&ring.full[s], phase);
-    WeightChunk w[kBulkStageChunks];
-#pragma unroll
-    for (int j = 0; j < kBulkStageChunks; ++j) {
-#pragma unroll
-      for (int t = 0; t < kN8PerWarp; ++t) {
-        w[j].codes[t] = *reinterpret_cast<const uint4*>(ring.codes[s][j] + code_at[t]);
-        w[j].scales[t] = *reinterpret_cast<const uint16_t*>(ring.scales[s][j] + scale_at[t]);
-      }
-    }
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) cutlass::arch::ClusterBarrier::arrive(&ring.empty[s]);
-#pragma unroll
-    for (int j = 0; j < kBulkStageChunks; ++j)
-      if (j < n_chunks) mma_chunk<T, kX4, kTokenTiles, true>(acc, w[j], l, p, c + j, g, &lt);
-  }
-  partial_chunk(acc, l, p, c_begin, c_end, c_full, g);
-}
-
 // Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
-// kLoopBulk: `map` is the weights' TMA descriptor and a fifth warp copies; otherwise null.
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-__device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* map) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
-  constexpr bool kBulk = kLoop == kLoopBulk;
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
   constexpr int kPitch = kTileN + 4;  // floats per partial row (one row per token; + 4: no bank conflicts)
   __shared__ __align__(16) float partial[kTokens * kPitch];
-  __shared__ int bounds[kBlockWarps<kLoop>];
+  __shared__ int bounds[kWarps];
 
   const int group = blockIdx.z;
   // the group's rows [first, last), by the rule of every grouped kernel (scalemm.formats.layout.
@@ -583,7 +503,7 @@ __device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* 
     if (threadIdx.x % 32 == 0) bounds[threadIdx.x / 32] = m;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kBlockWarps<kLoop>; ++w) first = max(first, bounds[w]);
+    for (int w = 0; w < kWarps; ++w) first = max(first, bounds[w]);
     last = max(first, min(max(__ldg(p.offsets + group), 0), p.tokens));
     if (kX4) scale_row = __ldg(p.x_sf_offsets + group);
   }
@@ -598,52 +518,22 @@ __device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* 
   const int c_end = min(c_begin + p.chunks_per_split, chunks);
   Out* d = static_cast<Out*>(p.d);
 
-  using Ring = BulkRing<kBulkStages<kTokenTiles>>;
-  [[maybe_unused]] Ring* ring = nullptr;
-  [[maybe_unused]] int stage = 0;
-  if constexpr (kBulk) {
-    __shared__ Ring ring_storage;
-    ring = &ring_storage;
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int i = 0; i < kBulkStages<kTokenTiles>; ++i) {
-        cutlass::arch::ClusterBarrier::init(&ring->full[i], 1);
-        cutlass::arch::ClusterBarrier::init(&ring->empty[i], kWarps);
-      }
-      cutlass::arch::fence_barrier_init();
-    }
-    __syncthreads();
-  }
-
   for (int block = first; block < last; block += kTokens) {
     const int count = min(kTokens, last - block);
     float acc[kTokenTiles][4] = {};
-    if constexpr (kBulk) {
-      if (warp == kWarps) {  // the copy warp
-        if (lane == 0) bulk_produce(*ring, map, p, group, n0, c_begin, min(c_end, p.k / kChunkK), stage);
-      } else {
-        const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
-        bulk_consume<T, kX4, kTokenTiles, kBulkStages<kTokenTiles>>(acc, *ring, lane_src, p, warp * (8 * kN8PerWarp),
-                                                                    n0 % 128, block, count, scale_row + (block - first),
-                                                                    c_begin, c_end, g, q, stage);
-      }
-    } else {
-      const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
-      lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
-                                            scale_row + (block - first), c_begin, c_end, g, q);
-    }
+    const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
+    lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+                                          scale_row + (block - first), c_begin, c_end, g, q);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
-    if (!kBulk || warp < kWarps) {  // not the copy warp
 #pragma unroll
-      for (int m = 0; m < kTokenTiles; ++m) {
+    for (int m = 0; m < kTokenTiles; ++m) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
-          partial[(8 * m + 2 * q) * kPitch + row] = acc[m][2 * h] * kUnscale;
-          partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
-        }
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * (8 * kN8PerWarp) + 8 * h + g;
+        partial[(8 * m + 2 * q) * kPitch + row] = acc[m][2 * h] * kUnscale;
+        partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
       }
     }
     cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
@@ -667,18 +557,6 @@ __device__ __forceinline__ void skinny_body(Params const& p, const CUtensorMap* 
     }
     cluster.sync();  // the partials are read before the next block overwrites them or a CTA leaves
   }
-}
-
-template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
-  skinny_body<T, kX4, Out, kTokenTiles, kLoop, Act>(p, nullptr);
-}
-
-// kLoopBulk: the same with the weights' TMA descriptor (a __grid_constant__ parameter: TMA reads it there)
-template <class T, bool kX4, class Out, int kTokenTiles, class Act>
-__global__ void __launch_bounds__((kWarps + 1) * 32, kMinBlocks<kTokenTiles, kLoopBulk>)
-    nvfp4_skinny_bulk_kernel(const Params p, const __grid_constant__ CUtensorMap map) {
-  skinny_body<T, kX4, Out, kTokenTiles, kLoopBulk, Act>(p, &map);
 }
 
 // A CTA's fixed cost in chunks of streaming: its ring's first loads (exposed latency), the cluster
@@ -705,10 +583,10 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident
 
 // Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
 inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
-                                         cudaLaunchAttribute& attr, int warps = kWarps) {
+                                         cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
-  cfg.blockDim = dim3(unsigned(warps) * 32, 1, 1);
+  cfg.blockDim = dim3(unsigned(kWarps) * 32, 1, 1);
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
@@ -717,30 +595,6 @@ inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t grou
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   return cfg;
-}
-
-// kLoopBulk: the TMA descriptor of the codes [rows, k / 2] bytes (row pitch k / 2, a multiple of 16),
-// copied in boxes of kTileN rows x one chunk (64 bytes), no swizzle (the MMA warps' reads of 64 bytes
-// per row are conflict-free as laid out), rows past the tensor zero-filled. The encode function comes
-// through the runtime's driver entry point (no link against libcuda), looked up once.
-inline cudaError_t weight_tensor_map(CUtensorMap& map, const void* codes, int64_t k, int64_t rows) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {cuuint64_t(k / 2), cuuint64_t(rows)};
-  const cuuint64_t pitch[1] = {cuuint64_t(k / 2)};
-  const cuuint32_t box[2] = {kChunkK / 2, kTileN}, unit[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(codes), dims, pitch, box, unit,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
@@ -765,13 +619,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
     return kBadArgument;
   if (a.n == 0 || a.tokens == 0) return 0;
-  if (kLoop == kLoopBulk && a.groups * a.n > INT32_MAX) return kBadArgument;  // TMA's row coordinate is an int
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopDeep || kLoop == kLoopBulk, "main loop");
-  constexpr bool kBulk = kLoop == kLoopBulk;
-  auto kernel = [] {
-    if constexpr (kBulk) return nvfp4_skinny_bulk_kernel<T, kX4, Out, kTokenTiles, Act>;
-    else return nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
-  }();
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
+  const auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -783,7 +632,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     if (!queried[a.device]) {
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr, kBlockWarps<kLoop>);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
         fit[s] = int64_t(clusters) * s;
@@ -802,16 +651,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(per_split), static_cast<const int*>(a.offsets),
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg =
-      cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr, kBlockWarps<kLoop>);
-  if constexpr (kBulk) {
-    CUtensorMap map;
-    err = weight_tensor_map(map, a.weight, a.k, a.groups * a.n);
-    if (err != cudaSuccess) return static_cast<int>(err);
-    err = cudaLaunchKernelEx(&cfg, kernel, p, map);
-  } else {
-    err = cudaLaunchKernelEx(&cfg, kernel, p);
-  }
+  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
+  err = cudaLaunchKernelEx(&cfg, kernel, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
