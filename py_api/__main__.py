@@ -41,6 +41,7 @@ def _grouped_cases(name):
 # (tokens M or T, out N, in K, experts or None, x dtype, weight dtype).
 _TRAIN_LAYERS = [
     (210, 512, 256, None, torch.bfloat16, torch.float32), (300, 128, 256, 4, torch.bfloat16, torch.float32),  # tests
+    (128, 512, 256, None, torch.bfloat16, torch.float32), (128, 256, 512, None, torch.bfloat16, torch.float32),
     (512, 512, 256, None, torch.bfloat16, torch.float32), (512, 512, 512, None, torch.bfloat16, torch.float32),
     (512, 64, 512, None, torch.bfloat16, torch.float32),  # convergence, mlp
     (1024, 1024, 512, 8, torch.bfloat16, torch.float32), (1024, 512, 512, 8, torch.bfloat16, torch.float32),  # moe
