@@ -114,7 +114,7 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
            "nvfp4_w4a4": lambda i: scalemm.gemm(xq, wq[i], out=out),
            "scalemm_fp8": lambda i: scalemm.gemm(a8, bs8[i], sa, sb, out=out, fast_accum=True, config=fp8),
            NVFP4_ANCHOR: lambda i: torch.matmul(x, w16[i].T)}
-    skinny = skinny_config_for_tokens(M)  # beside the default (the skinny kernel only up to 8 tokens)
+    skinny = skinny_config_for_tokens(M)  # beside the default (the skinny kernel up to 8 tokens, 16 by shape)
     if skinny is not None and skinny_problem(M, N, K, skinny, [(x, "a"), (wq[0].qdata, "b.qdata")]) is None:
         fns["nvfp4_skinny"] = lambda i: scalemm.gemm(x, wq[i], out=out, config=skinny)
         fns["nvfp4_w4a4_skinny"] = lambda i: scalemm.gemm(xq, wq[i], out=out, config=skinny)

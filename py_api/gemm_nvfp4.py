@@ -174,7 +174,7 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 def skinny_by_default() -> bool:
     """Whether dense calls without a config may take the skinny kernel where the heuristic picks it
-    (default_nvfp4_skinny_config: up to 8 tokens): yes unless SCALEMM_NVFP4_SKINNY=0.
+    (default_nvfp4_skinny_config: up to 8 tokens, or 16 by shape): yes unless SCALEMM_NVFP4_SKINNY=0.
     config=SkinnyConfig(...) always selects it, dense or grouped."""
     value = os.environ.get(SKINNY_ENV, "1")
     if value not in ("0", "1"):
@@ -279,8 +279,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
                config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
-    config: None (the heuristic: the skinny kernel up to 8 tokens where it can run, unless
-    SCALEMM_NVFP4_SKINNY=0, else the CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
+    NVFP4 activations or N <= 4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS
+    kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
@@ -297,7 +298,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
-        skinny = configs.default_nvfp4_skinny_config(M, N, K)
+        skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=isinstance(a, NVFP4Tensor))
         if skinny is not None and skinny_problem(M, N, K, skinny, operands) is None:
             config = skinny
     if out is None:

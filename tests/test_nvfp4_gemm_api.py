@@ -149,8 +149,16 @@ def test_skinny_config_and_heuristic():
     assert picks == {1: SkinnyConfig(1), 8: SkinnyConfig(1), 9: SkinnyConfig(2), 16: SkinnyConfig(2),
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
-    # the default: the skinny kernel up to 8 tokens (where it beat the CUTLASS kernel on an H100)
-    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in (1, 8, 9, 64)] == [SkinnyConfig(1)] * 2 + [None] * 2
+    # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; up to
+    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096; the CUTLASS kernel above
+    Ms = (0, 1, 8, 9, 16, 17, 64)
+    t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
+    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
+    assert [default_nvfp4_skinny_config(M, 2048, 14336) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
+    assert [default_nvfp4_skinny_config(M, 4104, 4096) for M in Ms] == [t1, t1, t1, None, None, None, None]
+    assert [default_nvfp4_skinny_config(M, 8192, 8192) for M in Ms] == [t1, t1, t1, None, None, None, None]
+    assert [default_nvfp4_skinny_config(M, 14336, 4096, nvfp4_activations=True) for M in Ms] == [
+        t1, t1, t1, t2, t2, None, None]
     assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_t2_s5"
     for bad in (dict(token_tiles=3), dict(token_tiles=16), dict(splits=9), dict(splits=-1), dict(splits=True),
                 dict(splits=2.0)):

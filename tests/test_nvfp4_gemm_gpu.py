@@ -14,7 +14,7 @@ import scalemm
 from scalemm import reference as ref
 from scalemm.cutlass_kernels import GemmConfig
 from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_tokens
-from scalemm.gemm_nvfp4 import prepare_sm90_weight, dequantize_rows_bf16
+from scalemm.gemm_nvfp4 import default_nvfp4_config, prepare_sm90_weight, dequantize_rows_bf16
 
 pytestmark = pytest.mark.gpu
 
@@ -152,16 +152,17 @@ def test_prepared_weight_is_cached_and_refreshed():
 def test_weight_first_prepared_inside_a_graph_capture():
     """A weight whose first CUTLASS-kernel call is captured: the graph prepares it on each replay, and an
     eager call before the first replay does not read the graph's (not yet written) copy."""
-    M, N, K = 16, 512, 1024  # 16 tokens: the CUTLASS kernel (the skinny one, which needs no copy, stops at 8)
+    M, N, K = 16, 512, 1024
+    cfg = default_nvfp4_config(M, N, K)  # the CUTLASS kernel (the skinny one, the default here, needs no copy)
     scalemm.gemm(_wide((M, K), seed=97).to(torch.bfloat16), _weights(N, K, "token", seed=98),
-                 out_dtype=torch.float32)  # builds the kernel (and the device constants) outside the capture
+                 out_dtype=torch.float32, config=cfg)  # builds the kernel (and the device constants) outside the capture
     w = _weights(N, K, "token", seed=95)
     x = _wide((M, K), seed=96).to(torch.bfloat16)
     out = torch.full((M, N), float("nan"), device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        scalemm.gemm(x, w, out_dtype=torch.float32, out=out)
-    assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
+        scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
+    assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), _exact(x, w)) <= 1e-5
     graph.replay()
     torch.cuda.synchronize()
     assert _rel_err(out, _exact(x, w)) <= 1e-5
@@ -257,8 +258,8 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
     assert torch.equal(scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg), out)
 
 
-@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (1, "config"), (7, "config"), (16, "config"),
-                                   (33, "config"), (7, "lean"), (33, "lean")])
+@pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (16, "default"), (1, "config"), (7, "config"),
+                                   (16, "config"), (33, "config"), (7, "lean"), (33, "lean")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
@@ -268,8 +269,8 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
     monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
-    if via == "default":  # up to 8 tokens the default is the skinny kernel
-        assert default_nvfp4_skinny_config(M, N, K) is not None
+    if via == "default":  # up to 16 NVFP4 tokens the default is the skinny kernel
+        assert default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) is not None
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     else:
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out,
@@ -293,15 +294,15 @@ def test_skinny_activations(act):
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
-    """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu);
-    SCALEMM_NVFP4_SKINNY=0 keeps them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects
+    """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and of 16 where N <=
+    4096 (here N = 2048); SCALEMM_NVFP4_SKINNY=0 keeps them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects
     the tests that need only the kernels of --set skinny, and this one runs CUTLASS kernels too.)"""
     import scalemm.gemm_nvfp4 as g
     calls = []
     real = g._gemm_skinny
     monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
-    assert calls == ([SkinnyConfig(1)] if M <= 8 else [])
+    assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2)] if M <= 16 else [])
     calls.clear()
     monkeypatch.setenv(g.SKINNY_ENV, "0")
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)

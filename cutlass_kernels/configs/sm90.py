@@ -230,16 +230,27 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
-SKINNY_DEFAULT_MAX_TOKENS = 8  # measured on an H100: the skinny kernel wins up to 8 tokens (perf/NOTES.md)
+SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile), then:
+SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for NVFP4 activations, or bf16/fp16 ones with
+SKINNY_TWO_TILE_MAX_N = 4096     # at most this many weight rows (N); the CUTLASS kernel above
 
 
-def default_nvfp4_skinny_config(M: int, N: int, K: int) -> SkinnyConfig | None:
-    """What a dense NVFP4 GEMM without a config runs: the skinny kernel up to SKINNY_DEFAULT_MAX_TOKENS
-    tokens, None above (the CUTLASS kernel's tiles). On an H100 the one-tile kernel beat the CUTLASS
-    kernel at M = 1 on every measured layer shape (1.1-1.7x), while from 16 tokens on its token
-    loads through L1 (every warp reads every token) cost more than the CUTLASS kernel's wgmma from
-    shared memory (perf/NOTES.md, "skinny kernel: measured")."""
-    return skinny_config_for_tokens(M) if M <= SKINNY_DEFAULT_MAX_TOKENS else None
+def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
+    """What a dense NVFP4 GEMM without a config runs: the skinny kernel, or None (the CUTLASS kernel's tiles).
+    Measured on an H100 (perf/NOTES.md, "skinny kernel: measured" and "the default at 9-16 tokens"):
+    - up to 8 tokens the one-tile kernel beat the CUTLASS kernel on every measured layer shape;
+    - at 16 tokens, with NVFP4 activations (W4A4, decoded in the kernel: no bf16 pass), the two-tile
+      kernel ran 1.38-1.71x of bf16 cuBLAS on 4096^2, 8192^2, 14336x4096 and 4096x14336 where the
+      CUTLASS kernel with its decode pass ran 0.86-1.52x; with bf16 activations it won at 4096^2
+      (1.24-1.26x against 0.95x), tied at 4096x14336 (1.50-1.59x against 1.52x) and lost at N = 8192
+      and 14336 (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights
+      favour the CUTLASS kernel's shared-memory tokens;
+    - above 16 tokens the CUTLASS kernel."""
+    if M <= SKINNY_DEFAULT_MAX_TOKENS:
+        return skinny_config_for_tokens(M)
+    if M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or N <= SKINNY_TWO_TILE_MAX_N):
+        return skinny_config_for_tokens(M)
+    return None
 
 
 def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
