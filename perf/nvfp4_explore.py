@@ -34,7 +34,7 @@ from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # 
                                             default_nvfp4_grouped_config, skinny_config_for_groups,
                                             default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
-                                 grouped_gemm_nvfp4, skinny_by_default)
+                                 grouped_gemm_nvfp4, skinny_by_default, skinny_splits)
 
 
 def candidates(M, N, K, which="all"):
@@ -58,6 +58,16 @@ def candidates(M, N, K, which="all"):
     if M > 128:
         out += [GemmConfig(128, 256, 64, 2, 1, "cooperative", swap_ab=True)]
     return list(dict.fromkeys(out))
+
+
+def auto_splits(M, N, K):
+    """The split count the skinny kernel's launcher picks for splits=0 at this shape (W4A16, bf16 out), or
+    None where the kernel does not run: the labels skinny_tN (no _sN) in the tables ran with it."""
+    cfg = skinny_config_for_tokens(M)
+    if cfg is None or K % 32:
+        return None
+    w = scalemm.quantize_nvfp4(torch.ones(N, K, device="cuda", dtype=torch.bfloat16), scaling="token")
+    return skinny_splits(torch.ones(M, K, device="cuda", dtype=torch.bfloat16), w, cfg)
 
 
 def point(M, N, K, which="all"):
@@ -227,9 +237,10 @@ def main():
     for N, K in shapes:
         for M in ms:
             r = point(M, N, K, "none" if args.quick else args.candidates)
-            points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r})
+            auto = auto_splits(M, N, K)
+            points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r, "skinny_auto_splits": auto})
             default = (skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)
-            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default.label()}", r, "torch_bf16"),
+            print(_row(f"M={M:5d} N={N:5d} K={K:5d} default={default.label()} skinny_s0={auto}", r, "torch_bf16"),
                   flush=True)
     # (G, rows per expert, N, K, routing); "skewed": where the skinny kernel's blocks of 8 rows re-read
     # a popular expert's weights

@@ -32,7 +32,7 @@ from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
 from .jit import KernelSpec, build
 
-__all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config",
+__all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config", "skinny_splits",
            "dequant_kernel_spec", "skinny_kernel_spec"]
 
 CHUNK_K = 64  # elements of K per prepared chunk and per scale atom column group
@@ -169,6 +169,11 @@ def _skinny_launcher(spec: KernelSpec):
     return build(spec).function("scalemm_nvfp4_skinny_gemm", [ctypes.POINTER(abi.Nvfp4SkinnyGemmArgs)])
 
 
+@functools.lru_cache(maxsize=None)
+def _skinny_splits_fn(spec: KernelSpec):
+    return build(spec).function("scalemm_nvfp4_skinny_splits", [ctypes.POINTER(abi.Nvfp4SkinnySplitsArgs)])
+
+
 SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 
@@ -203,17 +208,19 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
     return None
 
 
-def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
-    """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device).
-    a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor / GroupedNVFP4Tensor (W4A4: the kernel decodes its
-    codes and scales itself)."""
+def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, out_dtype=None):
+    """The skinny kernel's spec and arguments, dense (offsets None) or grouped (b stacked experts, offsets
+    [G] on the device). a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor / GroupedNVFP4Tensor (W4A4: the
+    kernel decodes its codes and scales itself). out: the output, or None to plan a call writing out_dtype
+    (d is null)."""
     from .formats import GroupedNVFP4Tensor, NVFP4Tensor
     K = b.shape[1]
     N = b.group_rows if offsets is not None else b.shape[0]
     M = a.shape[0]
     x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
-    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4 else a.dtype, out_dtype=out.dtype, activation=activation)
-    device = out.device
+    out_dtype = out.dtype if out is not None else out_dtype
+    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4 else a.dtype, out_dtype=out_dtype, activation=activation)
+    device = b.qdata.device
     grouped = offsets is not None
     G = offsets.numel() if grouped else 1
     if x4:
@@ -229,14 +236,46 @@ def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
     args = abi.Nvfp4SkinnyGemmArgs(
         weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
         x_scales=a.scales.data_ptr() if x4 else None,
-        x_sf_offsets=a.sf_offsets.data_ptr() if (x4 and grouped) else None, d=out.data_ptr(),
+        x_sf_offsets=a.sf_offsets.data_ptr() if (x4 and grouped) else None,
+        d=None if out is None else out.data_ptr(),
         offsets=offsets.data_ptr() if grouped else None, groups=G,
         scale_a=scale_a.data_ptr(), scale_a_mode=mode_a, scale_b=b.alpha.data_ptr(), scale_b_mode=mode_b,
         bias=None if bias is None else bias.data_ptr(), bias_mode=mode_bias, n=N, tokens=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
         device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
+    return spec, args
+
+
+def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
+    """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device)."""
+    spec, args = _skinny_call(a, b, bias, out, cfg, activation, offsets)
     _skinny_launcher(spec)(ctypes.byref(args))
     return out
+
+
+def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.bfloat16, epilogue=None) -> int:
+    """How many CTAs split K when scalemm.gemm(a, b, config=config, out_dtype=..., epilogue=...) (or
+    grouped_gemm with offsets) runs the skinny kernel on CUDA: config.splits, or for splits=0 the
+    launcher's choice for this GPU (from the kernel's occupancy and the shape); 0 when there is nothing
+    to compute. Nothing is launched. For studies of the split model (perf/nvfp4_explore.py prints it)."""
+    from .formats import GroupedNVFP4Tensor, NVFP4Tensor
+    if not isinstance(config, SkinnyConfig):
+        raise TypeError(f"config must be a SkinnyConfig, got {type(config).__name__}")
+    if b.qdata.device.type != "cuda":
+        raise ValueError(f"skinny_splits needs the operands on a CUDA device, got b on {b.qdata.device}")
+    M, K = a.shape[0], b.shape[1]
+    N = b.group_rows if offsets is not None else b.shape[0]
+    x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
+    operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + (
+        [(a.qdata, "a.qdata"), (a.scales, "a.scales")] if x4 else [(a, "a")])
+    why = skinny_problem(M, N, K, config, operands, groups=None if offsets is None else offsets.numel())
+    if why:
+        raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
+    spec, args = _skinny_call(a, b, None, None, config, epilogue, offsets, out_dtype=out_dtype)
+    got = ctypes.c_int64(-1)
+    query = abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(args), splits=ctypes.addressof(got))
+    _skinny_splits_fn(spec)(ctypes.byref(query))
+    return got.value
 
 
 @functools.lru_cache(maxsize=None)

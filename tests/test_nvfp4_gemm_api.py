@@ -242,3 +242,15 @@ def test_guarded_reads_script_on_cpu(capsys, guarded_reads):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "0 mismatches"
     assert sum(line.endswith(": ok") for line in lines) == 2 * (len(module.DENSE_CASES) + len(module.GROUPED_CASES))
+
+
+def test_skinny_splits_refuses_before_any_kernel():
+    """scalemm.gemm_nvfp4.skinny_splits (the launcher's split choice, for perf studies) names what is wrong."""
+    from scalemm.cutlass_kernels.configs import SkinnyConfig
+    from scalemm.gemm_nvfp4 import skinny_splits
+    w = scalemm.quantize_nvfp4(_data(64, 128), scaling="token")
+    x = _data(1, 128)
+    with pytest.raises(ValueError, match="CUDA"):
+        skinny_splits(x, w, SkinnyConfig(1))
+    with pytest.raises(TypeError, match="SkinnyConfig"):
+        skinny_splits(x, w, None)

@@ -222,6 +222,25 @@ def test_skinny_loops_agree_bit_for_bit(N, K):
                 assert torch.equal(o, outs[0]), (loop, M)
 
 
+@pytest.mark.parametrize("N,K", [(4096, 4096), (14336, 4096), (1024, 8192), (136, 4192)])
+def test_skinny_auto_split_is_the_reported_one(N, K):
+    """skinny_splits reports the split the launcher runs for splits=0 (nothing launched): pinning that split
+    gives the same bits (the cross-CTA sum's order depends only on the split count); a pinned config
+    reports its own split, an empty call 0."""
+    from scalemm.gemm_nvfp4 import skinny_splits
+    w = _weights(N, K, "token", seed=N + 1)
+    x = _wide((1, K), seed=K + 1).to(torch.bfloat16)
+    cfg = SkinnyConfig(1)
+    s = skinny_splits(x, w, cfg, out_dtype=torch.float32)
+    assert 1 <= s <= 8
+    auto = scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg)
+    assert torch.equal(auto, scalemm.gemm(x, w, out_dtype=torch.float32, config=SkinnyConfig(1, s)))
+    assert skinny_splits(x, w, SkinnyConfig(1, 2), out_dtype=torch.float32) == 2
+    assert skinny_splits(x[:0], w, cfg, out_dtype=torch.float32) == 0
+    with pytest.raises(ValueError, match="more than"):
+        skinny_splits(torch.ones(9, K, device="cuda", dtype=torch.bfloat16), w, cfg)
+
+
 @pytest.mark.parametrize("loop", SKINNY_LOOPS)
 def test_skinny_column_probe(loop):
     """Tokens that are unit vectors e_k return column k of dequant(W), exactly (one product per output):

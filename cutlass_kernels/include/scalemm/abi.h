@@ -151,6 +151,12 @@ struct Nvfp4SkinnyGemmArgs {
   void* stream;
 };
 
+// The split count a skinny-kernel call would run, without launching it (scalemm_nvfp4_skinny_splits).
+struct Nvfp4SkinnySplitsArgs {
+  void const* call;  // Nvfp4SkinnyGemmArgs const*: the call (its splits = 0: the launcher's choice for this GPU)
+  void* splits;      // int64_t*: receives the split count, 1..kSkinnyMaxSplits, or 0 when there is nothing to do
+};
+
 // Grouped (MoE) NVFP4-weight GEMM on SM90 (scalemm/sm90/nvfp4_grouped_gemm.cuh).
 // out[rows of g] = epilogue(x[rows of g] @ dequant(W_g)^T) for each group g of the offsets.
 struct Nvfp4GroupedGemmArgs {

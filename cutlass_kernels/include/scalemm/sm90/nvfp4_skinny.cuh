@@ -603,12 +603,22 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
   return false;
 }
 
-// a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size,
-// asked once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
+// How a launch with arguments `a` runs: `error` (a cudaError_t or kBadArgument) when it cannot, else
+// `splits` CTAs along K of `per_split` chunks each (0 splits: nothing to do, n or tokens is 0).
+// a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size, asked
+// once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
+struct Plan {
+  int error = 0;
+  int splits = 0;
+  int64_t per_split = 0;
+};
+
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
-int launch(Nvfp4SkinnyGemmArgs const& a) {
-  cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
-  if (err != cudaSuccess) return static_cast<int>(err);
+Plan plan(Nvfp4SkinnyGemmArgs const& a) {
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
+  Plan out;
+  const cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
+  if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
   const bool grouped = a.offsets != nullptr;
   if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.n % 2 != 0 || a.tokens < 0 ||
       (!grouped && a.tokens > 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
@@ -617,10 +627,8 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
       !leaf_mode_ok(a.scale_a_mode, {kLeafOne, kLeafPerRow, kLeafPerGroup}) ||
       !leaf_mode_ok(a.scale_b_mode, {kLeafOne, kLeafPerGroup, kLeafPerGroupVec}) ||
       !leaf_mode_ok(a.bias_mode, {kLeafNull, kLeafShared, kLeafPerGroupVec}))
-    return kBadArgument;
-  if (a.n == 0 || a.tokens == 0) return 0;
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
-  const auto kernel = nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>;
+    return out.error = kBadArgument, out;
+  if (a.n == 0 || a.tokens == 0) return out;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
@@ -634,7 +642,9 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>,
+                                           &cfg) != cudaSuccess)
+          clusters = 0;
         fit[s] = int64_t(clusters) * s;
       }
       cudaGetLastError();  // a failed query is not this launch's error
@@ -643,16 +653,34 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
     // at most `tokens` groups hold rows: the others' CTAs leave at once
     splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, fit);
   }
-  const int64_t per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
-  if (per_split > 0) splits = int((chunks + per_split - 1) / per_split);  // no CTA without chunks
+  out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
+  out.splits = out.per_split > 0 ? int((chunks + out.per_split - 1) / out.per_split) : splits;  // no CTA without chunks
+  return out;
+}
+
+// The split count a launch of q.call runs (1..kMaxSplits; 0: nothing to do) into *q.splits, or the error
+// that launch would return: what scalemm.gemm_nvfp4.skinny_splits reports (splits = 0 resolved).
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+int resolve_splits(Nvfp4SkinnySplitsArgs const& q) {
+  if (q.call == nullptr || q.splits == nullptr) return kBadArgument;
+  const Plan pl = plan<T, kX4, Out, kTokenTiles, kLoop, Act>(*static_cast<Nvfp4SkinnyGemmArgs const*>(q.call));
+  *static_cast<int64_t*>(q.splits) = pl.splits;
+  return pl.error;
+}
+
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+int launch(Nvfp4SkinnyGemmArgs const& a) {
+  const Plan pl = plan<T, kX4, Out, kTokenTiles, kLoop, Act>(a);
+  if (pl.error != 0 || pl.splits == 0) return pl.error;
+  const int64_t tiles = (a.n + kTileN - 1) / kTileN;
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
            static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
-           int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(per_split), static_cast<const int*>(a.offsets),
+           int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(pl.per_split), static_cast<const int*>(a.offsets),
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
-  err = cudaLaunchKernelEx(&cfg, kernel, p);
+  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
