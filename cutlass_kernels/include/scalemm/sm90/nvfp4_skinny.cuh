@@ -83,7 +83,8 @@ enum : int { kLoopLean = 1, kLoopStepped = 2 };
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
 // without it) and was faster (up to 11%) or even. 4 and 8 tiles spill in the loop under a bound.
-// (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.)
+// (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.) Bounds of 5 and 6
+// at 1 tile (96 / 80 registers: more warps per SM) were slower at every split count (H100, perf/NOTES.md).
 template <int kTokenTiles, int kLoop>
 constexpr int kMinBlocks = kTokenTiles <= 2 ? 4 : 0;
 
