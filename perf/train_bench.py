@@ -13,7 +13,8 @@ worth of work: scalemm layers run with cache_weight=False, so the weight is quan
 (--cache-weight: reused, as in gradient-accumulation micro-steps).
 
 Timing: medians over interleaved rounds (every contender once per round) after warm-up, CUDA events
-around each call; --graphs instead captures each call in a CUDA graph (perf/gemm_sweep.py's bench) to
+around each call, and the host time to issue the call ("host ms": near the GPU time, the eager step is
+host-bound); --graphs instead captures each call in a CUDA graph (perf/gemm_sweep.py's bench) to
 remove host overhead (NVFP4's stochastic rounding then replays one seed). --compile wraps every
 contender in torch.compile (torchao's Float8Linear is meant to be compiled). Prints a table and writes
 train_bench.json and train_bench.png under --out. Prebuild the kernels: python -m scalemm build --set train.
@@ -111,8 +112,10 @@ def moe_contenders(experts, hidden, inter, cache_weight):
 
 
 def time_eager(fns: dict, rounds: int = 15, warmup: int = 3) -> dict:
-    """Median milliseconds per call of each fn(), interleaved round-robin after `warmup` calls each
-    (CUDA events; wall clock for the CPU smoke run)."""
+    """Per fn(): (median milliseconds per call, median host milliseconds to issue it), interleaved
+    round-robin after `warmup` calls each (CUDA events around the call; the host time is the wall clock
+    from the call's start until it returns, before any synchronisation: a step whose host time is
+    close to its GPU time is host-bound. The CPU smoke run: wall clock for both)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -120,12 +123,15 @@ def time_eager(fns: dict, rounds: int = 15, warmup: int = 3) -> dict:
     if cuda:
         torch.cuda.synchronize()
     times = {n: [] for n in fns}
+    host = {n: [] for n in fns}
     start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else (None, None)
     for _ in range(rounds):
         for n, fn in fns.items():
             if cuda:
                 start.record()
+                t0 = time.perf_counter()
                 fn()
+                host[n].append((time.perf_counter() - t0) * 1e3)
                 end.record()
                 end.synchronize()
                 times[n].append(start.elapsed_time(end))
@@ -133,17 +139,19 @@ def time_eager(fns: dict, rounds: int = 15, warmup: int = 3) -> dict:
                 t0 = time.perf_counter()
                 fn()
                 times[n].append((time.perf_counter() - t0) * 1e3)
-    return {n: statistics.median(t) for n, t in times.items()}
+                host[n].append(times[n][-1])
+    return {n: (statistics.median(times[n]), statistics.median(host[n])) for n in fns}
 
 
 def time_block(models: dict, make_step, use_graphs: bool) -> dict:
+    """Per contender: (milliseconds per step, host milliseconds to issue it; None for a graph replay)."""
     steps = {n: make_step(m) for n, m in models.items()}
     if not use_graphs:
         return time_eager(steps, **({"rounds": 2, "warmup": 1} if DEVICE == "cpu" else {}))
     res = {}
     for n, fn in steps.items():  # one graph per contender: a capture failure costs only that contender
         try:
-            res[n] = bench({n: lambda i, f=fn: f()}, copies=1)[n] / 1e3
+            res[n] = (bench({n: lambda i, f=fn: f()}, copies=1)[n] / 1e3, None)
         except Exception as e:
             print(f"  {n}: CUDA-graph capture failed ({type(e).__name__}: {str(e).splitlines()[0]}); timed eagerly")
             torch.cuda.synchronize()
@@ -191,16 +199,17 @@ def run_block(label, models, make_input, forward, flop, args):
     with torch.no_grad():
         ref = forward(models["bf16"], x, extra)
         quality = {n: sqnr_db(forward(m, x, extra), ref) for n, m in models.items() if n != "bf16"}
-    ms = time_block(models, make_step, args.graphs)
+    timed = time_block(models, make_step, args.graphs)
     if args.profile:
         profile_steps(label, {n: make_step(m) for n, m in models.items()}, args.out)
     rows = []
-    for n, t in ms.items():
-        rows.append({"block": label, "contender": n, "ms": t, "tflops": flop / t / 1e9,
-                     "speedup_vs_bf16": ms["bf16"] / t, "output_sqnr_db_vs_bf16": quality.get(n)})
+    base = timed["bf16"][0]
+    for n, (t, host) in timed.items():
+        rows.append({"block": label, "contender": n, "ms": t, "host_ms": host, "tflops": flop / t / 1e9,
+                     "speedup_vs_bf16": base / t, "output_sqnr_db_vs_bf16": quality.get(n)})
         q = quality.get(n)
-        print(f"{label:<34}{n:<28}{t:>9.3f}{flop / t / 1e9:>9.1f}{ms['bf16'] / t:>9.3f}"
-              f"{'' if q is None else f'{q:>9.1f}'}", flush=True)
+        print(f"{label:<34}{n:<28}{t:>9.3f}{'-' if host is None else f'{host:.3f}':>9}{flop / t / 1e9:>9.1f}"
+              f"{base / t:>9.3f}{'' if q is None else f'{q:>9.1f}'}", flush=True)
     del x, dy, extra
     return rows
 
@@ -252,7 +261,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_properties(0).name if DEVICE == "cuda" else "cpu (smoke run)"
     print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}")
-    hdr = f"{'block':<34}{'contender':<28}{'ms':>9}{'TFLOP/s':>9}{'vs bf16':>9}{'SQNR dB':>9}"
+    hdr = f"{'block':<34}{'contender':<28}{'ms':>9}{'host ms':>9}{'TFLOP/s':>9}{'vs bf16':>9}{'SQNR dB':>9}"
     print(hdr + "\n" + "-" * len(hdr), flush=True)
     rows = []
     M = 64 if args.smoke else args.tokens
