@@ -301,6 +301,18 @@ def test_bad_grouped_shapes(grouped, match):
         tuning.expand_grouped(grouped)
 
 
+def test_accumulator_register_limits():
+    """Which tiles count as usable (no spills, ptxas -v): 128 accumulator registers, 192 for cooperative
+    tiles with full accumulation (128x192 compiles without spills, 128x256 spills)."""
+    coop = lambda n, **kw: GemmConfig(128, n, 128, 2, 1, "cooperative", **kw)  # noqa: E731
+    assert configs.sm90.usable(coop(192), fast_accum=False) and configs.sm90.usable(coop(160), fast_accum=False)
+    assert not configs.sm90.usable(coop(256), fast_accum=False) and configs.sm90.usable(coop(256), fast_accum=True)
+    assert configs.sm90.accumulator_registers(coop(192), fast_accum=False) == 192
+    assert not configs.sm90.usable(GemmConfig(64, 256, 128, 1, 1, "pingpong"), fast_accum=False)
+    assert not configs.sm90.usable(GemmConfig(64, 192, 128, 1, 1, "pingpong"), fast_accum=False)  # not compiled
+    assert not configs.sm90.usable(GemmConfig(128, 192, 256, 1, 1, "cooperative"), fast_accum=False)  # tile_k
+
+
 def test_candidates_are_valid_kernels():
     """Every candidate of every bucket makes template parameters for its mode (CUTLASS's constraints that
     GemmConfig knows), no spilling tile is timed, and the heuristic's pick comes first."""
@@ -312,12 +324,15 @@ def test_candidates_are_valid_kernels():
                 assert cands[0] == configs.default_config(M, N, K, fast_accum=fa)
                 assert len(cands) == len(set(cands)) >= 4
                 for c in cands:
-                    assert configs.sm90.accumulator_registers(c, fast_accum=fa) <= 128
+                    assert configs.sm90.usable(c, fast_accum=fa)
                     assert c == c.compiled()  # run-time knobs come from runtime_variants
                     spec, _ = gemm_module.gemm_kernel_spec(c, fast_accum=fa, out_dtype=BF16, epilogue=tree)
                     spec.render()
-                if not fa:
-                    assert all(c.tile_n * c.tile_m <= 128 * 128 for c in cands if c.schedule == "cooperative")
+                if not fa:  # full accumulation: at most 128x192 cooperative tiles (256-wide ones spill)
+                    assert all(c.tile_n * c.tile_m <= 128 * 192 for c in cands if c.schedule == "cooperative")
+                    assert all(c.tile_n * c.tile_m <= 64 * 128 for c in cands if c.schedule == "pingpong")
+                if M > 128:  # the 192-wide tile in both modes
+                    assert GemmConfig(128, 192, 128, 2, 1, "cooperative") in cands
     variants = configs.sm90.runtime_variants(GemmConfig(128, 256, 128, 2, 1))
     assert len(variants) == 11 and len({v.compiled() for v in variants}) == 1
     assert GemmConfig(128, 256, 128, 2, 1) not in variants

@@ -331,7 +331,8 @@ TUNING_CANDIDATES = {
                GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True)],
     "mid": [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "cooperative", swap_ab=True),
             GemmConfig(64, 256, 128, 1, 1, "pingpong")],
-    "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+    "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 192, 128, 2, 1, "cooperative"),
+              GemmConfig(128, 256, 128, 2, 1, "cooperative"),
               GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong"),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=2),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=4),
@@ -347,17 +348,26 @@ TUNING_CANDIDATES = {
 def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
     """fp32 accumulator registers per consumer thread: the tile over 128 threads per warpgroup (a
     cooperative tile is split between two warpgroups, a ping-pong warpgroup holds a whole tile),
-    doubled without fast accumulation (CUTLASS's FP8 promotion keeps a second accumulator).
-    Above 128 the kernel spills (measured: a 128x256 cooperative tile with full accumulation
-    runs at 0.3x of 128x128)."""
+    doubled without fast accumulation (CUTLASS's FP8 promotion keeps a second accumulator)."""
     per_thread = config.tile_m * config.tile_n // (128 * (2 if config.schedule == "cooperative" else 1))
     return per_thread * (1 if fast_accum else 2)
+
+
+# The most accumulator registers a tile may need and still compile without spills. 128 everywhere,
+# except the cooperative kernels with full accumulation, whose consumer warpgroups ptxas gives up to
+# 240 registers: there 128x160 and 128x192 (160 / 192 accumulator registers) compile without spills
+# (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too), while 128x256 (256) spills 892 bytes and ran
+# at 0.3x of 128x128 on an H100.
+MAX_ACCUMULATOR_REGISTERS = 128
+MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL = 192
 
 
 def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     """Whether `config` is worth timing for FP8 in this accumulation mode (no spilling tile, and
     tile_k <= 128 without fast accumulation, which CUTLASS's promotion interval needs)."""
-    return accumulator_registers(config, fast_accum=fast_accum) <= 128 and (fast_accum or config.tile_k <= 128)
+    limit = (MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL if not fast_accum and config.schedule == "cooperative"
+             else MAX_ACCUMULATOR_REGISTERS)
+    return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
@@ -368,9 +378,10 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     Few tokens (M <= 128): swap-AB tiles whose narrow side holds all tokens (or half of them),
     ping-pong 64-row, cooperative 128-row and cooperative stream-K, plus deep-K (256) ping-pong
     with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
-    More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; ping-pong 64x128;
-    with fast accumulation also 128x256 (2x1, 1x2, stream-K), ping-pong 64x256 and 256x128.
-    Tiles that would spill in this accumulation mode are left out (`usable`)."""
+    More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
+    stream-K: wider than 128x128 and, with full accumulation, the widest tile that does not spill);
+    ping-pong 64x128; with fast accumulation also 128x256 (2x1, 1x2, stream-K), ping-pong 64x256 and
+    256x128. Tiles that would spill in this accumulation mode are left out (`usable`)."""
     out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
     coop, pp = "cooperative", "pingpong"
     if M <= 128:
@@ -384,6 +395,7 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     else:
         out += [GemmConfig(128, 128, 128, 2, 1, coop), GemmConfig(128, 128, 128, 1, 2, coop),
                 GemmConfig(128, 128, 128, 1, 1, coop), GemmConfig(128, 128, 128, 1, 1, coop, stream_k=True),
+                GemmConfig(128, 192, 128, 2, 1, coop), GemmConfig(128, 192, 128, 1, 1, coop, stream_k=True),
                 GemmConfig(64, 128, 128, 1, 1, pp),
                 GemmConfig(128, 256, 128, 2, 1, coop), GemmConfig(128, 256, 128, 1, 2, coop),
                 GemmConfig(128, 256, 128, 1, 1, coop, stream_k=True), GemmConfig(64, 256, 128, 1, 1, pp),
