@@ -261,11 +261,19 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
     from .formats import GroupedNVFP4Tensor, NVFP4Tensor
     if not isinstance(config, SkinnyConfig):
         raise TypeError(f"config must be a SkinnyConfig, got {type(config).__name__}")
-    if b.qdata.device.type != "cuda":
-        raise ValueError(f"skinny_splits needs the operands on a CUDA device, got b on {b.qdata.device}")
+    device = b.qdata.device
+    if device.type != "cuda":
+        raise ValueError(f"skinny_splits needs the operands on a CUDA device, got b on {device}")
+    x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
+    a_device = a.qdata.device if x4 else a.device
+    if a_device != device:
+        raise ValueError(f"skinny_splits: a is on {a_device}, b on {device}")
+    if offsets is not None and (offsets.device != device or offsets.dtype != torch.int32 or offsets.dim() != 1
+                                or offsets.numel() < 1):
+        raise ValueError(f"skinny_splits: offsets must be a non-empty int32 vector on {device}, got "
+                         f"{offsets.dtype} {tuple(offsets.shape)} on {offsets.device}")
     M, K = a.shape[0], b.shape[1]
     N = b.group_rows if offsets is not None else b.shape[0]
-    x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
     operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + (
         [(a.qdata, "a.qdata"), (a.scales, "a.scales")] if x4 else [(a, "a")])
     why = skinny_problem(M, N, K, config, operands, groups=None if offsets is None else offsets.numel())

@@ -246,11 +246,8 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       and 14336 (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights
       favour the CUTLASS kernel's shared-memory tokens;
     - above 16 tokens the CUTLASS kernel."""
-    if M <= SKINNY_DEFAULT_MAX_TOKENS:
-        return skinny_config_for_tokens(M)
-    if M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or N <= SKINNY_TWO_TILE_MAX_N):
-        return skinny_config_for_tokens(M)
-    return None
+    two_tiles = M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or N <= SKINNY_TWO_TILE_MAX_N)
+    return skinny_config_for_tokens(M) if M <= SKINNY_DEFAULT_MAX_TOKENS or two_tiles else None
 
 
 def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
