@@ -20,6 +20,7 @@ gemm_sweep.json and gemm_sweep.png.
                                                       # tuned-config cache), then tuned vs heuristic
   python perf/gemm_sweep.py --out results/ --tune     # + time every TUNING_CANDIDATES entry per point
   python perf/gemm_sweep.py --out results/ --quick    # a few points
+  python perf/gemm_sweep.py --m-min 1024 --layers llama3-8b,square --tuned   # some layers' prefill points
   python perf/gemm_sweep.py --out results/ --formats nvfp4   # only the NVFP4 rows
 """
 from __future__ import annotations
@@ -314,6 +315,8 @@ def main():
     p.add_argument("--no-slow-accum", action="store_true", help="only the fast-accumulation mode")
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--m-min", type=int, default=1, help="only points with M >= this")
+    p.add_argument("--layers", default=None, help="only these layers: comma-separated prefixes of the labels "
+                   "(e.g. llama3-8b,dsv3.q_b,square)")
     p.add_argument("--formats", default="fp8,nvfp4", help="fp8 (the FP8 rows), nvfp4 (the NVFP4 rows), or both")
     args = p.parse_args()
     formats = set(args.formats.split(","))
@@ -326,6 +329,11 @@ def main():
     if args.quick:
         points = [pt for pt in points if pt[0] in ("llama3-8b.qkv", "square")]
     points = [pt for pt in points if pt[1] >= args.m_min]
+    if args.layers:
+        prefixes = tuple(args.layers.split(","))
+        points = [pt for pt in points if pt[0].startswith(prefixes)]
+        if not points:
+            raise SystemExit(f"--layers {args.layers!r} matches no point of the sweep")
     modes = (True,) if args.no_slow_accum else (True, False)
     print(f"GPU: {props.name} ({sms} SMs), torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
     if "fp8" not in formats:

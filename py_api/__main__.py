@@ -103,6 +103,7 @@ def kernel_set(name: str):
                    epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")))]
         cases += [(c, False, bf16, None) for c in (
             GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+            GemmConfig(128, 192, 128, 2, 1, "cooperative"),
             GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning

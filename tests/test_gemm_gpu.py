@@ -101,6 +101,7 @@ def test_gemm_per_tensor_scales_and_activation():
 
 @pytest.mark.parametrize("cfg", [
     GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
+    GemmConfig(128, 192, 128, 2, 1, "cooperative"),  # N = 4096: a partial 192-wide tile
     GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
     GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
 ])

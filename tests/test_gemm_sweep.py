@@ -126,3 +126,14 @@ def test_sweep_nvfp4_only(sweep, monkeypatch, tmp_path, capsys):
     assert "rows" not in data and data["nvfp4"]["summary"]["all"]["points"] == len(data["nvfp4"]["rows"])
     with pytest.raises(SystemExit):
         _run(sweep, monkeypatch, "--out", str(tmp_path), "--formats", "int4")
+
+
+def test_sweep_layers_filter(sweep, monkeypatch, tmp_path):
+    """--layers keeps the points whose label starts with one of the prefixes; a filter that keeps none exits."""
+    _run(sweep, monkeypatch, "--out", str(tmp_path), "--m-min", "1024", "--layers", "llama3-8b.o,square",
+         "--formats", "fp8", "--no-slow-accum")
+    data = json.loads((tmp_path / "gemm_sweep.json").read_text())
+    assert {(r["layer"], r["M"]) for r in data["rows"]} == {
+        ("llama3-8b.o", 1024), ("llama3-8b.o", 4096), ("llama3-8b.o", 16384), ("square", 8192)}
+    with pytest.raises(SystemExit, match="matches no point"):
+        _run(sweep, monkeypatch, "--out", str(tmp_path), "--layers", "gpt-5")

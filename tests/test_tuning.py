@@ -387,7 +387,7 @@ def test_cli_dry_run_and_show(fresh_cache, capsys):
     assert main(["tune", "--dry-run", "--model", "llama3-8b", "--tokens", "1,4096", "16x4096x4096"]) == 0
     out = capsys.readouterr().out
     assert "9 shapes, 0 grouped -> 18 entries (sm90)" in out and "candidate kernels" in out
-    assert "M=4096   (bucket 4096) N=28672  K=4096   full: heuristic t128x128x128_c2x1_coop" in out
+    assert "M=4096   (bucket 4096) N=28672  K=4096   full: heuristic t128x192x128_c2x1_coop" in out
     assert main(["tune", "--dry-run", "--accum", "fast", "1,4096,4096", "--grouped", "512,8,4096,7168"]) == 0
     out = capsys.readouterr().out
     assert "1 shapes, 1 grouped -> 2 entries" in out
@@ -592,3 +592,20 @@ def test_tune_grouped_and_a_failing_entry(fake_tuning, capsys):
     grouped_module = sys.modules["scalemm.grouped"]
     assert grouped_module.resolve_grouped_config(T, G, N, K, fast_accum=True, out_dtype=BF16, device=CUDA0) == cands[3]
     assert any(name.startswith("fp8_grouped_") for name in fake_tuning.built)
+
+
+def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
+    """Full accumulation above 128 tokens: cooperative 128x192 unless its waves cost more than its wider tile
+    gains (points of the H100 tuning run: 128x128 won at 1024 x 4096 x 4096, 128x192 at 4096 x 6144 x 4096)."""
+    def tile_n(M, N, **kw):
+        cfg = configs.default_config(M, N, 4096, fast_accum=False, **kw)
+        assert (cfg.tile_m, cfg.tile_k, cfg.cluster_m, cfg.schedule) == (128, 128, 2, "cooperative")
+        return cfg.tile_n
+    assert tile_n(1024, 4096) == 128 and tile_n(1024, 2048) == 128 and tile_n(1024, 1536) == 128
+    assert tile_n(4096, 6144) == 192 and tile_n(1024, 6144) == 192 and tile_n(16384, 4096) == 192
+    assert tile_n(1024, 9216) == 192 and tile_n(1024, 10240) == 128
+    assert tile_n(256, 4096) == 128  # one wave either way: the narrower tile
+    # the waves depend on the SM count (1024 x 8192: 512 vs 344 tiles, 4 vs 3 waves on 132 SMs, 7 vs 5 on 78)
+    assert tile_n(1024, 8192) == 128 and tile_n(1024, 8192, num_sms=78) == 192
+    for M, N in ((1024, 4096), (4096, 6144), (8192, 8192)):
+        assert configs.sm90.usable(configs.default_config(M, N, 4096, fast_accum=False), fast_accum=False)

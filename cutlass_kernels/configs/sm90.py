@@ -131,6 +131,10 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     return p
 
 
+# Full accumulation, M > 128: the time of a cooperative 128x192 tile over a 128x128 one (default_config).
+FULL_ACCUM_WIDE_TILE_COST = 1.34
+
+
 def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
@@ -143,7 +147,12 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     - Otherwise cooperative 128x256 when M and N are both large, else 128x128, in clusters
       of 2 along M (TMA multicast of B).
     - Full (non-fast) accumulation never uses 256-wide tiles: CUTLASS's FP8 promotion keeps a
-      second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured).
+      second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured). It
+      takes cooperative 128x192 (192 accumulator registers, no spills) unless its wave quantization
+      costs more than its wider tile gains: a 128x192 tile takes FULL_ACCUM_WIDE_TILE_COST times a
+      128x128 tile's time (1.5x the work at ~1.12x the efficiency: `scalemm.tune` over the sweep's
+      53 prefill points on an H100: 128x192 variants won 41, and this rule picks the winner's tile
+      width at 49; perf/NOTES.md).
     - `num_sms`: the M thresholds of the large-tile rules (1024, 2048) were measured on 132 SMs,
       and what decides them is the number of tiles per SM; they scale with num_sms / 132, so a
       GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
@@ -157,7 +166,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     if not fast_accum:
         # Full accumulation keeps a second fp32 accumulator per thread: 256-wide tiles spill.
-        return GemmConfig(128, 128, 128, 2, 1, "cooperative")
+        def waves(tile_n):
+            return -(-(-(-M // 128) * -(-N // tile_n)) // num_sms)
+        wide = waves(192) * FULL_ACCUM_WIDE_TILE_COST < waves(128)
+        return GemmConfig(128, 192 if wide else 128, 128, 2, 1, "cooperative")
     per_sm = num_sms / REFERENCE_SMS
     if M <= 1024 * per_sm and N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
