@@ -45,10 +45,14 @@ def main(argv=None):
                 raise SystemExit(f"M = {M}: the skinny kernel takes at most 64 tokens")
             x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
             out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-            fns = {"bf16": lambda i: torch.matmul(x, w16[i].T)}
+            fns = {}
             for s in splits:
                 c = SkinnyConfig(base.token_tiles, s)
                 fns[f"s{s}"] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
+            # bf16 last: in the sixth session's runs s0, replayed right after bf16's graph, timed 2-5% above the
+            # fixed split it most likely was (14336 x 4096: 18.7 us, no fixed split near it), although in a
+            # CUDA graph s0 and its split are the same launch
+            fns["bf16"] = lambda i: torch.matmul(x, w16[i].T)
             r = bench(fns, copies)
             b = r.pop("bf16")
             auto = skinny_splits(x, ws[0], base)

@@ -563,20 +563,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
 // A CTA's fixed cost in chunks of streaming: its ring's first loads (exposed latency), the cluster
 // barriers and its share of the reduction. Fitted on an H100 (perf/NOTES.md, "skinny kernel:
 // measured"): with 1 the model sent 14336 x 4096 to 8 splits in 3 waves (27.1 us) where 2 splits in
-// one wave ran in 24.5 us; with 4 it picks the fastest measured split on all four layer shapes.
+// one wave ran in 24.5 us.
 constexpr int64_t kSplitOverheadChunks = 4;
+// CTAs per SM (in halves: 2.5) that already keep an SM streaming at its full rate: more CTAs on an SM
+// share it. On an H100 (every split timed on nine layer shapes, perf/NOTES.md "the split model"),
+// 14336 x 4096 ran 19.9 us with 1.7 CTAs per SM of 32 chunks each and 17.8 us with 3.4 of 16; 8192^2
+// ran 20.1 us with 2.9 CTAs per SM and 25.4 us with 3.9. Without this term the model filled every
+// SM with 4 CTAs and lost up to 1.4x.
+constexpr int64_t kSaturatingCtasPerSmX2 = 5;
 
-// How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the critical path of
-// an SM, waves x (chunks per CTA + kSplitOverheadChunks), where resident[s] CTAs fit on the GPU at
-// once in clusters of s. Ties go to fewer splits.
-inline int choose_splits(int64_t tiles, int64_t chunks, int64_t const (&resident)[kMaxSplits + 1]) {
+// How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the time of the
+// busiest SM, waves x (chunks per CTA + kSplitOverheadChunks) x max(1, its CTAs / 2.5), where
+// resident[s] CTAs fit on the GPU at once in clusters of s and `sms` is the SM count (0: unknown, no
+// sharing term). Ties go to fewer splits.
+inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t const (&resident)[kMaxSplits + 1]) {
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= kMaxSplits && s <= chunks; ++s) {
     if (resident[s] <= 0) continue;  // clusters of s CTAs do not fit (or the query failed): not an option
-    const int64_t fit = resident[s];
-    const int64_t waves = (tiles * s + fit - 1) / fit, per = (chunks + s - 1) / s;
-    const int64_t cost = waves * (per + kSplitOverheadChunks);
+    const int64_t fit = resident[s], ctas = tiles * s;
+    const int64_t waves = (ctas + fit - 1) / fit, per = (chunks + s - 1) / s;
+    const int64_t busiest = sms > 0 ? (std::min(ctas, fit) + sms - 1) / sms : 0;  // CTAs on one SM in a wave
+    const int64_t cost = waves * (per + kSplitOverheadChunks) * std::max(kSaturatingCtasPerSmX2, 2 * busiest);
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;
@@ -606,7 +614,7 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
 
 // How a launch with arguments `a` runs: `error` (a cudaError_t or kBadArgument) when it cannot, else
 // `splits` CTAs along K of `per_split` chunks each (0 splits: nothing to do, n or tokens is 0).
-// a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size, asked
+// a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size and the SM count, asked
 // once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
 struct Plan {
   int error = 0;
@@ -636,9 +644,13 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
     // [device][cluster size]: CTAs that fit at once (0: that size cannot run), filled on first use;
     // concurrent first calls compute the same values
     static int64_t resident[64][kMaxSplits + 1] = {};
+    static int64_t sm_count[64] = {};
     static bool queried[64] = {};
     int64_t(&fit)[kMaxSplits + 1] = resident[a.device];
     if (!queried[a.device]) {
+      int sms = 0;
+      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, int(a.device)) != cudaSuccess) sms = 0;
+      sm_count[a.device] = sms;
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
@@ -652,7 +664,7 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
       queried[a.device] = true;
     }
     // at most `tokens` groups hold rows: the others' CTAs leave at once
-    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, fit);
+    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit);
   }
   out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   out.splits = out.per_split > 0 ? int((chunks + out.per_split - 1) / out.per_split) : splits;  // no CTA without chunks

@@ -1,0 +1,59 @@
+"""The skinny kernel's split model (choose_splits in include/scalemm/sm90/nvfp4_skinny.cuh), compiled into a
+host program with nvcc and run on the CPU: the launcher's choice for splits = 0 at the layer shapes whose
+every split was timed on an H100 (perf/NOTES.md, "the split model"), where the best split is known."""
+import subprocess
+
+import pytest
+
+from scalemm.jit import toolchain
+
+pytestmark = pytest.mark.nvcc
+
+PROGRAM = r"""
+#include <cstdio>
+#include "scalemm/sm90/nvfp4_skinny.cuh"
+int main() {
+  long long tiles, chunks, sms, per_sm;
+  while (std::scanf("%lld %lld %lld %lld", &tiles, &chunks, &sms, &per_sm) == 4) {
+    int64_t fit[scalemm::sm90::skinny::kMaxSplits + 1] = {};
+    for (int s = 1; s <= scalemm::sm90::skinny::kMaxSplits; ++s) fit[s] = sms > 0 ? (sms * per_sm / s) * s : 528;
+    std::printf("%d\n", scalemm::sm90::skinny::choose_splits(tiles, chunks, sms, fit));
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def choose(tmp_path_factory):
+    d = tmp_path_factory.mktemp("split_model")
+    src, exe = d / "split_model.cu", d / "split_model"
+    src.write_text(PROGRAM)
+    includes = [f"-I{toolchain.INCLUDE_DIR}"] + [f"-I{i}" for i in toolchain.cutlass_include_dirs()]
+    r = subprocess.run([toolchain.nvcc_path(), "-std=c++17", "-O1", *includes, str(src), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def run(cases):
+        text = "".join(f"{t} {c} {s} {p}\n" for t, c, s, p in cases)
+        out = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True).stdout
+        return [int(v) for v in out.split()]
+    return run
+
+
+# (N, K): the splits within 1% of the fastest at M = 1 (H100, 4 CTAs per SM, 132 SMs; 64 rows and 128 K per CTA chunk)
+H100_BEST = {(4096, 4096): {4, 5}, (8192, 8192): {3}, (14336, 4096): {2}, (4096, 14336): {5, 6},
+             (28672, 8192): {1}, (8192, 28672): {3}, (5120, 5120): {4}, (1024, 8192): {8}, (6144, 4096): {3, 4}}
+
+
+def test_split_model_picks_the_measured_best(choose):
+    shapes = list(H100_BEST)
+    picks = choose([(N // 64, K // 128, 132, 4) for N, K in shapes])
+    assert {s: p for s, p in zip(shapes, picks) if p not in H100_BEST[s]} == {}
+
+
+def test_split_model_limits_and_unknown_sm_count(choose):
+    """Never more splits than chunks; without an SM count (0) the model only weighs waves (the sharing term
+    is off), which fills the GPU with CTAs: 4096^2 then takes 8 splits."""
+    one_chunk, two_chunks, few_tiles, unknown = choose([(64, 1, 132, 4), (64, 2, 132, 4), (1, 64, 132, 4),
+                                                         (64, 32, 0, 4)])
+    assert one_chunk == 1 and two_chunks <= 2 and few_tiles == 8 and unknown == 8
