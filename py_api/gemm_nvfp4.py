@@ -178,9 +178,10 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 
 def skinny_by_default() -> bool:
-    """Whether dense calls without a config may take the skinny kernel where the heuristic picks it
-    (default_nvfp4_skinny_config: up to 8 tokens, or 16 by shape): yes unless SCALEMM_NVFP4_SKINNY=0.
-    config=SkinnyConfig(...) always selects it, dense or grouped."""
+    """Whether calls without a config may take the skinny kernel where the heuristic picks it (dense:
+    default_nvfp4_skinny_config, up to 8 tokens or 16 by shape; grouped: default_nvfp4_grouped_skinny_config,
+    up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0. config=SkinnyConfig(...) always
+    selects it, dense or grouped."""
     value = os.environ.get(SKINNY_ENV, "1")
     if value not in ("0", "1"):
         raise ValueError(f"{SKINNY_ENV} must be 0 or 1, got {value!r}")
@@ -505,7 +506,10 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         why = skinny_problem(T, N, K, config, operands, groups=G)
         if why:
             raise ValueError(f"config={config.label()} cannot run this grouped GEMM: {why}")
-    # no config: the CUTLASS grouped kernel, also at decode (skinny_config_for_groups says why)
+    elif config is None and skinny_by_default():  # decode: few rows per expert (default_nvfp4_grouped_skinny_config)
+        skinny = configs.default_nvfp4_grouped_skinny_config(T, G)
+        if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
+            config = skinny
     if isinstance(config, SkinnyConfig):  # W4A4 included: the kernel decodes the activations itself
         if out is None:
             out = torch.empty((T, N), dtype=out_dtype, device=device)

@@ -150,15 +150,23 @@ def test_skinny_config_and_heuristic():
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
     # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; up to
-    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096; the CUTLASS kernel above
+    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096 and K <= 8192; the CUTLASS kernel above
     Ms = (0, 1, 8, 9, 16, 17, 64)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
     assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
-    assert [default_nvfp4_skinny_config(M, 2048, 14336) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
+    assert [default_nvfp4_skinny_config(M, 2048, 8192) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
+    assert [default_nvfp4_skinny_config(M, 2048, 14336) for M in Ms] == [t1, t1, t1, None, None, None, None]
+    assert [default_nvfp4_skinny_config(M, 2048, 14336, nvfp4_activations=True) for M in Ms] == [
+        t1, t1, t1, t2, t2, None, None]
     assert [default_nvfp4_skinny_config(M, 4104, 4096) for M in Ms] == [t1, t1, t1, None, None, None, None]
     assert [default_nvfp4_skinny_config(M, 8192, 8192) for M in Ms] == [t1, t1, t1, None, None, None, None]
     assert [default_nvfp4_skinny_config(M, 14336, 4096, nvfp4_activations=True) for M in Ms] == [
         t1, t1, t1, t2, t2, None, None]
+    # grouped: the skinny kernel up to 4 rows per expert on average (token tiles for 4x the mean), CUTLASS above
+    from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_skinny_config as grouped
+    assert [grouped(T, 128) for T in (0, 1, 8, 128, 256, 512, 513, 4096)] == [
+        t1, t1, t1, t1, SkinnyConfig(1), SkinnyConfig(2), None, None]
+    assert grouped(64, 16) == SkinnyConfig(2) and grouped(65, 16) is None and grouped(3, 1) == t2
     assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_t2_s5"
     for bad in (dict(token_tiles=3), dict(token_tiles=16), dict(splits=9), dict(splits=-1), dict(splits=True),
                 dict(splits=2.0)):

@@ -427,14 +427,16 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
 
 
 @pytest.mark.parametrize("a_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("sizes,config", [
-    (SIZES["ragged"], None),
-    ([1, 0, 3, 0, 0, 2, 1, 9], None),                # decode routing, mean 2 rows per expert: still CUTLASS
-    ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3)),  # the skinny kernel decodes the activations itself
-], ids=["ragged", "decode", "decode-skinny"])
-def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config):
-    """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Grouped calls
-    without a config keep the CUTLASS kernel, also at decode; with a SkinnyConfig no bf16 decode pass runs."""
+@pytest.mark.parametrize("sizes,config,skinny_env,kernel", [
+    (SIZES["ragged"], None, "1", "cutlass"),               # 64 rows per expert on average: CUTLASS
+    ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "skinny"),       # decode routing, 2 rows per expert: the skinny kernel
+    ([1, 0, 3, 0, 0, 2, 1, 9], None, "0", "cutlass"),      # ... unless SCALEMM_NVFP4_SKINNY=0
+    ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3), "0", "skinny"),  # config= always
+], ids=["ragged", "decode-default", "decode-cutlass", "decode-skinny"])
+def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config, skinny_env, kernel):
+    """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Without a config,
+    grouped calls take the skinny kernel up to 4 rows per expert on average, the CUTLASS kernel (after a bf16
+    decode pass over the activations) above; the skinny kernel decodes the activations itself."""
     import scalemm.gemm_nvfp4 as g
     G, N, K = len(sizes), 512, 1024
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=3).reshape(G, N, K).to(torch.bfloat16), scaling="token")
@@ -443,8 +445,9 @@ def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, confi
     a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=4).to(torch.bfloat16), offsets, scaling=a_scaling)
     bias = torch.randn(G, N, device="cuda").to(torch.float32)
     out = _poisoned(T, N, torch.float32)
-    if config is None:
-        monkeypatch.setattr(g, "_gemm_skinny", None)  # the default must not take the skinny kernel
+    monkeypatch.setenv(g.SKINNY_ENV, skinny_env)
+    if kernel == "cutlass":
+        monkeypatch.setattr(g, "_gemm_skinny", None)  # must not take the skinny kernel
     else:
         monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
     scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=config)

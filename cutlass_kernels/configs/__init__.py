@@ -24,7 +24,7 @@ from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmC
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
                    default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, sweep_configs, tuning_candidates,
                    SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, default_nvfp4_skinny_config,
-                   skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
+                   default_nvfp4_grouped_skinny_config, skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
 
 _ARCHS: dict[str, ModuleType] = {"sm90": sm90}
 

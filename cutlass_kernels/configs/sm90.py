@@ -244,7 +244,8 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
 
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile), then:
 SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for NVFP4 activations, or bf16/fp16 ones with
-SKINNY_TWO_TILE_MAX_N = 4096     # at most this many weight rows (N); the CUTLASS kernel above
+SKINNY_TWO_TILE_MAX_N = 4096     # at most this many weight rows (N) and
+SKINNY_TWO_TILE_MAX_K = 8192     # this many input features (K); the CUTLASS kernel above
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
@@ -254,24 +255,42 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     - at 16 tokens, with NVFP4 activations (W4A4, decoded in the kernel: no bf16 pass), the two-tile
       kernel ran 1.38-1.71x of bf16 cuBLAS on 4096^2, 8192^2, 14336x4096 and 4096x14336 where the
       CUTLASS kernel with its decode pass ran 0.86-1.52x; with bf16 activations it won at 4096^2
-      (1.24-1.26x against 0.95x), tied at 4096x14336 (1.50-1.59x against 1.52x) and lost at N = 8192
-      and 14336 (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights
-      favour the CUTLASS kernel's shared-memory tokens;
+      (1.24-1.26x against 0.95x; seventh session, same run: 1.22x against 0.96x), lost at 4096x14336
+      (same run: 1.40x against 1.47x; across runs 1.50-1.59x against 1.52x) and at N = 8192 and 14336
+      (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights favour the
+      CUTLASS kernel's shared-memory tokens, and its stream-K spreads a long K well;
     - above 16 tokens the CUTLASS kernel."""
-    two_tiles = M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or N <= SKINNY_TWO_TILE_MAX_N)
+    small = N <= SKINNY_TWO_TILE_MAX_N and K <= SKINNY_TWO_TILE_MAX_K
+    two_tiles = M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or small)
     return skinny_config_for_tokens(M) if M <= SKINNY_DEFAULT_MAX_TOKENS or two_tiles else None
 
 
 def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
-    """The skinny kernel for grouped decode (T rows over G experts), for an explicit config=: up to 16
-    rows per expert on average (None above), token tiles for 4x the mean (routing is skewed; a group
-    with more rows runs in several blocks, each streaming its weights again). Grouped calls without a
-    config keep the CUTLASS grouped kernel: on an H100 the skinny kernel was within 5% of it at 1-2 rows
-    per expert (either way) and 1.7x slower at 8 (perf/NOTES.md, "skinny kernel: measured")."""
+    """The skinny kernel for grouped decode (T rows over G experts): up to 16 rows per expert on average
+    (None above), token tiles for 4x the mean (routing is skewed; a group with more rows runs in several
+    blocks, each streaming its weights again). What a grouped call without a config runs up to
+    GROUPED_SKINNY_MAX_ROWS_PER_EXPERT (default_nvfp4_grouped_skinny_config); above that, explicit config= only."""
     per = -(-T // max(G, 1))
     if per > 16:
         return None
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if 8 * t >= min(64, 4 * per)))
+
+
+GROUPED_SKINNY_MAX_ROWS_PER_EXPERT = 4  # grouped calls take the skinny kernel by default up to this mean
+
+
+def default_nvfp4_grouped_skinny_config(T: int, G: int) -> SkinnyConfig | None:
+    """What a grouped NVFP4 GEMM without a config runs at decode: the skinny kernel while the experts
+    average at most GROUPED_SKINNY_MAX_ROWS_PER_EXPERT rows (known on the host: T / G), else None (the
+    CUTLASS grouped kernel). H100, perf/grouped_sweep.py over DeepSeek-V3, Qwen3-30B-A3B and Llama-4-Scout
+    experts at 1, 16 and 64 tokens (top-k routed, 0.03-4 rows per expert; perf/NOTES.md): geomean over
+    bf16 _grouped_mm W4A16 1.83x (CUTLASS) -> 2.18x with this rule (min 0.98x -> 1.32x), W4A4 1.69x ->
+    2.01x (min 0.90x -> 1.27x); the CUTLASS kernel won 3 of the 18 points (by 5-43%: the down projections
+    with a single token), the skinny kernel the others by up to 2.7x. At 8 rows per expert the CUTLASS
+    kernel was 1.7x faster (second session)."""
+    if T > GROUPED_SKINNY_MAX_ROWS_PER_EXPERT * max(G, 1):
+        return None
+    return skinny_config_for_groups(T, G)
 
 
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
