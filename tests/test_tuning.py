@@ -609,3 +609,17 @@ def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
     assert tile_n(1024, 8192) == 128 and tile_n(1024, 8192, num_sms=78) == 192
     for M, N in ((1024, 4096), (4096, 6144), (8192, 8192)):
         assert configs.sm90.usable(configs.default_config(M, N, 4096, fast_accum=False), fast_accum=False)
+
+
+def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
+    """Fast accumulation, where neither ping-pong 64x256 nor 128x256 at 2048+ tokens applies: the cooperative
+    width (128, 192, 256) with the least waves x TILE_COST (the tuner's winners on an H100: 128x256 at 1024 x
+    4096 x 4096, 128x192 at 1024 x 3072 x 4096 and at 4096 x 576 x 7168; 128x128 where one wave suffices)."""
+    def tile_n(M, N, K=4096):
+        cfg = configs.default_config(M, N, K)
+        assert (cfg.tile_m, cfg.cluster_m, cfg.schedule) == (128, 2, "cooperative")
+        return cfg.tile_n
+    assert tile_n(1024, 4096) == 256 and tile_n(1024, 3072) == 192 and tile_n(4096, 576, 7168) == 192
+    assert tile_n(1024, 2048) == 128 and tile_n(1024, 1536) == 128 and tile_n(256, 4096) == 128
+    assert configs.default_config(1024, 6144, 4096).schedule == "pingpong"  # the earlier rules still come first
+    assert configs.default_config(4096, 4096, 4096).tile_n == 256

@@ -131,8 +131,19 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     return p
 
 
-# Full accumulation, M > 128: the time of a cooperative 128x192 tile over a 128x128 one (default_config).
-FULL_ACCUM_WIDE_TILE_COST = 1.34
+# M > 128, cooperative tiles 128 x tile_n: a tile's time relative to a 128x128 one (default_config weighs
+# these against the waves each width needs). 192: 1.5x the work at ~1.12x the efficiency (full
+# accumulation, fitted to scalemm.tune's winners over the sweep's prefill points on an H100); 256 (fast
+# accumulation only: it spills with full accumulation): 2x the work at ~1.15x.
+TILE_COST = {128: 1.0, 192: 1.34, 256: 1.74}
+
+
+def _tile_n_by_waves(M: int, N: int, num_sms: int, widths) -> int:
+    """The tile width (of `widths`) with the least waves x TILE_COST for an M x N output of 128-row tiles;
+    ties go to the narrower tile."""
+    def cost(tile_n):
+        return -(-(-(-M // 128) * -(-N // tile_n)) // num_sms) * TILE_COST[tile_n]
+    return min(sorted(widths), key=cost)
 
 
 def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
@@ -144,15 +155,17 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       the idle SMs it fills.)
     - M <= 128: ping-pong 64x128.
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
-    - Otherwise cooperative 128x256 when M and N are both large, else 128x128, in clusters
-      of 2 along M (TMA multicast of B).
+    - Otherwise cooperative 128x256 when M and N are both large; else the cooperative 128 x
+      (128, 192 or 256) tile with the least waves x its TILE_COST (a wider tile only where it saves
+      enough waves), in clusters of 2 along M (TMA multicast of B). From `scalemm.tune` over the
+      sweep's 53 prefill points (H100): the tuner's gains with fast accumulation sat in this branch
+      (1024 tokens at N = 3072-8192: 128x256 or 128x192 over 128x128 by 5-32%; DeepSeek-V3's N = 576
+      at 4096+ tokens: 128x192 by 22-59%).
     - Full (non-fast) accumulation never uses 256-wide tiles: CUTLASS's FP8 promotion keeps a
       second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured). It
-      takes cooperative 128x192 (192 accumulator registers, no spills) unless its wave quantization
-      costs more than its wider tile gains: a 128x192 tile takes FULL_ACCUM_WIDE_TILE_COST times a
-      128x128 tile's time (1.5x the work at ~1.12x the efficiency: `scalemm.tune` over the sweep's
-      53 prefill points on an H100: 128x192 variants won 41, and this rule picks the winner's tile
-      width at 49; perf/NOTES.md).
+      takes 128x192 (192 accumulator registers, no spills) or 128x128 by the same waves x cost rule
+      (128x192 variants won 41 of the 53 points, and the rule picks the winner's width at 49;
+      perf/NOTES.md).
     - `num_sms`: the M thresholds of the large-tile rules (1024, 2048) were measured on 132 SMs,
       and what decides them is the number of tiles per SM; they scale with num_sms / 132, so a
       GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
@@ -164,18 +177,14 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
-    if not fast_accum:
-        # Full accumulation keeps a second fp32 accumulator per thread: 256-wide tiles spill.
-        def waves(tile_n):
-            return -(-(-(-M // 128) * -(-N // tile_n)) // num_sms)
-        wide = waves(192) * FULL_ACCUM_WIDE_TILE_COST < waves(128)
-        return GemmConfig(128, 192 if wide else 128, 128, 2, 1, "cooperative")
+    if not fast_accum:  # a second fp32 accumulator per thread: 256-wide tiles spill
+        return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192)), 128, 2, 1, "cooperative")
     per_sm = num_sms / REFERENCE_SMS
     if M <= 1024 * per_sm and N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     if M >= 2048 * per_sm and N >= 2048:
         return GemmConfig(128, 256, 128, 2, 1, "cooperative")
-    return GemmConfig(128, 128, 128, 2, 1, "cooperative")
+    return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
 
 
 def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
