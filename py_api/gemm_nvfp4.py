@@ -328,8 +328,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
-    NVFP4 activations or N <= 4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS
-    kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    NVFP4 activations or N <= 4096 and K <= 8192, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the
+    CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
