@@ -98,6 +98,11 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
         return check_u64(seed, "seed"), offset
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
+    if (device.type == "cuda" and (generator is None or generator.device.type == "cuda")
+            and torch.cuda.is_current_stream_capturing()):
+        raise RuntimeError("stochastic rounding with seed=None reads and advances a CUDA generator on the host, "
+                           "which cannot be captured in a CUDA graph: pass seed= and offset= inside the capture "
+                           "(they are then fixed in the graph: every replay draws the same bits)")
     gen = generator
     if gen is None:
         gen = (torch.cuda.default_generators[device.index if device.index is not None else

@@ -114,6 +114,17 @@ def test_seed_offset_validation():
         sq.quantize_nvfp4(x, stochastic_rounding=None)
 
 
+def test_seed_from_a_cuda_generator_refused_inside_graph_capture(monkeypatch):
+    """Under CUDA-graph capture a seed=None draw would call the generator's host-side get_offset (torch refuses
+    it with an opaque error): the quantizers say what to do instead, before any kernel; an explicit seed works."""
+    from scalemm import quantize as q
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="pass seed= and offset= inside the capture"):
+        q._sr_args(True, None, 0, None, torch.device("cuda", 0))
+    assert q._sr_args(True, 7, 3, None, torch.device("cuda", 0)) == (7, 3)
+    assert q._sr_args(False, None, 0, None, torch.device("cuda", 0)) == (0, 0)  # no SR: no seed needed
+
+
 def test_seed_from_generator_is_deterministic():
     x = x_(32, 256)
     g = torch.Generator().manual_seed(11)
