@@ -623,3 +623,15 @@ def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
     assert tile_n(1024, 2048) == 128 and tile_n(1024, 1536) == 128 and tile_n(256, 4096) == 128
     assert configs.default_config(1024, 6144, 4096).schedule == "pingpong"  # the earlier rules still come first
     assert configs.default_config(4096, 4096, 4096).tile_n == 256
+
+
+def test_grouped_candidates_include_the_widest_full_accumulation_tile():
+    """128x192 is the widest cooperative tile full accumulation can use (no spills in the grouped kernels
+    either); the grouped tuner times it in both modes, and never a spilling 256-wide tile with full accumulation."""
+    wide = configs.GemmConfig(128, 192, 128, 1, 1, "cooperative")
+    for fa in (True, False):
+        cands = configs.grouped_tuning_candidates(65536, 128, 1536, 2048, fast_accum=fa)
+        assert wide in cands
+        assert all(configs.sm90.usable(c, fast_accum=fa) for c in cands)
+    assert all(c.tile_n < 256 or c.schedule != "cooperative"
+               for c in configs.grouped_tuning_candidates(65536, 128, 1536, 2048, fast_accum=False))

@@ -349,6 +349,9 @@ GROUPED_TUNING_CANDIDATES = [
     GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True), GemmConfig(64, 128, 128, 1, 1, "pingpong"),
     GemmConfig(128, 128, 128, 1, 1, "cooperative"), GemmConfig(128, 256, 128, 1, 1, "cooperative"),
     GemmConfig(128, 128, 128, 2, 1, "cooperative"),
+    # the widest tile that full accumulation can use (the ptr-array fprop and wgrad kernels compile without
+    # spills, ptxas -v, sm_90a, nvcc 13.0); not yet timed grouped
+    GemmConfig(128, 192, 128, 1, 1, "cooperative"),
 ]
 
 
@@ -393,8 +396,8 @@ def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
 # The most accumulator registers a tile may need and still compile without spills. 128 everywhere,
 # except the cooperative kernels with full accumulation, whose consumer warpgroups ptxas gives up to
 # 240 registers: there 128x160 and 128x192 (160 / 192 accumulator registers) compile without spills
-# (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too), while 128x256 (256) spills 892 bytes and ran
-# at 0.3x of 128x128 on an H100.
+# (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too; the grouped fprop and wgrad kernels at 128x192
+# too), while 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an H100.
 MAX_ACCUMULATOR_REGISTERS = 128
 MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL = 192
 
