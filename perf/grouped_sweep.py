@@ -5,7 +5,7 @@ MoE layers of DeepSeek-V3 (256 experts top-8, hidden 7168, expert inter 2048), Q
 inter 8192); both projections (gate_up: N = 2 * inter, K = hidden; down: N = hidden, K = inter);
 decode (few tokens) and prefill; token counts per expert drawn from a skewed (Zipf-like) routing
 so some experts are hot and some get nothing. Same process, same GPU, CUDA-graph timings
-interleaved round-robin (perf/gemm_sweep.py's bench). Writes grouped_sweep.json and .png.
+interleaved in rounds (scalemm.timing.bench). Writes grouped_sweep.json and .png.
 With --formats nvfp4 (on by default) each point also times scalemm.grouped_gemm on stacked NVFP4
 expert weights (the same values as the bf16 anchor's), W4A16 and W4A4, against bf16 _grouped_mm.
 

@@ -225,7 +225,7 @@ def tune(shapes=None, *, model=None, tokens=None, grouped=None, fast_accum=(True
 
 
 def _tune_one(it, module, info, gpu, arch, spec, failed_specs, runtime_knobs, min_gain, device, log):
-    """Time one entry's candidates together, round-robin (then, dense, the fastest one's run-time
+    """Time one entry's candidates together, interleaved (then, dense, the fastest one's run-time
     variants beside the heuristic's pick) on fresh operands rotated through L2; its result and entry."""
     from .timing import bench
     fa, heuristic = it["fast_accum"], it["heuristic"]
