@@ -6,8 +6,10 @@ CPU tensors the pure-torch reference (scalemm.reference); both give the same byt
 The CUDA path never synchronises with the host (no .item(), no tensor -> bool): amax and
 global scales stay device tensors, outputs are allocated with torch, and a call is one or
 two kernel launches (plus memsets of the amax buffers), so it can be captured in a CUDA
-graph. One caveat: stochastic rounding with seed=None reads (and advances) a generator's
-state on the host; inside a graph capture pass an explicit `seed`/`offset` instead.
+graph. Stochastic rounding with seed=None reads (and advances) a generator's state on the
+host, which a capture cannot do: inside one the seed is drawn on the device instead (an int64
+pair from torch.randint, which the captured graph draws anew on every replay; the kernels read it
+through `seed_device`). An explicit `seed`/`offset` is fixed in the graph.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tenso
     return amax
 
 
-def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, int]:
+def _resolve_seed(seed, offset, generator, device: torch.device, device_seed: bool = False):
     """(seed, offset) for stochastic rounding.
 
     An explicit seed is used as is. With seed=None the seed comes from `generator` (or the
@@ -92,6 +94,10 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
     get_offset()) and its offset is advanced by 4, the way torch's own random ops consume
     it, so successive calls draw fresh bits and torch.manual_seed makes runs repeatable; a
     CPU generator gives one torch.randint draw from it. Either way no device sync happens.
+    Inside a CUDA-graph capture the host cannot read the generator: with `device_seed` (the
+    kernels run) the seed is an int64 [2] tensor drawn on the device by torch.randint (captured,
+    so every replay draws a fresh pair; the kernels read it as (seed, offset added)); without
+    it, a RuntimeError.
     """
     check_u64(offset, "offset")
     if seed is not None:
@@ -100,6 +106,8 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
         raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     if (device.type == "cuda" and (generator is None or generator.device.type == "cuda")
             and torch.cuda.is_current_stream_capturing()):
+        if device_seed:
+            return torch.randint(0, 1 << 62, (2,), device=device, dtype=torch.int64, generator=generator), offset
         raise RuntimeError("stochastic rounding with seed=None reads and advances a CUDA generator on the host, "
                            "which cannot be captured in a CUDA graph: pass seed= and offset= inside the capture "
                            "(they are then fixed in the graph: every replay draws the same bits)")
@@ -120,12 +128,13 @@ def _resolve_seed(seed, offset, generator, device: torch.device) -> tuple[int, i
 # the CUDA path
 # ---------------------------------------------------------------------------
 
-def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.device) -> tuple[int, int]:
-    """(seed, offset) for the kernels: resolved with _resolve_seed under SR, else checked and unused."""
+def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.device, device_seed: bool = False):
+    """(seed, offset) for the kernels: resolved with _resolve_seed under SR, else checked and unused. The seed
+    is an int, or (device_seed, inside a CUDA-graph capture) a device tensor: _seed_fields puts either in a struct."""
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     if stochastic_rounding:
-        return _resolve_seed(seed, offset, generator, device)
+        return _resolve_seed(seed, offset, generator, device, device_seed)
     if seed is not None:
         check_u64(seed, "seed")
     return 0, check_u64(offset, "offset")
@@ -179,6 +188,13 @@ def _p(t: Optional[torch.Tensor]):
     return None if t is None else t.data_ptr()
 
 
+def _seed_fields(seed) -> dict:
+    """The seed / seed_device fields of a quantizer struct for _sr_args' seed (an int or a device tensor)."""
+    if isinstance(seed, torch.Tensor):
+        return {"seed": 0, "seed_device": seed.data_ptr()}
+    return {"seed": seed, "seed_device": None}
+
+
 def _stream(device) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
@@ -219,7 +235,7 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
         stats_row_amax=_p(stats.get("row_amax")), stats_col_amax=_p(stats.get("col_amax")), q_row=_p(q_row),
         s_row=_p(s_row), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token), q_col=_p(q_col),
         s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
-        sr=int(sr), seed=seed, offset=offset, stream=_stream(dev))
+        sr=int(sr), offset=offset, stream=_stream(dev), **_seed_fields(seed))
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(ctypes.byref(args))
 
     col = None
@@ -338,11 +354,15 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     if amax is not None:
         check_amax_used(scaling, rowwise, columnwise, rht)
         _check_amax(amax, scaling, M, x2.device)
-    seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device)
-    if _runs_kernels(x2):
+    kernels = _runs_kernels(x2)
+    seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device,
+                            device_seed=x2.device.type == "cuda")
+    if kernels:
         with _on_device(x2.device):
             return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,
                                seed, offset)
+    if isinstance(seed, torch.Tensor):  # an empty x on CUDA inside a capture: no bits are drawn
+        seed = 0
     return reference.quantize_nvfp4(x2, scaling=scaling, amax=amax, rowwise=rowwise,
                                     columnwise=columnwise, rht=rht,
                                     stochastic_rounding=stochastic_rounding, seed=seed,

@@ -167,8 +167,8 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), col_amax=_q._p(col_amax), q_row=_q._p(q_row),
         s_row=_q._p(s_row), scale_rows=scale_rows, alpha_row=_q._p(a_row), q_col=_q._p(q_col), w=W,
-        s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), seed=seed, offset=offset,
-        stream=_q._stream(dev))
+        s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), offset=offset,
+        stream=_q._stream(dev), **_q._seed_fields(seed))
     _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(ctypes.byref(args))
     col = None
     if columnwise:
@@ -305,8 +305,9 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
     _q._check_bool(stochastic_rounding, "stochastic_rounding")
     if rht and not columnwise:
         raise ValueError("'rht' applies only to the columnwise copy: set columnwise=True")
-    seed, offset = _q._sr_args(stochastic_rounding, seed, offset, generator, x.device)
     T = x.shape[0]
+    seed, offset = _q._sr_args(stochastic_rounding, seed, offset, generator, x.device,
+                               device_seed=x.device.type == "cuda")  # T == 0 draws no bits
     if T == 0:
         return _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht)
     if _q._on_cuda(x):

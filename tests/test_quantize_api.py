@@ -114,15 +114,29 @@ def test_seed_offset_validation():
         sq.quantize_nvfp4(x, stochastic_rounding=None)
 
 
-def test_seed_from_a_cuda_generator_refused_inside_graph_capture(monkeypatch):
-    """Under CUDA-graph capture a seed=None draw would call the generator's host-side get_offset (torch refuses
-    it with an opaque error): the quantizers say what to do instead, before any kernel; an explicit seed works."""
+def test_seed_inside_graph_capture_comes_from_the_device(monkeypatch):
+    """Under CUDA-graph capture the host cannot read the CUDA generator (torch refuses get_offset): where the
+    kernels run, the seed is an int64 pair drawn on the device by torch.randint (captured: every replay draws
+    anew), which the struct passes as seed_device; where they do not, a clear error before anything runs. An
+    explicit seed is used as is."""
     from scalemm import quantize as q
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    cuda = torch.device("cuda", 0)
     with pytest.raises(RuntimeError, match="pass seed= and offset= inside the capture"):
-        q._sr_args(True, None, 0, None, torch.device("cuda", 0))
-    assert q._sr_args(True, 7, 3, None, torch.device("cuda", 0)) == (7, 3)
-    assert q._sr_args(False, None, 0, None, torch.device("cuda", 0)) == (0, 0)  # no SR: no seed needed
+        q._sr_args(True, None, 0, None, cuda)
+    drawn = []
+
+    def randint(low, high, size, *, device, dtype, generator):
+        drawn.append((low, high, size, device, dtype, generator))
+        return torch.zeros(size, dtype=dtype)  # stands in for the device tensor
+    monkeypatch.setattr(torch, "randint", randint)
+    seed, offset = q._sr_args(True, None, 5, None, cuda, device_seed=True)
+    assert isinstance(seed, torch.Tensor) and offset == 5
+    assert drawn == [(0, 1 << 62, (2,), cuda, torch.int64, None)]
+    assert q._seed_fields(seed) == {"seed": 0, "seed_device": seed.data_ptr()}
+    assert q._seed_fields(7) == {"seed": 7, "seed_device": None}
+    assert q._sr_args(True, 7, 3, None, cuda) == (7, 3)
+    assert q._sr_args(False, None, 0, None, cuda, device_seed=True) == (0, 0)  # no SR: no seed needed
 
 
 def test_seed_from_generator_is_deterministic():

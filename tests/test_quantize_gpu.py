@@ -10,6 +10,7 @@ Run on an sm_90 GPU:  python -m pytest tests/test_quantize_gpu.py -q
 import pytest
 import torch
 
+import scalemm
 import scalemm.quantize as sq
 from scalemm import reference as ref
 from quantcheck import _bytes, assert_same_bytes, make_input  # noqa: F401
@@ -337,6 +338,37 @@ def test_graph_capture():
         assert_nvfp4_equal(got, ref.quantize_nvfp4(x, **kw))
     assert_fp8_equal(fp8, ref.quantize_fp8(x, scaling="token", columnwise=True))
     assert_mxfp8_equal(mx, ref.quantize_mxfp8(x, columnwise=True))
+
+
+def test_sr_inside_a_graph_draws_fresh_bits_every_replay():
+    """seed=None inside a capture: the seed is drawn on the device by the graph itself, so replays differ
+    and their mean converges to x (the same criterion as test_nvfp4_sr_unbiased); grouped too."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = (torch.rand(64, 512, generator=g, device="cuda") * 2 - 1) * 3.0
+    x[:, :16] = 3.0
+    amax = torch.tensor(3.0, device="cuda")
+    offsets = torch.tensor([20, 20, 64], dtype=torch.int32, device="cuda")
+    sq.quantize_nvfp4(x, amax=amax, stochastic_rounding=True)  # build and load outside the capture
+    scalemm.quantize_nvfp4_grouped(x.bfloat16(), offsets, stochastic_rounding=True)
+    xb = x.bfloat16()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        t = sq.quantize_nvfp4(x, amax=amax, stochastic_rounding=True)
+        tg = scalemm.quantize_nvfp4_grouped(xb, offsets, stochastic_rounding=True)
+    n, acc, seen, seen_g = 128, torch.zeros_like(x), [], []
+    for i in range(n):
+        graph.replay()
+        acc += ref.dequantize_nvfp4(t)
+        if i < 3:
+            seen.append(t.qdata.clone())
+            seen_g.append(tg.qdata.clone())
+    torch.cuda.synchronize()
+    assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
+    assert not torch.equal(seen_g[0], seen_g[1])
+    sr_err = (acc / n - x).abs().mean().item()
+    rne_err = (ref.dequantize_nvfp4(sq.quantize_nvfp4(x, amax=amax)) - x).abs().mean().item()
+    assert sr_err < 0.25 * rne_err, (sr_err, rne_err)
 
 
 def test_misaligned_x_rejected():

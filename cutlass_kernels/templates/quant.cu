@@ -23,7 +23,7 @@ extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
   }
   return q::launch_nvfp4<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->amax_row, int(a->row_token),
                               a->q_col, a->s_col, a->alpha_col, a->amax_col, int(a->col_token), int(a->rht),
-                              int(a->sr), a->seed, a->offset, stream);
+                              int(a->sr), a->seed, a->offset, a->seed_device, stream);
 }
 
 // FP8 e4m3: amax pass into amax_row / amax_col (per row / per column for token, else 0-d; the

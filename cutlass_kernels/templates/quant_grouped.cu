@@ -26,7 +26,8 @@ extern "C" int scalemm_quantize_nvfp4_grouped(scalemm::QuantizeNvfp4GroupedArgs 
   return qg::launch_nvfp4_grouped<InT>(a->x, a->tokens, a->k, a->offsets, int(a->groups), a->table, int(a->token),
                                        a->g_amax, a->row_amax, a->col_amax, a->q_row, a->s_row, a->scale_rows,
                                        a->alpha_row, a->q_col, a->w, a->s_col, a->cb_total, a->alpha_col, int(a->rht),
-                                       int(a->sr), a->seed, a->offset, static_cast<cudaStream_t>(a->stream));
+                                       int(a->sr), a->seed, a->offset, a->seed_device,
+                                       static_cast<cudaStream_t>(a->stream));
 }
 
 // MXFP8 rowwise [T, K] with e8m0 scales (scale_rows x Cp bytes) grouped along M.

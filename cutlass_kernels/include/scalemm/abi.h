@@ -228,6 +228,7 @@ struct QuantizeNvfp4Args {
   int64_t sr;                 // 1: stochastic rounding from Philox (seed, offset)
   uint64_t seed;
   uint64_t offset;
+  uint64_t const* seed_device;  // [2] on the device, or null: (seed, added to offset) read at run time
   void* stream;               // cudaStream_t
 };
 
@@ -313,6 +314,7 @@ struct QuantizeNvfp4GroupedArgs {
   int64_t sr;                 // 1: stochastic rounding of both copies from Philox (seed, offset)
   uint64_t seed;
   uint64_t offset;
+  uint64_t const* seed_device;  // [2] on the device, or null: (seed, added to offset) read at run time
   void* stream;               // cudaStream_t
 };
 

@@ -158,6 +158,7 @@ struct TileParams {
   int col_token;
   int64_t rp_col, cp_col;
   uint64_t seed, offset;  // stochastic rounding
+  const uint64_t* seed_device;  // or null: sr_seed / sr_offset
 };
 
 // fp32 index of element (r, c) of the 128 x 64 shared tile: 16 rows of 16-byte chunks, the
@@ -258,7 +259,7 @@ __device__ __forceinline__ void quantize_row_block(const TileParams& p, const fl
   if constexpr (F == Format::kNVFP4) {
     uint32_t sb;
     const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
-                                    p.seed, p.offset, in, sb);
+                                    sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device), in, sb);
     if (in) *reinterpret_cast<uint2*>(p.q_row + m * (p.K / 2) + col / 2) = q;
     const uint32_t word = gather4_bytes(sb);
     const int64_t c = k0 / 16;  // the tile row's 4 scales are one aligned 32-bit store
@@ -304,7 +305,7 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
         if constexpr (RHT) rht16(v);
         uint32_t sb;
         const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(k) * static_cast<uint64_t>(p.M / 16) + m / 16,
-                                        p.seed, p.offset, in, sb);
+                                        sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device), in, sb);
         if (in) *reinterpret_cast<uint2*>(p.q_col + k * (p.M / 2) + m / 2) = q;
         const uint32_t word = gather4_bytes(sb);
         const int64_t c = m0 / 16 + 4 * i;
@@ -473,7 +474,7 @@ template <typename T>
 int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row, float* alpha_row,
                  const float* amax_row, int row_token, uint8_t* q_col, uint8_t* s_col, float* alpha_col,
                  const float* amax_col, int col_token, int rht, int sr, uint64_t seed, uint64_t offset,
-                 cudaStream_t stream) {
+                 const uint64_t* seed_device, cudaStream_t stream) {
   if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
   TileParams p{};
   p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kNVFP4, K, q_col != nullptr);
@@ -481,7 +482,7 @@ int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s
   p.rp_row = ceil_div(M, 128) * 128, p.cp_row = ceil_div(K / 16, 4) * 4;
   p.q_col = q_col, p.s_col = s_col, p.g_col = alpha_col, p.amax_col = amax_col, p.col_token = col_token;
   p.rp_col = ceil_div(K, 128) * 128, p.cp_col = ceil_div(M / 16, 4) * 4;
-  p.seed = seed, p.offset = offset;
+  p.seed = seed, p.offset = offset, p.seed_device = seed_device;
   if (rht) {
     return sr ? launch_tiles_rc<Format::kNVFP4, T, true, true>(p, stream)
               : launch_tiles_rc<Format::kNVFP4, T, true, false>(p, stream);

@@ -343,6 +343,7 @@ struct GQuantParams {
   const float* g_col_amax;
   int64_t n_g_col;
   uint64_t seed, offset;  // NVFP4 stochastic rounding of the rowwise copy ([T, K] element order)
+  const uint64_t* seed_device;  // or null: sr_seed / sr_offset
 };
 
 template <Format F>
@@ -384,7 +385,7 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
     if (in) {
       const Nvfp4Global g = pre ? *pre : Nvfp4Global(amax);
       const uint64_t n = static_cast<uint64_t>(s.row) * static_cast<uint64_t>(p.K / 16) + col / 16;
-      q = nvfp4_block<SR>(v, g, n, p.seed, p.offset, in, sb);
+      q = nvfp4_block<SR>(v, g, n, sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device), in, sb);
     }
     if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
     const uint32_t word = gather4_bytes(sb);
@@ -517,6 +518,7 @@ struct GWgradParams {
   const float* g_col_amax;
   int64_t n_g_col;
   uint64_t seed, offset;  // stochastic rounding ([K, W] element order)
+  const uint64_t* seed_device;  // or null: sr_seed / sr_offset
   float* rht_amax;        // RHT stats output: [G] (token = 0) or [G, K]
 };
 
@@ -631,7 +633,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_wgrad_kernel(const GWgradParam
     const bool store = k < p.K && data_col >= 0 && data_col < p.W;
     uint32_t sb;
     const uint64_t n = store ? (static_cast<uint64_t>(k) * static_cast<uint64_t>(p.W) + data_col) / 16 : 0;
-    const uint2 q = nvfp4_block<SR>(v, gs, n, p.seed, p.offset, in, sb);
+    const uint2 q = nvfp4_block<SR>(v, gs, n, sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device),
+                                    in, sb);
     if (store) *reinterpret_cast<uint2*>(p.q_col + k * (p.W / 2) + data_col / 2) = q;
     const uint32_t word = gather4_bytes(sb);
     if (mq == 0 && k < p.rp) {
@@ -736,13 +739,13 @@ int launch_wgrad(const GWgradParams& p, cudaStream_t stream) {
 // without rht, the columnwise one), row_amax [T] (token, rowwise), col_amax (the columnwise amax
 // when it is not g_amax: [G, K] for token, [G] for tensor with rht). rht: the columnwise copy is
 // RHT-transformed (its amax from a stats pass over the transformed groups); sr: stochastic rounding
-// of both copies with Philox (seed, offset).
+// of both copies with Philox (seed, offset), or with the pair read from seed_device (sr_seed).
 template <typename T>
 int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
                          float* g_amax, float* row_amax, float* col_amax, uint8_t* q_row, uint8_t* s_row,
                          int64_t scale_rows, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
                          int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed, uint64_t offset,
-                         cudaStream_t stream) {
+                         const uint64_t* seed_device, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0) ||
       (rht && !q_col))
     return kBadArgs;
@@ -762,7 +765,7 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
     p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 16, 4) * 4;
     p.amax_row = token ? row_amax : g_amax, p.row_token = token;
     p.g_row = alpha_row, p.g_row_amax = p.amax_row, p.n_g_row = token ? T_ : G;
-    p.seed = seed, p.offset = offset;
+    p.seed = seed, p.offset = offset, p.seed_device = seed_device;
     err = sr ? launch_grouped_tiles<Format::kNVFP4, T, true, false, true>(p, stream)
              : launch_grouped_tiles<Format::kNVFP4, T, true, false, false>(p, stream);
     if (err) return err;
@@ -775,7 +778,7 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
     p.space = ceil_div(16 * cb_total + W, kTileM) * kTileM;
     p.amax_col = own_col_amax ? col_amax : g_amax, p.col_token = token;
     p.g_col = alpha_col, p.g_col_amax = p.amax_col, p.n_g_col = token ? G * K : G;
-    p.seed = seed, p.offset = offset;
+    p.seed = seed, p.offset = offset, p.seed_device = seed_device;
     if (rht) {  // the transformed data's amax: tiles up to pos64[G] (the rest exit at once)
       if ((err = memset_f32(col_amax, token ? G * K : G, stream))) return err;
       p.rht_amax = col_amax;

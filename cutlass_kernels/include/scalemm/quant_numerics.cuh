@@ -258,6 +258,17 @@ __device__ __forceinline__ uint4 sr_words(uint64_t n, uint64_t seed, uint64_t of
   return philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
+// The Philox key (seed, offset) of a launch: as passed by value, or, when `device` is set, the seed
+// read from device[0] and device[1] added to the offset at run time. A CUDA graph bakes the by-value
+// pair into every replay; a pair written on the device before each replay (scalemm draws it with
+// torch's capture-safe RNG) gives each replay fresh bits.
+__device__ __forceinline__ uint64_t sr_seed(uint64_t seed, const uint64_t* device) {
+  return device ? __ldg(reinterpret_cast<const unsigned long long*>(device)) : seed;
+}
+__device__ __forceinline__ uint64_t sr_offset(uint64_t offset, const uint64_t* device) {
+  return device ? offset + __ldg(reinterpret_cast<const unsigned long long*>(device) + 1) : offset;
+}
+
 // ---------------------------------------------------------------------------
 // 16-point random Hadamard transform (NUMERICS section 8), result rounded to bf16
 // ---------------------------------------------------------------------------
