@@ -15,7 +15,8 @@ worth of work: scalemm layers run with cache_weight=False, so the weight is quan
 Timing: medians over interleaved rounds (every contender once per round) after warm-up, CUDA events
 around each call, and the host time to issue the call ("host ms": near the GPU time, the eager step is
 host-bound); --graphs instead captures each call in a CUDA graph (perf/gemm_sweep.py's bench) to
-remove host overhead (NVFP4's stochastic rounding then replays one seed). --compile wraps every
+remove host overhead (inside a capture the NVFP4 quantizers draw their stochastic-rounding seed on the
+device, each replay anew; the seventh session's run predates that and timed NVFP4 eagerly). --compile wraps every
 contender in torch.compile (torchao's Float8Linear is meant to be compiled). Prints a table and writes
 train_bench.json and train_bench.png under --out. Prebuild the kernels: python -m scalemm build --set train.
 

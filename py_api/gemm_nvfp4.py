@@ -260,8 +260,9 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
     launcher's choice for this GPU (from the kernel's occupancy and the shape); 0 when there is nothing
     to compute. Nothing is launched. For studies of the split model (perf/nvfp4_explore.py prints it)."""
     from .formats import GroupedNVFP4Tensor, NVFP4Tensor
-    if not isinstance(config, SkinnyConfig):
-        raise TypeError(f"config must be a SkinnyConfig, got {type(config).__name__}")
+    if config is None:
+        raise TypeError("config must be a SkinnyConfig, got NoneType")
+    _check_options(None, None, epilogue, None, False, out_dtype, config, config_types=(SkinnyConfig,))
     device = b.qdata.device
     if device.type != "cuda":
         raise ValueError(f"skinny_splits needs the operands on a CUDA device, got b on {device}")
@@ -275,6 +276,8 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
                          f"{offsets.dtype} {tuple(offsets.shape)} on {offsets.device}")
     M, K = a.shape[0], b.shape[1]
     N = b.group_rows if offsets is not None else b.shape[0]
+    if not x4:
+        _check_activation_rows(a, "a", K)
     operands = [(b.qdata, "b.qdata"), (b.scales, "b.scales")] + (
         [(a.qdata, "a.qdata"), (a.scales, "a.scales")] if x4 else [(a, "a")])
     why = skinny_problem(M, N, K, config, operands, groups=None if offsets is None else offsets.numel())

@@ -262,3 +262,7 @@ def test_skinny_splits_refuses_before_any_kernel():
         skinny_splits(x, w, SkinnyConfig(1))
     with pytest.raises(TypeError, match="SkinnyConfig"):
         skinny_splits(x, w, None)
+    with pytest.raises(TypeError, match="out_dtype"):  # the GEMM's own option checks, before the device check
+        skinny_splits(x, w, SkinnyConfig(1), out_dtype=torch.int8)
+    with pytest.raises(ValueError, match="epilogue activation"):
+        skinny_splits(x, w, SkinnyConfig(1), epilogue="tanh")
