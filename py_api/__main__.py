@@ -33,7 +33,9 @@ def _grouped_cases(name):
         cases += [(c, False, torch.float32, None) for c in (
             default_grouped_config(577, 8, 1, 1, fast_accum=False), GemmConfig(128, 128, 128, 1, 1, "cooperative"),
             GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True),
-            GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True))]
+            GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
+            GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
+            GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1))]
     return cases
 
 
@@ -106,6 +108,14 @@ def kernel_set(name: str):
             GemmConfig(128, 192, 128, 2, 1, "cooperative"),
             GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
+        chunked = [GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
+                   GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
+                   GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
+                   GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
+                   GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+                   GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2)]
+        cases += [(c, False, od, None) for c in chunked for od in (bf16, torch.float32)]
+        cases += [(GemmConfig(128, 128, 128, 2, 1, "cooperative"), False, torch.float32, None)]
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
         from .cutlass_kernels.configs import sweep_configs
         cases += [(c, fa, bf16, None) for c, fa in sweep_configs()]
@@ -120,6 +130,10 @@ def kernel_set(name: str):
         from .grouped import grouped_gemm_kernel_spec
         wgrad = [grouped_gemm_kernel_spec(default_wgrad_config(4096, 4096, fast_accum=fa), fast_accum=fa,
                                           out_dtype=bf16, epilogue=epi.scaled(bf16), wgrad=True)[0] for fa in (False, True)]
+        if name == "tests":  # the chunked promotion's wgrad test
+            wgrad.append(grouped_gemm_kernel_spec(GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
+                                                  fast_accum=False, out_dtype=bf16, epilogue=epi.scaled(bf16),
+                                                  wgrad=True)[0])
     quant = []
     if name in ("default", "tests", "all"):
         from .quantize import kernel_specs as quant_specs

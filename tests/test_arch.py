@@ -76,7 +76,7 @@ def test_default_config_uses_num_sms():
     # decode does not depend on it; full accumulation only through its waves (test_tuning.py)
     for sms in (16, 132, 1000):
         assert dc(16, 4096, 4096, num_sms=sms) == dc(16, 4096, 4096)
-        assert dc(4096, 4096, 4096, fast_accum=False, num_sms=sms).tile_n in (128, 192)
+        assert dc(4096, 4096, 4096, fast_accum=False, num_sms=sms).promotion_chunks >= 1
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match="num_sms must be a positive int"):
             dc(16, 4096, 4096, num_sms=bad)
@@ -91,8 +91,8 @@ def test_default_config_at_132_sms_is_unchanged():
             return G(64, tn, 256 if fast_accum and tn <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
         if M <= 128:
             return G(64, 128, 128, 1, 1, "pingpong")
-        if not fast_accum:  # the full-accumulation rule came later (wave counts, 128x192): its width as it picks
-            return G(128, configs.default_config(M, N, K, fast_accum=False).tile_n, 128, 2, 1, "cooperative")
+        if not fast_accum:  # the full-accumulation rule came later (wave counts, chunked promotion): as it picks
+            return configs.default_config(M, N, K, fast_accum=False)
         if M <= 1024 and N >= 5120 and K <= 8192:
             return G(64, 256, 128, 1, 1, "pingpong")
         if M >= 2048 and N >= 2048:

@@ -131,3 +131,26 @@ def test_heuristic_is_readable_and_valid():
         GemmConfig(64, 128, 128, schedule="cooperative")
     cpp = big.cpp(fast_accum=True, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
     assert cpp["MAINLOOP_SCHEDULE"].endswith("CooperativeFP8FastAccum") and cpp["LAYOUT_D"].endswith("RowMajor")
+
+
+def test_chunked_promotion_config():
+    """promotion_chunks selects scalemm's full-accumulation mainloop (scalemm/sm90/fp8_promotion.hpp) on
+    CUTLASS's fast-accumulation collective; it is part of the kernel's name and refused where it has no
+    meaning."""
+    emitted = epi.emit(epi.scaled("bf16"), "bf16")
+    cfg = GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2)
+    assert cfg.key().endswith("_pc2") and GemmConfig(128, 256, 128, 2, 1, "cooperative").key() != cfg.key()
+    cpp = cfg.cpp(fast_accum=False, out_dtype="bf16", epilogue=emitted)
+    assert cpp["MAINLOOP_SCHEDULE"] == ("scalemm::sm90::Fp8ChunkedPromotion<"
+                                        "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum, 2>")
+    ping = GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2).cpp(fast_accum=False, out_dtype="bf16",
+                                                                               epilogue=emitted)
+    assert "KernelTmaWarpSpecializedPingpongFP8FastAccum, 2>" in ping["MAINLOOP_SCHEDULE"]
+    with pytest.raises(ValueError, match="full accumulation"):
+        cfg.cpp(fast_accum=True, out_dtype="bf16", epilogue=emitted)
+    grouped = cfg.cpp(fast_accum=False, out_dtype="bf16", epilogue=emitted, grouped=True)
+    assert grouped["MAINLOOP_SCHEDULE"] == ("scalemm::sm90::Fp8ChunkedPromotion<"
+                                            "cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, 2>")
+    for bad in (dict(promotion_chunks=-1), dict(promotion_chunks=3), dict(promotion_chunks=2, tile_k=256)):
+        with pytest.raises(ValueError, match="promotion_chunks"):
+            GemmConfig(**{**dict(tile_m=128, tile_n=256, tile_k=128), **bad})

@@ -99,12 +99,22 @@ def test_gemm_per_tensor_scales_and_activation():
     assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
 
 
+# scalemm's full-accumulation mainloop (promotion in N slices): full accumulation only.
+CHUNKED = [GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
+           GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
+           GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
+           GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
+           GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+           GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2)]
+
+
 @pytest.mark.parametrize("cfg", [
     GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 256, 128, 2, 1, "cooperative"),
     GemmConfig(128, 192, 128, 2, 1, "cooperative"),  # N = 4096: a partial 192-wide tile
     GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
     GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True),
-])
+    *CHUNKED,
+], ids=lambda c: c.key())
 @pytest.mark.parametrize("M", [1, 33, 257])
 def test_every_config_is_correct(cfg, M):
     N, K = 4096, 4096
@@ -114,6 +124,21 @@ def test_every_config_is_correct(cfg, M):
     scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, config=cfg)
     assert not out.isnan().any()
     assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
+
+
+@pytest.mark.parametrize("cfg", CHUNKED, ids=lambda c: c.key())
+@pytest.mark.parametrize("M,N,K", [(257, 4096, 4096), (1000, 3088, 1040), (4096, 1024, 8192)])
+def test_chunked_promotion_matches_cutlass_bit_for_bit(cfg, M, N, K):
+    """The chunked promotion adds each k-tile's wgmma sum into fp32 in the same order as CUTLASS's
+    promotion every 4 MMAs: its fp32 outputs equal CUTLASS's 128x128 full-accumulation kernel's (partial
+    tiles in M, N and K included), and neither is further from the fp64 product than cuBLASLt allows."""
+    a8, b8, sa, sb = _operands(M, N, K, seed=M + K)
+    theirs = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, config=GemmConfig(128, 128, 128, 2, 1, "cooperative"))
+    out = _poisoned(M, N, torch.float32)
+    scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, out=out, config=cfg)
+    assert not out.isnan().any()
+    assert torch.equal(out, theirs)
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.float32)) <= _fp32_tol(a8, b8, False)
 
 
 def test_custom_tree_matches_its_torch_evaluation():

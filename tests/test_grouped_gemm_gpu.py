@@ -67,7 +67,10 @@ def test_grouped_ragged_with_empty_groups(G, T, N, K, fast_accum):
 @pytest.mark.parametrize("cfg", [None, GemmConfig(128, 128, 128, 1, 1, "cooperative"),
                                  GemmConfig(64, 128, 128, 1, 1, "pingpong"),
                                  GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True),
-                                 GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)])
+                                 GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
+                                 # scalemm's chunked promotion (full accumulation, the default here)
+                                 GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
+                                 GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1)])
 def test_grouped_configs_and_per_group_scales(cfg):
     sizes = torch.tensor([0, 1, 17, 128, 129, 0, 300, 2])
     a, b, sa, sb, offs = _problem(sizes, 1024, 512, seed=3)
@@ -140,9 +143,13 @@ def _wgrad_reference(dy, x, offs, s_dy, s_x):
     return ref
 
 
-@pytest.mark.parametrize("G,T,N,K,per_channel", [(8, 4096, 2048, 1024, False), (64, 1500, 768, 2048, True),
-                                                 (1, 300, 1024, 512, True), (16, 100, 512, 768, False)])
-def test_grouped_wgrad(G, T, N, K, per_channel):
+@pytest.mark.parametrize("G,T,N,K,per_channel,config", [
+    (8, 4096, 2048, 1024, False, None), (64, 1500, 768, 2048, True, None), (1, 300, 1024, 512, True, None),
+    (16, 100, 512, 768, False, None),
+    # scalemm's chunked promotion, empty experts (K = 0 groups reduce over the zero buffer) included
+    (8, 4096, 2048, 1024, True, GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2)),
+    (16, 100, 512, 768, False, GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2))])
+def test_grouped_wgrad(G, T, N, K, per_channel, config):
     from scalemm.grouped import pad_groups_transposed, wgrad_column_starts
     sizes = _sizes(G, T, seed=G * 7, empty=(0, G - 1) if G > 2 else ())
     offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
@@ -156,7 +163,7 @@ def test_grouped_wgrad(G, T, N, K, per_channel):
     s_dy = torch.rand(G, N, device="cuda") + 0.5 if per_channel else torch.rand(G, device="cuda") + 0.5
     s_x = torch.rand(G, K, device="cuda") + 0.5 if per_channel else torch.rand(G, device="cuda") + 0.5
     out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
-    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out)
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out, config=config)
     assert not out.isnan().any(), "some dW entries (empty experts included) were not written"
     ref = _wgrad_reference(dy, x, offs, s_dy, s_x)
     for e in ((0, G - 1) if G > 2 else ()):

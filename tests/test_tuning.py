@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 import torch
@@ -328,11 +329,18 @@ def test_candidates_are_valid_kernels():
                     assert c == c.compiled()  # run-time knobs come from runtime_variants
                     spec, _ = gemm_module.gemm_kernel_spec(c, fast_accum=fa, out_dtype=BF16, epilogue=tree)
                     spec.render()
-                if not fa:  # full accumulation: at most 128x192 cooperative tiles (256-wide ones spill)
-                    assert all(c.tile_n * c.tile_m <= 128 * 192 for c in cands if c.schedule == "cooperative")
+                if not fa:  # full accumulation: CUTLASS's promotion up to 128x192, 128x256 only chunked
+                    assert all(c.tile_n * c.tile_m <= 128 * 192 or c.promotion_chunks >= 2
+                               for c in cands if c.schedule == "cooperative")
                     assert all(c.tile_n * c.tile_m <= 64 * 128 for c in cands if c.schedule == "pingpong")
-                if M > 128:  # the 192-wide tile in both modes
+                    assert all(c.promotion_chunks == 0 for c in cands if c.swap_ab or c.schedule == "pingpong")
+                else:
+                    assert not any(c.promotion_chunks for c in cands)
+                if M > 128:  # the 192-wide tile in both modes, and with full accumulation 128x256 chunked
                     assert GemmConfig(128, 192, 128, 2, 1, "cooperative") in cands
+                    if not fa:
+                        assert GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2) in cands
+                        assert GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1) in cands
     variants = configs.sm90.runtime_variants(GemmConfig(128, 256, 128, 2, 1))
     assert len(variants) == 11 and len({v.compiled() for v in variants}) == 1
     assert GemmConfig(128, 256, 128, 2, 1) not in variants
@@ -595,20 +603,39 @@ def test_tune_grouped_and_a_failing_entry(fake_tuning, capsys):
 
 
 def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
-    """Full accumulation above 128 tokens: cooperative 128x192 unless its waves cost more than its wider tile
-    gains (points of the H100 tuning run: 128x128 won at 1024 x 4096 x 4096, 128x192 at 4096 x 6144 x 4096)."""
-    def tile_n(M, N, **kw):
+    """Full accumulation above 128 tokens: the chunked promotion on cooperative 128 x (128, 192, 256) tiles, the
+    width with the least waves x TILE_COST_FULL (fitted on an H100, perf/fp8_full_accum.py --sweep: 128x256 at
+    4096 x 4096, 128x192 at 8192 x 8192, 1024 x 6144 and 4096 x 5376 (5.1 waves of 256-wide tiles), 128x128 at
+    1024 x 2048)."""
+    def pick(M, N, **kw):
         cfg = configs.default_config(M, N, 4096, fast_accum=False, **kw)
         assert (cfg.tile_m, cfg.tile_k, cfg.cluster_m, cfg.schedule) == (128, 128, 2, "cooperative")
+        assert cfg == configs.sm90.full_accumulation(replace(cfg, promotion_chunks=0))
         return cfg.tile_n
-    assert tile_n(1024, 4096) == 128 and tile_n(1024, 2048) == 128 and tile_n(1024, 1536) == 128
-    assert tile_n(4096, 6144) == 192 and tile_n(1024, 6144) == 192 and tile_n(16384, 4096) == 192
-    assert tile_n(1024, 9216) == 192 and tile_n(1024, 10240) == 128
-    assert tile_n(256, 4096) == 128  # one wave either way: the narrower tile
-    # the waves depend on the SM count (1024 x 8192: 512 vs 344 tiles, 4 vs 3 waves on 132 SMs, 7 vs 5 on 78)
-    assert tile_n(1024, 8192) == 128 and tile_n(1024, 8192, num_sms=78) == 192
-    for M, N in ((1024, 4096), (4096, 6144), (8192, 8192)):
+    assert pick(4096, 4096) == 256 and pick(1024, 4096) == 256 and pick(8192, 8192) == 192
+    assert pick(1024, 6144) == 192 and pick(4096, 5376) == 192 and pick(4096, 576) == 192
+    assert pick(1024, 2048) == 128 and pick(1024, 1536) == 128 and pick(256, 4096) == 128
+    # the waves depend on the SM count (1024 x 10240: 8 x 80 = 640 tiles of 128, 5 waves on 132 SMs, 9 on 78)
+    assert pick(1024, 10240) == 128 and pick(1024, 10240, num_sms=78) != 128
+    for M, N in ((1024, 4096), (4096, 6144), (8192, 8192), (129, 4096)):
         assert configs.sm90.usable(configs.default_config(M, N, 4096, fast_accum=False), fast_accum=False)
+    # at most 128 tokens: CUTLASS's promotion on the swap-AB and ping-pong tiles, as before
+    assert configs.default_config(64, 4096, 4096, fast_accum=False).promotion_chunks == 0
+    assert configs.default_config(128, 4096, 4096, fast_accum=False).promotion_chunks == 0
+
+
+def test_full_accumulation_chunks_fit_the_registers():
+    """full_accumulation gives cooperative 128-row tiles the fewest promotion chunks whose accumulators fit
+    (tile + one chunk <= 192 registers per thread) and leaves other tiles to CUTLASS's promotion."""
+    full = configs.sm90.full_accumulation
+    coop = lambda n, **kw: configs.GemmConfig(128, n, 128, 2, 1, "cooperative", **kw)  # noqa: E731
+    assert full(coop(128)).promotion_chunks == 1 and full(coop(192)).promotion_chunks == 1
+    assert full(coop(256)).promotion_chunks == 2 and full(coop(256, stream_k=True)).promotion_chunks == 2
+    assert configs.sm90.accumulator_registers(full(coop(256)), fast_accum=False) == 192
+    for keep in (configs.GemmConfig(64, 128, 128, 1, 1, "pingpong"), coop(64),
+                 configs.GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True), coop(256, promotion_chunks=4)):
+        assert full(keep) == keep
+    assert not configs.sm90.usable(coop(256, promotion_chunks=2), fast_accum=True)
 
 
 def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
@@ -626,12 +653,13 @@ def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
 
 
 def test_grouped_candidates_include_the_widest_full_accumulation_tile():
-    """128x192 is the widest cooperative tile full accumulation can use (no spills in the grouped kernels
-    either); the grouped tuner times it in both modes, and never a spilling 256-wide tile with full accumulation."""
+    """The grouped tuner times 128x192 in both modes and, with full accumulation, the cooperative tiles with the
+    chunked promotion (128x256 in 2 chunks); never a spilling 256-wide tile with CUTLASS's promotion."""
     wide = configs.GemmConfig(128, 192, 128, 1, 1, "cooperative")
     for fa in (True, False):
         cands = configs.grouped_tuning_candidates(65536, 128, 1536, 2048, fast_accum=fa)
         assert wide in cands
         assert all(configs.sm90.usable(c, fast_accum=fa) for c in cands)
-    assert all(c.tile_n < 256 or c.schedule != "cooperative"
-               for c in configs.grouped_tuning_candidates(65536, 128, 1536, 2048, fast_accum=False))
+    full = configs.grouped_tuning_candidates(65536, 128, 1536, 2048, fast_accum=False)
+    assert configs.GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2) in full
+    assert all(c.tile_n < 256 or c.schedule != "cooperative" or c.promotion_chunks == 2 for c in full)

@@ -34,6 +34,10 @@ class GemmConfig:
     schedule: str = "cooperative"        # "cooperative" (2 consumer warpgroups share a tile) | "pingpong"
     swap_ab: bool = False                # compute D^T = B A^T: small M goes on the narrow tile side
     stream_k: bool = False               # stream-K / split-K tile scheduler (small grids)
+    # Full (non-fast) FP8 accumulation only (dense and grouped): 0 = CUTLASS's promotion (a second accumulator as large as
+    # the tile's); n >= 1 = scalemm's mainloop promoting N in n slices (scalemm/sm90/fp8_promotion.hpp),
+    # which keeps 128x256 tiles within the registers.
+    promotion_chunks: int = 0
     # Run-time scheduling knobs (not compiled in, not part of the kernel): tile raster order
     # ("auto" = CUTLASS's heuristic, "m", "n") and the swizzle width of the tile order (1, 2, 4, 8).
     raster: str = "auto"
@@ -48,13 +52,18 @@ class GemmConfig:
             raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
         if self.stream_k and self.schedule != "cooperative":
             raise ValueError("stream-K needs the cooperative schedule")
+        if self.promotion_chunks < 0 or (self.promotion_chunks and (self.tile_k != 128 or self.tile_n % (
+                8 * self.promotion_chunks))):
+            raise ValueError(f"promotion_chunks={self.promotion_chunks} needs tile_k = 128 and tile_n a multiple of "
+                             f"8 x promotion_chunks, got tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
         if self.raster not in ("auto", "m", "n") or self.swizzle not in (1, 2, 4, 8):
             raise ValueError(f"raster must be auto/m/n and swizzle 1/2/4/8, got {self.raster!r}, {self.swizzle}")
 
     def key(self) -> str:
         """The compiled kernel's name part (run-time knobs excluded)."""
         s = f"t{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}_{self.schedule[:4]}"
-        return s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
+        return (s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
+                + (f"_pc{self.promotion_chunks}" if self.promotion_chunks else ""))
 
     def label(self) -> str:
         """key() plus the run-time knobs when they differ from the defaults (for sweep tables)."""
@@ -72,8 +81,12 @@ class GemmConfig:
         fp8 = element == "e4m3"
         array = "PtrArray" if grouped else ""
         mainloop = f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
+        if self.promotion_chunks and (fast_accum or not fp8):
+            raise ValueError(f"promotion_chunks is for FP8 GEMMs with full accumulation ({self.key()})")
         if fp8 and fast_accum:
             mainloop += "FP8FastAccum"
+        if self.promotion_chunks:
+            mainloop = f"scalemm::sm90::Fp8ChunkedPromotion<{mainloop}FP8FastAccum, {self.promotion_chunks}>"
         if fp8 and not fast_accum and self.tile_k > 128:
             # CUTLASS promotes FP8 wgmma accumulators to fp32 every 4 MMAs (128 k-elements); a k-tile
             # must hold a divisor of that many MMAs.
@@ -136,13 +149,17 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
 # accumulation, fitted to scalemm.tune's winners over the sweep's prefill points on an H100); 256 (fast
 # accumulation only: it spills with full accumulation): 2x the work at ~1.15x.
 TILE_COST = {128: 1.0, 192: 1.34, 256: 1.74}
+# The same for full accumulation with the chunked promotion (full_accumulation), fitted to
+# `perf/fp8_full_accum.py --sweep` on an H100 (the 53 prefill points, each tile width timed): the rule's picks
+# reach 0.994x of torch rowwise where the best width at every point would reach 0.996x.
+TILE_COST_FULL = {128: 1.0, 192: 1.28, 256: 1.70}
 
 
-def _tile_n_by_waves(M: int, N: int, num_sms: int, widths) -> int:
-    """The tile width (of `widths`) with the least waves x TILE_COST for an M x N output of 128-row tiles;
+def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) -> int:
+    """The tile width (of `widths`) with the least waves x tile_cost for an M x N output of 128-row tiles;
     ties go to the narrower tile."""
     def cost(tile_n):
-        return -(-(-(-M // 128) * -(-N // tile_n)) // num_sms) * TILE_COST[tile_n]
+        return -(-(-(-M // 128) * -(-N // tile_n)) // num_sms) * tile_cost[tile_n]
     return min(sorted(widths), key=cost)
 
 
@@ -154,6 +171,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
       the idle SMs it fills.)
     - M <= 128: ping-pong 64x128.
+    - Fast accumulation from here (full accumulation: the last point):
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise cooperative 128x256 when M and N are both large; else the cooperative 128 x
       (128, 192 or 256) tile with the least waves x its TILE_COST (a wider tile only where it saves
@@ -161,11 +179,11 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       sweep's 53 prefill points (H100): the tuner's gains with fast accumulation sat in this branch
       (1024 tokens at N = 3072-8192: 128x256 or 128x192 over 128x128 by 5-32%; DeepSeek-V3's N = 576
       at 4096+ tokens: 128x192 by 22-59%).
-    - Full (non-fast) accumulation never uses 256-wide tiles: CUTLASS's FP8 promotion keeps a
-      second fp32 accumulator and a 128x256 tile spills (0.3x of the 128x128 tile, measured). It
-      takes 128x192 (192 accumulator registers, no spills) or 128x128 by the same waves x cost rule
-      (128x192 variants won 41 of the 53 points, and the rule picks the winner's width at 49;
-      perf/NOTES.md).
+    - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
+      CUTLASS's keeps a second accumulator as large as the tile, so its 128x256 spills) on cooperative
+      128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (H100, the sweep's 53 prefill points:
+      0.99x of torch._scaled_mm rowwise in full accumulation, where CUTLASS's 128x128 / 128x192 gave 0.83x /
+      0.88x; perf/NOTES.md). Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
     - `num_sms`: the M thresholds of the large-tile rules (1024, 2048) were measured on 132 SMs,
       and what decides them is the number of tiles per SM; they scale with num_sms / 132, so a
       GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
@@ -177,9 +195,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
-    if not fast_accum:  # a second fp32 accumulator per thread: 256-wide tiles spill
-        return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192)), 128, 2, 1, "cooperative")
     per_sm = num_sms / REFERENCE_SMS
+    if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
+        tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
+        return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"))
     if M <= 1024 * per_sm and N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     if M >= 2048 * per_sm and N >= 2048:
@@ -387,27 +406,49 @@ TUNING_CANDIDATES = {
 
 def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
     """fp32 accumulator registers per consumer thread: the tile over 128 threads per warpgroup (a
-    cooperative tile is split between two warpgroups, a ping-pong warpgroup holds a whole tile),
-    doubled without fast accumulation (CUTLASS's FP8 promotion keeps a second accumulator)."""
+    cooperative tile is split between two warpgroups, a ping-pong warpgroup holds a whole tile), plus,
+    without fast accumulation, the promotion's temporary: CUTLASS's is as large as the tile's, scalemm's
+    chunked promotion's one chunk (tile / promotion_chunks)."""
     per_thread = config.tile_m * config.tile_n // (128 * (2 if config.schedule == "cooperative" else 1))
-    return per_thread * (1 if fast_accum else 2)
+    if fast_accum:
+        return per_thread
+    return per_thread + per_thread // (config.promotion_chunks or 1)
 
 
 # The most accumulator registers a tile may need and still compile without spills. 128 everywhere,
 # except the cooperative kernels with full accumulation, whose consumer warpgroups ptxas gives up to
 # 240 registers: there 128x160 and 128x192 (160 / 192 accumulator registers) compile without spills
 # (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too; the grouped fprop and wgrad kernels at 128x192
-# too), while 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an H100.
+# too), and so does 128x256 with the chunked promotion in 2 chunks (128 + 64; dense, grouped fprop and
+# wgrad), while CUTLASS's 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an H100.
+# (The mainloop's own budget, kAccumulatorRegisterBudget in scalemm/sm90/fp8_promotion.hpp, is this.)
 MAX_ACCUMULATOR_REGISTERS = 128
 MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL = 192
 
 
 def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     """Whether `config` is worth timing for FP8 in this accumulation mode (no spilling tile, and
-    tile_k <= 128 without fast accumulation, which CUTLASS's promotion interval needs)."""
+    tile_k <= 128 without fast accumulation, which the promotion interval needs; promotion_chunks only
+    with full accumulation)."""
     limit = (MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL if not fast_accum and config.schedule == "cooperative"
              else MAX_ACCUMULATOR_REGISTERS)
+    if fast_accum and config.promotion_chunks:
+        return False
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
+
+
+def full_accumulation(config: GemmConfig) -> GemmConfig:
+    """The kernel that runs `config`'s tile with full accumulation: unswapped cooperative tiles of 128 rows
+    take scalemm's chunked promotion (scalemm/sm90/fp8_promotion.hpp) with the fewest chunks whose
+    accumulators fit (128x128 and 128x192: 1, 128x256: 2); the others keep CUTLASS's promotion. On an H100
+    (perf/fp8_full_accum.py, 10 prefill shapes) the chunked kernels were bit-identical to CUTLASS's and
+    faster: 128x128 1.07x CUTLASS's 128x128, and 128x256, which CUTLASS cannot run, 0.94x of torch rowwise
+    against 0.87x for CUTLASS's best (128x192)."""
+    if (config.schedule != "cooperative" or config.swap_ab or config.tile_m != 128 or config.tile_n < 128
+            or config.tile_k != 128 or config.promotion_chunks):
+        return config
+    chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
+    return replace(config, promotion_chunks=chunks)
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
@@ -419,9 +460,10 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     ping-pong 64-row, cooperative 128-row and cooperative stream-K, plus deep-K (256) ping-pong
     with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
-    stream-K: wider than 128x128 and, with full accumulation, the widest tile that does not spill);
-    ping-pong 64x128; with fast accumulation also 128x256 (2x1, 1x2, stream-K), ping-pong 64x256 and
-    256x128. Tiles that would spill in this accumulation mode are left out (`usable`)."""
+    stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
+    ping-pong 64x256 and 256x128. With full accumulation the cooperative tiles take scalemm's chunked
+    promotion (`full_accumulation`), and CUTLASS's 128x192 stays a candidate. Tiles that would spill in
+    this accumulation mode are left out (`usable`)."""
     out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
     coop, pp = "cooperative", "pingpong"
     if M <= 128:
@@ -440,20 +482,25 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
                 GemmConfig(128, 256, 128, 2, 1, coop), GemmConfig(128, 256, 128, 1, 2, coop),
                 GemmConfig(128, 256, 128, 1, 1, coop, stream_k=True), GemmConfig(64, 256, 128, 1, 1, pp),
                 GemmConfig(256, 128, 128, 2, 1, coop)]
+        if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
+            out = [full_accumulation(c) for c in out] + [GemmConfig(128, 192, 128, 2, 1, coop)]
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
 
 
 def grouped_tuning_candidates(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> list[GemmConfig]:
     """The compiled kernels scalemm.tune times for a grouped FP8 GEMM of G groups, T rows in all (the
     heuristic's pick first): GROUPED_TUNING_CANDIDATES and, for few rows per group, swap-AB tiles
-    whose narrow side holds them; with full accumulation the deep-K (256) tiles take tile_k 128 and
-    spilling tiles are left out. (Grouped kernels have no stream-K and no run-time tile order knobs.)"""
+    whose narrow side holds them; with full accumulation the deep-K (256) tiles take tile_k 128, the
+    cooperative tiles are also timed with scalemm's chunked promotion, and spilling tiles are left out.
+    (Grouped kernels have no stream-K and no run-time tile order knobs.)"""
     out = [default_grouped_config(T, G, N, K, fast_accum=fast_accum)]
     narrow = _pow2_at_least(-(-T // max(G, 1)), 16, 128)
     extra = [GemmConfig(64, narrow, 128, 1, 1, "pingpong", swap_ab=True),
              GemmConfig(128, narrow, 128, 1, 1, "cooperative", swap_ab=True)]
     for c in GROUPED_TUNING_CANDIDATES + extra:
         out.append(c if fast_accum or c.tile_k <= 128 else replace(c, tile_k=128))
+    if not fast_accum:  # and the cooperative tiles with scalemm's chunked promotion
+        out += [full_accumulation(c) for c in out]
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
 
 

@@ -20,6 +20,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "scalemm/abi.h"
+#include "scalemm/sm90/fp8_promotion.hpp"
 #include "scalemm/sm90/launch.cuh"
 
 namespace scalemm {
@@ -48,12 +49,15 @@ struct Sm90Gemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
       ElementC, LayoutD, kAlignC, ElementD, LayoutD, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  // MainloopSchedule: a CUTLASS kernel schedule, or sm90::Fp8ChunkedPromotion<fast-accumulation
+  // schedule, chunks> for scalemm's full-accumulation mainloop on CUTLASS's fast-accumulation
+  // collective (scalemm/sm90/fp8_promotion.hpp).
+  using CollectiveMainloop = sm90::mainloop_t<typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB,
       LayoutB, kAlignB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
+      sm90::builder_schedule_t<MainloopSchedule>>::CollectiveOp, MainloopSchedule>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
                                                       CollectiveMainloop, CollectiveEpilogue,

@@ -130,12 +130,13 @@ struct Sm90GroupedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD,
       ElementD, LayoutD*, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  // MainloopSchedule as in Sm90Gemm (a CUTLASS schedule or sm90::Fp8ChunkedPromotion).
+  using CollectiveMainloop = sm90::mainloop_t<typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cutlass::layout::RowMajor*,
       kAlignA, ElementB, cutlass::layout::ColumnMajor*, kAlignB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
+      sm90::builder_schedule_t<MainloopSchedule>>::CollectiveOp, MainloopSchedule>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -1,0 +1,164 @@
+// scalemm: SM90 FP8 mainloop with full (fp32) accumulation that keeps wide tiles.
+//
+// Hopper's FP8 wgmma accumulates in reduced precision, so "full accumulation" promotes the wgmma
+// accumulators into fp32 registers every 128 elements of K (4 MMAs of k32, one k-tile of 128).
+// CUTLASS's FP8 mainloop does it with a second accumulator as large as the tile's: 2 x 128 registers
+// per thread for a 128x256 cooperative tile, which spills, so CUTLASS full accumulation is usable only
+// up to 128x192.
+//
+// This mainloop splits the tile's N into `Chunks` slices and runs the wgmmas of one slice at a time
+// into a temporary accumulator of that slice's size, waits for them and adds the temporary into the
+// tile's fp32 accumulator (the one the kernel's epilogue reads, laid out as for CUTLASS's own TiledMma).
+// A 128x256 tile in 2 chunks needs 128 + 64 accumulator registers. As in CUTLASS's FP8 mainloop, a
+// warpgroup's adds wait for its own wgmmas; the other consumer warpgroup's wgmmas fill the tensor
+// cores meanwhile. (Keeping chunk c + 1's wgmmas in flight while chunk c is added, with two
+// temporaries, made ptxas serialize every wgmma (C7514, CUDA 13.0): not done.)
+//
+// Numerics: each output element gets, per k-tile of 128, the wgmma sum of its 4 k32 MMAs added into
+// the fp32 accumulator, in k order: the same operations as CUTLASS's promotion every 4 MMAs, so the
+// results agree with CUTLASS's full-accumulation kernels (tests/test_gemm_gpu.py compares them).
+//
+// It derives from the CUTLASS fast-accumulation collective `Base` (its shared memory, pipeline,
+// producer and TMA are used unchanged) and replaces the consumer's mma / mma_tail.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cute/atom/mma_atom.hpp"
+#include "cute/algorithm/gemm.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+
+namespace scalemm::sm90 {
+
+// MAINLOOP_SCHEDULE tag: full FP8 accumulation in `Chunks` slices of N on CUTLASS's fast-accumulation
+// `Schedule` (KernelTmaWarpSpecialized{Cooperative,Pingpong}FP8FastAccum).
+template <class Schedule_, int Chunks_>
+struct Fp8ChunkedPromotion {
+  using Schedule = Schedule_;
+  static constexpr int Chunks = Chunks_;
+};
+
+// The register budget the promotion plans for: accumulators (the tile's and the temporaries) of at
+// most this many fp32 registers per thread compile without spills in CUTLASS's cooperative kernels
+// (240 registers per consumer thread; 128x192 full accumulation = 96 + 96 does, 128 + 128 does not).
+constexpr int kAccumulatorRegisterBudget = 192;
+
+template <class Base, int Chunks>
+struct Fp8ChunkedPromotionMainloop : Base {
+  using typename Base::TiledMma;
+  using typename Base::TileShape;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::Params;
+  using typename Base::DispatchPolicy;
+
+  static constexpr int kTileM = cute::size<0>(TileShape{});
+  static constexpr int kTileN = cute::size<1>(TileShape{});
+  static constexpr int kTileK = cute::size<2>(TileShape{});
+  static constexpr int kChunkN = kTileN / Chunks;
+  static_assert(Chunks >= 1 && kTileN % Chunks == 0 && kChunkN % 8 == 0,
+                "N chunks must be multiples of 8 (the wgmma N step)");
+  static_assert(kTileK == 128, "promotion every 128 k-elements: one k-tile of 128 per promotion");
+  static constexpr int kWarpGroups = cute::size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+
+  // One warpgroup's wgmma over a chunk: the same warpgroup arrangement as the tile's TiledMma.
+  using ChunkMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
+                                 cute::Shape<cute::Int<kTileM>, cute::Int<kChunkN>, cute::Int<kTileK>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::Int<kWarpGroups>, cute::_1, cute::_1>>{}));
+
+  // Registers per thread: the tile's accumulator and one chunk's temporary.
+  static constexpr int kTileRegs = kTileM * kTileN / (kWarpGroups * cutlass::NumThreadsPerWarpGroup);
+  static constexpr int kChunkRegs = kTileRegs / Chunks;
+  static_assert(kTileRegs + kChunkRegs <= kAccumulatorRegisterBudget,
+                "tile accumulator + one chunk exceed the register budget: use more chunks");
+
+  // chunk `c` of the tile's accumulator += t. The accumulator's value mode is the wgmma C layout
+  // (2, 2, N/8) with N/8 outermost, so chunk c's columns are its values [c * kChunkRegs, (c+1) * kChunkRegs).
+  template <class Accum, class Temp>
+  CUTLASS_DEVICE static void promote(Accum& accum, Temp const& t, int c) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kChunkRegs; ++i) {
+      accum(c * kChunkRegs + i) += t(i);
+    }
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    using namespace cute;
+    static_assert(is_rmem<FrgTensorC>::value, "the accumulator must be in registers");
+    static_assert(size(FrgTensorC{}) == kTileRegs, "the kernel's accumulator is not the tile's");
+    static_assert(size<1>(FrgTensorC{}) == 1 && size<2>(FrgTensorC{}) == 1,
+                  "one wgmma atom per warpgroup and tile (value mode = the whole tile slice)");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M,BLK_K,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N,BLK_K,PIPE)
+    int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    auto warp_group_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
+    ChunkMma chunk_mma;
+    auto thread_mma = chunk_mma.get_slice(warp_group_layout(warp_group));
+    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,1,MMA_K,PIPE)
+    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,Chunks,MMA_K,PIPE)
+    static_assert(size<1>(decltype(tCrA){}) == 1 && size<1>(decltype(tCrB){}) == Chunks);
+    constexpr int k_blocks = size<2>(decltype(tCrA){});
+
+    Tensor temp = partition_fragment_C(chunk_mma, make_shape(Int<kTileM>{}, Int<kChunkN>{}));  // (MMA,1,1)
+    static_assert(size(decltype(temp){}) == kChunkRegs);
+
+    clear(accum);
+    PipelineState smem_pipe_release = smem_pipe_read;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      int const stage = smem_pipe_read.index();
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < Chunks; ++c) {
+        warpgroup_fence_operand(temp);
+        warpgroup_arrive();
+        chunk_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          cute::gemm(chunk_mma, tCrA(_, 0, kb, stage), tCrB(_, c, kb, stage), temp(_, 0, 0));
+          chunk_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(temp);
+        promote(accum, temp, c);
+      }
+      pipeline.consumer_release(smem_pipe_release);  // every wgmma reading this stage is done
+      ++smem_pipe_release;
+      ++smem_pipe_read;
+    }
+    warpgroup_fence_operand(accum);
+  }
+
+  // mma() has released every stage it read and waited for its wgmmas.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+};
+
+// How a kernel's MAINLOOP_SCHEDULE becomes its collective (dense and grouped kernels alike):
+// builder_schedule_t is what CUTLASS's CollectiveBuilder is given, mainloop_t<Built, S> the collective
+// the kernel runs (CUTLASS's own, or the chunked promotion on top of it).
+template <class S>
+struct BuilderSchedule { using type = S; };
+template <class S, int C>
+struct BuilderSchedule<Fp8ChunkedPromotion<S, C>> { using type = S; };
+template <class S>
+using builder_schedule_t = typename BuilderSchedule<S>::type;
+
+template <class Built, class S>
+struct Mainloop { using type = Built; };
+template <class Built, class S, int C>
+struct Mainloop<Built, Fp8ChunkedPromotion<S, C>> { using type = Fp8ChunkedPromotionMainloop<Built, C>; };
+template <class Built, class S>
+using mainloop_t = typename Mainloop<Built, S>::type;
+
+}  // namespace scalemm::sm90

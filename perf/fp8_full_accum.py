@@ -1,0 +1,133 @@
+"""FP8 GEMM with full accumulation: CUTLASS's promotion against scalemm's chunked promotion.
+
+Full (non-fast) accumulation promotes the wgmma accumulators into fp32 every 128 k. CUTLASS keeps a
+second accumulator as large as the tile's, so its widest usable cooperative tile is 128x192;
+scalemm's mainloop (cutlass_kernels/include/scalemm/sm90/fp8_promotion.hpp, GemmConfig.promotion_chunks)
+promotes N in slices and keeps 128x256. Per shape this script
+
+  - checks every full-accumulation config against CUTLASS's 128x128 kernel (the same promotion:
+    the bf16 outputs should agree bit for bit) and against an fp64 product;
+  - times them in one bench (CUDA graphs, weights rotated past L2, interleaved rounds) with
+    torch._scaled_mm rowwise and per-tensor in full accumulation, and the fast-accumulation
+    128x256 kernel and torch rowwise fast accumulation as the ceiling.
+
+    python3 perf/fp8_full_accum.py [--shapes 8192,8192,8192;4096,14336,4096 | --sweep] [--configs a,b] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import scalemm
+from scalemm.cutlass_kernels.configs import GemmConfig, default_config, sweep_points
+from scalemm.timing import bench, l2_copies
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_sweep import geomean, operands  # noqa: E402
+
+G = GemmConfig
+FULL = {  # label -> config, full accumulation
+    "cutlass_128x128": G(128, 128, 128, 2, 1, "cooperative"),
+    "cutlass_128x192": G(128, 192, 128, 2, 1, "cooperative"),
+    "chunked_128x128": G(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
+    "chunked_128x192": G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
+    "chunked_128x192_pc2": G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
+    "chunked_128x256": G(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
+    "chunked_64x256_ping": G(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+}
+FAST = {"fast_128x256": G(128, 256, 128, 2, 1, "cooperative")}
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (16384, 4096, 4096),
+          (4096, 28672, 4096), (16384, 2048, 7168), (2048, 8192, 8192), (1024, 8192, 8192), (4096, 5376, 4096)]
+
+
+def check(M, N, K, labels):
+    """Per full-accumulation config: the fraction of its bf16 outputs equal to CUTLASS 128x128's, and its
+    largest error relative to the largest output of an fp64 product."""
+    a, bs, sa, sb = operands(M, N, K, 1)
+    b = bs[0]
+    ref = ((a.double() * sa.double()[:, None]) @ (b.double() * sb.double()[:, None]).T)
+    base = scalemm.gemm(a, b, sa, sb, fast_accum=False, config=FULL["cutlass_128x128"])
+    out = {}
+    for label, cfg in FULL.items():
+        if label not in labels:
+            continue
+        y = scalemm.gemm(a, b, sa, sb, fast_accum=False, config=cfg)
+        err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+        out[label] = {"equal_to_cutlass_128x128": (y == base).float().mean().item(), "max_rel_err_fp64": err}
+    return out
+
+
+def time_shape(M, N, K, labels):
+    copies = l2_copies(N * K)
+    a, bs, sa, sb = operands(M, N, K, copies)
+    o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+    sa2, sb2, one = sa[:, None], sb[None, :], torch.ones((), device="cuda")
+
+    def mm(cfg, fast):
+        return lambda i: scalemm.gemm(a, bs[i], sa, sb, out=o, fast_accum=fast, config=cfg)
+    fns = {"torch_rowwise_full": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2,
+                                                            out_dtype=torch.bfloat16, use_fast_accum=False),
+           "torch_tensorwise_full": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=one, scale_b=one,
+                                                               out_dtype=torch.bfloat16, use_fast_accum=False),
+           "torch_rowwise_fast": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2,
+                                                            out_dtype=torch.bfloat16, use_fast_accum=True),
+           "heuristic_full": mm(default_config(M, N, K, fast_accum=False), False)}
+    fns.update({k: mm(c, False) for k, c in FULL.items() if k in labels})
+    fns.update({k: mm(c, True) for k, c in FAST.items() if k in labels})
+    return bench(fns, copies)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default=None, help="M,N,K;M,N,K;... (default: a prefill set)")
+    p.add_argument("--out", default="results")
+    p.add_argument("--sweep", action="store_true", help="the prefill points (M >= 1024) of perf/gemm_sweep.py instead")
+    p.add_argument("--configs", default=",".join([*FULL, *FAST]), help="labels of the configs to run (comma-separated)")
+    p.add_argument("--no-check", action="store_true")
+    args = p.parse_args()
+    labels = args.configs.split(",")
+    if set(labels) - set(FULL) - set(FAST):
+        raise SystemExit(f"unknown configs {sorted(set(labels) - set(FULL) - set(FAST))}: {', '.join([*FULL, *FAST])}")
+    if args.sweep:
+        shapes = [(M, N, K) for _, M, N, K in sweep_points() if M >= 1024]
+    elif args.shapes:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    else:
+        shapes = SHAPES
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
+    rows = []
+    for M, N, K in shapes:
+        row = {"M": M, "N": N, "K": K}
+        if not args.no_check:
+            row["check"] = check(M, N, K, labels)
+            print(f"{M}x{N}x{K} check: " + ", ".join(f"{k} eq {v['equal_to_cutlass_128x128']:.4f} err "
+                                                     f"{v['max_rel_err_fp64']:.1e}" for k, v in row["check"].items()))
+        us = time_shape(M, N, K, labels)
+        row["us"] = us
+        tflops = {k: 2 * M * N * K / v / 1e6 for k, v in us.items()}
+        row["tflops"] = tflops
+        base = us["torch_rowwise_full"]
+        print(f"{M}x{N}x{K} TFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tflops.items())
+              + " | x vs torch rowwise full: " + ", ".join(f"{k} {base / v:.3f}" for k, v in us.items()
+                                                            if not k.startswith("torch")), flush=True)
+        rows.append(row)
+    labels = [k for k in rows[0]["us"] if not k.startswith("torch")]
+    summary = {k: {"geomean_vs_torch_rowwise_full": geomean([r["us"]["torch_rowwise_full"] / r["us"][k] for r in rows]),
+                   "geomean_vs_torch_tensorwise_full": geomean([r["us"]["torch_tensorwise_full"] / r["us"][k]
+                                                                for r in rows])} for k in labels}
+    print("geomean over the shapes:")
+    for k, v in summary.items():
+        print(f"  {k:<22} vs rowwise full {v['geomean_vs_torch_rowwise_full']:.3f}   vs per-tensor full "
+              f"{v['geomean_vs_torch_tensorwise_full']:.3f}")
+    with open(os.path.join(args.out, "fp8_full_accum.json"), "w") as f:
+        json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows, "summary": summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
