@@ -12,6 +12,7 @@ promotes N in slices and keeps 128x256. Per shape this script
     128x256 kernel and torch rowwise fast accumulation as the ceiling.
 
     python3 perf/fp8_full_accum.py [--shapes 8192,8192,8192;4096,14336,4096 | --sweep] [--configs a,b] [--out DIR]
+    python3 perf/fp8_full_accum.py --grouped T,E,N,K [--grouped ...]   # grouped fprop and wgrad
 """
 from __future__ import annotations
 
@@ -81,6 +82,51 @@ def time_shape(M, N, K, labels):
     return bench(fns, copies)
 
 
+GROUPED = {  # label -> config, grouped fprop and wgrad with full accumulation
+    "cutlass_128x128": G(128, 128, 128, 1, 1, "cooperative"),
+    "chunked_128x128": G(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1),
+    "chunked_128x192": G(128, 192, 128, 1, 1, "cooperative", promotion_chunks=1),
+    "chunked_128x256": G(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
+}
+
+
+def time_grouped(T, E, N, K):
+    """Grouped fprop (T rows over E experts of [N, K]) and wgrad (dW_e [N, K] over each expert's rows), full
+    accumulation: every GROUPED config, the heuristic's, and torch._scaled_grouped_mm (fprop)."""
+    from scalemm.cutlass_kernels.configs import default_grouped_config, default_wgrad_config
+    from scalemm.grouped import pad_groups_transposed
+    gen = torch.Generator(device="cuda").manual_seed(T + N)
+    sizes = torch.full((E,), T // E, dtype=torch.int64)
+    sizes[: T - int(sizes.sum())] += 1
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    copies = min(4, l2_copies(E * N * K))
+    a = (torch.randn(T, K, device="cuda", generator=gen) * 4).to(torch.float8_e4m3fn)
+    bs = [(torch.randn(E, N, K, device="cuda", generator=gen) * 4).to(torch.float8_e4m3fn) for _ in range(copies)]
+    sa, sb = torch.rand(T, device="cuda") + 0.5, torch.rand(E, N, device="cuda") + 0.5
+    out = torch.empty(T, N, dtype=torch.bfloat16, device="cuda")
+
+    def fprop(cfg):
+        return lambda i: scalemm.grouped_gemm(a, bs[i], offs, sa, sb, out=out, fast_accum=False, config=cfg,
+                                              scale_a_per="token")
+    fns = {"torch_scaled_grouped_mm": lambda i: torch._scaled_grouped_mm(
+        a, bs[i].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=False),
+        "heuristic": fprop(default_grouped_config(T, E, N, K, fast_accum=False))}
+    fns.update({k: fprop(c) for k, c in GROUPED.items()})
+    res = {"fprop": bench(fns, copies)}
+    width = (T + 15 * E + 15) // 16 * 16
+    dy = (torch.randn(T, N, device="cuda", generator=gen) * 4).to(torch.float8_e4m3fn)
+    dy_t, x_t = pad_groups_transposed(dy, offs, width), pad_groups_transposed(a, offs, width)
+    s = torch.ones(E, device="cuda")
+    dw = torch.empty(E, N, K, dtype=torch.bfloat16, device="cuda")
+
+    def wgrad(cfg):
+        return lambda i: scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s, s, out=dw, config=cfg)
+    fns = {"heuristic": wgrad(default_wgrad_config(N, K, fast_accum=False))}
+    fns.update({k: wgrad(c) for k, c in GROUPED.items()})
+    res["wgrad"] = bench(fns, 1)
+    return res
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default=None, help="M,N,K;M,N,K;... (default: a prefill set)")
@@ -88,7 +134,11 @@ def main():
     p.add_argument("--sweep", action="store_true", help="the prefill points (M >= 1024) of perf/gemm_sweep.py instead")
     p.add_argument("--configs", default=",".join([*FULL, *FAST]), help="labels of the configs to run (comma-separated)")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--grouped", action="append", default=[], help="T,E,N,K: time grouped fprop and wgrad instead "
+                   "(repeatable)")
     args = p.parse_args()
+    if args.grouped:
+        return run_grouped(args)
     labels = args.configs.split(",")
     if set(labels) - set(FULL) - set(FAST):
         raise SystemExit(f"unknown configs {sorted(set(labels) - set(FULL) - set(FAST))}: {', '.join([*FULL, *FAST])}")
@@ -127,6 +177,23 @@ def main():
               f"{v['geomean_vs_torch_tensorwise_full']:.3f}")
     with open(os.path.join(args.out, "fp8_full_accum.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows, "summary": summary}, f, indent=1)
+
+
+def run_grouped(args):
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
+    rows = []
+    for spec in args.grouped:
+        T, E, N, K = (int(x) for x in spec.split(","))
+        res = time_grouped(T, E, N, K)
+        for which, us in res.items():
+            tflops = {k: 2 * T * N * K / v / 1e6 for k, v in us.items()}
+            print(f"{which} T={T} E={E} N={N} K={K} TFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in tflops.items()),
+                  flush=True)
+        rows.append({"T": T, "E": E, "N": N, "K": K, "us": res})
+    with open(os.path.join(args.out, "fp8_full_accum_grouped.json"), "w") as f:
+        json.dump({"gpu": gpu, "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -141,7 +141,12 @@ def test_grouped_heuristic_and_scale_modes():
     from scalemm.grouped import _scale_a_mode, _scale_b_mode
     assert default_grouped_config(2048, 256, 2048, 7168).swap_ab          # 8 rows per expert: decode form
     assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256
-    assert default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False).tile_n == 128
+    full = default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False)  # chunked promotion: 128 + 64 registers
+    assert (full.tile_n, full.promotion_chunks) == (256, 2)
+    from scalemm.cutlass_kernels.configs import GemmConfig, default_wgrad_config
+    assert default_wgrad_config(4096, 4096, fast_accum=False).promotion_chunks == 2
+    assert default_wgrad_config(4096, 128, fast_accum=False) == GemmConfig(128, 128, 128, 1, 1, "cooperative",
+                                                                            promotion_chunks=1)
     assert _scale_a_mode(torch.ones(10), 10, 4, None) == PER_ROW
     assert _scale_a_mode(torch.ones(4), 10, 4, None) == PER_GROUP
     assert _scale_a_mode(torch.ones(1), 10, 4, None) == ONE
