@@ -71,7 +71,11 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tune", action="store_true", help="also time GROUPED_TUNING_CANDIDATES at every point")
     p.add_argument("--formats", default="fp8,nvfp4", help="fp8, nvfp4 or both: which scalemm contenders to time")
+    p.add_argument("--phases", default=None, help=f"only these phases (comma-separated: {', '.join(TOKENS)})")
     args = p.parse_args()
+    phases = args.phases.split(",") if args.phases else None
+    if phases and set(phases) - set(TOKENS):
+        raise SystemExit(f"--phases takes {', '.join(TOKENS)}, got {args.phases!r}")
     formats = set(args.formats.split(","))
     if not formats or formats - {"fp8", "nvfp4"}:
         raise SystemExit(f"--formats takes fp8, nvfp4 or fp8,nvfp4, got {args.formats!r}")
@@ -82,6 +86,8 @@ def main():
     print(hdr + "\n" + "-" * len(hdr))
     rows = []
     for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points()):
+        if phases and phase not in phases:  # skipped points keep their index: the same routing seeds
+            continue
         if args.quick and i % 5:
             continue
         sizes = routed_sizes(tokens, E, k, seed=i)

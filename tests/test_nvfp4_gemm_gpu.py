@@ -100,8 +100,9 @@ def test_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
 
-def test_dequant_rows_is_exact():
-    a = scalemm.quantize_nvfp4(_wide((300, 2064), seed=5).to(torch.bfloat16), scaling="token")
+@pytest.mark.parametrize("K", [2064, 4096])  # a word at a time (K % 32 != 0), four words at a time
+def test_dequant_rows_is_exact(K):
+    a = scalemm.quantize_nvfp4(_wide((300, K), seed=5).to(torch.bfloat16), scaling="token")
     got = dequantize_rows_bf16(a)
     want = ref.dequantize_nvfp4(a, torch.float32, apply_alpha=False)
     assert torch.equal(got.float(), want)
