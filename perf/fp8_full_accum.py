@@ -39,6 +39,11 @@ FULL = {  # label -> config, full accumulation
     "chunked_128x192_pc2": G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
     "chunked_128x256": G(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
     "chunked_64x256_ping": G(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+    # at most 128 tokens (the heuristic: ping-pong 64x128, or swap-AB ping-pong 64 x 16/32/64, CUTLASS's promotion)
+    "cutlass_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True),
+    "chunked_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),
+    "chunked_swap_128x32": G(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),
+    "chunked_128x64": G(128, 64, 128, 1, 1, "cooperative", promotion_chunks=1),
 }
 FAST = {"fast_128x256": G(128, 256, 128, 2, 1, "cooperative")}
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (16384, 4096, 4096),

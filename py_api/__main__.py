@@ -67,6 +67,19 @@ def _train_specs():
     return list(specs.values()) + list(quant_specs()) + list(grouped_quant_specs())
 
 
+def chunked_promotion_test_configs():
+    """The chunked-promotion kernels (full accumulation) tests/test_gemm_gpu.py runs beside CUTLASS's."""
+    from .cutlass_kernels.configs import GemmConfig
+    return [GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
+            GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
+            GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
+            GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
+            GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+            GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2),
+            GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),
+            GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1)]
+
+
 def kernel_set(name: str):
     """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, decode (the
     NVFP4 decode kernels and the quantizers: the skinny GPU tests, the decode benchmark and profile), skinny
@@ -108,13 +121,7 @@ def kernel_set(name: str):
             GemmConfig(128, 192, 128, 2, 1, "cooperative"),
             GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True),
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
-        chunked = [GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
-                   GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
-                   GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
-                   GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
-                   GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
-                   GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2)]
-        cases += [(c, False, od, None) for c in chunked for od in (bf16, torch.float32)]
+        cases += [(c, False, od, None) for c in chunked_promotion_test_configs() for od in (bf16, torch.float32)]
         cases += [(GemmConfig(128, 128, 128, 2, 1, "cooperative"), False, torch.float32, None)]
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
         from .cutlass_kernels.configs import sweep_configs

@@ -4,6 +4,7 @@ import torch
 
 import scalemm
 from scalemm import epilogues as epi
+from scalemm.__main__ import chunked_promotion_test_configs
 from scalemm.cutlass_kernels import GemmConfig, default_config
 
 pytestmark = pytest.mark.gpu
@@ -100,12 +101,7 @@ def test_gemm_per_tensor_scales_and_activation():
 
 
 # scalemm's full-accumulation mainloop (promotion in N slices): full accumulation only.
-CHUNKED = [GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
-           GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=1),
-           GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
-           GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
-           GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
-           GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2)]
+CHUNKED = chunked_promotion_test_configs()
 
 
 @pytest.mark.parametrize("cfg", [

@@ -333,7 +333,9 @@ def test_candidates_are_valid_kernels():
                     assert all(c.tile_n * c.tile_m <= 128 * 192 or c.promotion_chunks >= 2
                                for c in cands if c.schedule == "cooperative")
                     assert all(c.tile_n * c.tile_m <= 64 * 128 for c in cands if c.schedule == "pingpong")
-                    assert all(c.promotion_chunks == 0 for c in cands if c.swap_ab or c.schedule == "pingpong")
+                    assert all(c.promotion_chunks == 0 for c in cands if c.schedule == "pingpong")
+                    assert all(c.promotion_chunks >= 1 for c in cands if c.schedule == "cooperative" and c.tile_m == 128
+                               and c != GemmConfig(128, 192, 128, 2, 1, "cooperative"))
                 else:
                     assert not any(c.promotion_chunks for c in cands)
                 if M > 128:  # the 192-wide tile in both modes, and with full accumulation 128x256 chunked
@@ -619,21 +621,29 @@ def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
     assert pick(1024, 10240) == 128 and pick(1024, 10240, num_sms=78) != 128
     for M, N in ((1024, 4096), (4096, 6144), (8192, 8192), (129, 4096)):
         assert configs.sm90.usable(configs.default_config(M, N, 4096, fast_accum=False), fast_accum=False)
-    # at most 128 tokens: CUTLASS's promotion on the swap-AB and ping-pong tiles, as before
-    assert configs.default_config(64, 4096, 4096, fast_accum=False).promotion_chunks == 0
-    assert configs.default_config(128, 4096, 4096, fast_accum=False).promotion_chunks == 0
+    # 17-128 tokens: swap-AB cooperative 128 x 32 (while those tiles fit one wave) or 128 x 64, chunked; decode
+    # (up to 16 tokens) keeps the swap-AB ping-pong tiles under CUTLASS's promotion
+    G = configs.GemmConfig
+    assert configs.default_config(64, 4096, 4096, fast_accum=False) == G(128, 32, 128, 1, 1, "cooperative",
+                                                                          swap_ab=True, promotion_chunks=1)
+    assert configs.default_config(64, 9216, 4096, fast_accum=False).tile_n == 64  # 144 32-wide tiles > 132 SMs
+    assert configs.default_config(64, 9216, 4096, fast_accum=False, num_sms=264).tile_n == 32
+    assert configs.default_config(128, 4096, 4096, fast_accum=False).tile_n == 64
+    assert configs.default_config(16, 4096, 4096, fast_accum=False).promotion_chunks == 0
 
 
 def test_full_accumulation_chunks_fit_the_registers():
-    """full_accumulation gives cooperative 128-row tiles the fewest promotion chunks whose accumulators fit
-    (tile + one chunk <= 192 registers per thread) and leaves other tiles to CUTLASS's promotion."""
+    """full_accumulation gives cooperative 128-row tiles (swap-AB too) the fewest promotion chunks whose
+    accumulators fit (tile + one chunk <= 192 registers per thread) and leaves other tiles to CUTLASS's
+    promotion."""
     full = configs.sm90.full_accumulation
     coop = lambda n, **kw: configs.GemmConfig(128, n, 128, 2, 1, "cooperative", **kw)  # noqa: E731
     assert full(coop(128)).promotion_chunks == 1 and full(coop(192)).promotion_chunks == 1
+    assert full(configs.GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True)).promotion_chunks == 1
     assert full(coop(256)).promotion_chunks == 2 and full(coop(256, stream_k=True)).promotion_chunks == 2
     assert configs.sm90.accumulator_registers(full(coop(256)), fast_accum=False) == 192
-    for keep in (configs.GemmConfig(64, 128, 128, 1, 1, "pingpong"), coop(64),
-                 configs.GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True), coop(256, promotion_chunks=4)):
+    for keep in (configs.GemmConfig(64, 128, 128, 1, 1, "pingpong"), configs.GemmConfig(256, 128, 128, 2, 1),
+                 configs.GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True), coop(256, promotion_chunks=4)):
         assert full(keep) == keep
     assert not configs.sm90.usable(coop(256, promotion_chunks=2), fast_accum=True)
 

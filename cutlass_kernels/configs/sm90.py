@@ -179,6 +179,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       sweep's 53 prefill points (H100): the tuner's gains with fast accumulation sat in this branch
       (1024 tokens at N = 3072-8192: 128x256 or 128x192 over 128x128 by 5-32%; DeepSeek-V3's N = 576
       at 4096+ tokens: 128x192 by 22-59%).
+    - Full accumulation at 17-128 tokens: swap-AB cooperative 128 x 32/64 with the chunked promotion (ping-pong
+      has one warpgroup in the mainloop, so nothing fills the tensor cores while it promotes).
     - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
       CUTLASS's keeps a second accumulator as large as the tile, so its 128x256 spills) on cooperative
       128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (H100, the sweep's 53 prefill points:
@@ -189,6 +191,13 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
     """
     _check_sms(num_sms)
+    if not fast_accum and 16 < M <= 128:
+        # swap-AB cooperative 128 x 32/64 with the chunked promotion: more tiles (32-wide) while they fit in
+        # one wave (perf/results/h100/fp8_full_accum/small_m.*: 1.01-1.32x of torch rowwise at 32-64 tokens on
+        # the qkv / gate_up / 4096^2 layers, where the ping-pong tiles ran 0.85-1.30x; 0.76-1.23x at 128 tokens,
+        # was 0.68-0.95x)
+        wide = M > 64 or -(-N // 128) * -(-M // 32) > num_sms
+        return full_accumulation(GemmConfig(128, 64 if wide else 32, 128, 1, 1, "cooperative", swap_ab=True))
     if M <= 64:
         tile_n = _pow2_at_least(M, 16, 64)
         deep_k = fast_accum and tile_n <= 32  # full accumulation promotes every 128 k: tile_k <= 128
@@ -443,14 +452,13 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
 
 
 def full_accumulation(config: GemmConfig) -> GemmConfig:
-    """The kernel that runs `config`'s tile with full accumulation: unswapped cooperative tiles of 128 rows
-    take scalemm's chunked promotion (scalemm/sm90/fp8_promotion.hpp) with the fewest chunks whose
-    accumulators fit (128x128 and 128x192: 1, 128x256: 2); the others keep CUTLASS's promotion. On an H100
+    """The kernel that runs `config`'s tile with full accumulation: cooperative tiles of 128 rows (swap-AB ones
+    too) take scalemm's chunked promotion (scalemm/sm90/fp8_promotion.hpp) with the fewest chunks whose
+    accumulators fit (up to 128x192: 1, 128x256: 2); ping-pong tiles keep CUTLASS's promotion. On an H100
     (perf/fp8_full_accum.py, 10 prefill shapes) the chunked kernels were bit-identical to CUTLASS's and
     faster: 128x128 1.07x CUTLASS's 128x128, and 128x256, which CUTLASS cannot run, 0.94x of torch rowwise
     against 0.87x for CUTLASS's best (128x192)."""
-    if (config.schedule != "cooperative" or config.swap_ab or config.tile_m != 128 or config.tile_n < 128
-            or config.tile_k != 128 or config.promotion_chunks):
+    if config.schedule != "cooperative" or config.tile_m != 128 or config.tile_k != 128 or config.promotion_chunks:
         return config
     chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
     return replace(config, promotion_chunks=chunks)
@@ -487,8 +495,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
                 GemmConfig(128, 256, 128, 2, 1, coop), GemmConfig(128, 256, 128, 1, 2, coop),
                 GemmConfig(128, 256, 128, 1, 1, coop, stream_k=True), GemmConfig(64, 256, 128, 1, 1, pp),
                 GemmConfig(256, 128, 128, 2, 1, coop)]
-        if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
-            out = [full_accumulation(c) for c in out] + [GemmConfig(128, 192, 128, 2, 1, coop)]
+    if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
+        out = [full_accumulation(c) for c in out] + ([GemmConfig(128, 192, 128, 2, 1, coop)] if M > 128 else [])
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
 
 
