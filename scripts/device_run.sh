@@ -26,11 +26,20 @@
 #   bash scripts/device_run.sh build test loops profile
 # (--set skinny, 51 kernels: build it on the device, ~1-2 min with 16 jobs; its cache is larger than a call carries).
 # Needs, in the repo root: .whl/ with nvidia_cutlass-4.2.*.whl (torchao's wheel optional) and,
-# to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc.
+# to skip compiling, .jitcache/ (SCALEMM_CACHE_DIR) built on a machine with the same nvcc, or the same
+# packed as .jitcache-pack/cache.tgz (below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/results}
 mkdir -p "$OUT"
+# A JIT cache built on a CPU machine may also travel compressed (CUTLASS kernels shrink about 3x, so more of
+# them fit in a carry): `tar czf .jitcache-pack/cache.tgz .jitcache` in the repo root (/.jitcache*/ is
+# git-ignored). Without SCALEMM_CACHE_DIR set, such a pack is unpacked to /tmp and used by the stages below.
+if [ -z "${SCALEMM_CACHE_DIR:-}" ] && [ -f .jitcache-pack/cache.tgz ]; then
+  rm -rf /tmp/scalemm-pack && mkdir -p /tmp/scalemm-pack && tar xzf .jitcache-pack/cache.tgz -C /tmp/scalemm-pack &&
+    SCALEMM_CACHE_DIR=$(find /tmp/scalemm-pack -mindepth 1 -maxdepth 1 -type d | head -n 1)
+  echo "JIT cache unpacked from .jitcache-pack/cache.tgz: $SCALEMM_CACHE_DIR"
+fi
 export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
 stages=${*:-build test sweep grouped quant}
 has() { [[ " $stages " == *" $1 "* ]]; }
