@@ -95,6 +95,20 @@ def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
     assert _resolve(40, 4096, 4096) == heuristic
 
 
+def test_chunked_promotion_entries_round_trip_and_older_entries_load(cache):
+    """A tuned full-accumulation winner with scalemm's chunked promotion comes back with its promotion_chunks; an
+    entry written before the field existed (no "promotion_chunks" key) loads as CUTLASS's promotion."""
+    chunked = GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2)
+    key, entry = _entry(4096, 8192, 8192, chunked, fast_accum=False)
+    assert entry["config"]["promotion_chunks"] == 2
+    old_key, old = _entry(8192, 8192, 8192, GemmConfig(128, 192, 128, 2, 1, "cooperative"), fast_accum=False)
+    del old["config"]["promotion_chunks"]
+    tuned.store({key: entry, old_key: old})
+    tuned.reload()
+    assert _resolve(4096, 8192, 8192, fast_accum=False) == chunked
+    assert _resolve(8192, 8192, 8192, fast_accum=False) == GemmConfig(128, 192, 128, 2, 1, "cooperative")
+
+
 GROUPED_TUNED = GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)
 
 
