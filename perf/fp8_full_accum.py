@@ -44,6 +44,10 @@ FULL = {  # label -> config, full accumulation
     "chunked_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),
     "chunked_swap_128x32": G(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),
     "chunked_128x64": G(128, 64, 128, 1, 1, "cooperative", promotion_chunks=1),
+    # stream-K (few tiles, or a last wave far from full)
+    "chunked_128x128_sk": G(128, 128, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=1),
+    "chunked_128x192_sk": G(128, 192, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=1),
+    "chunked_128x256_sk": G(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2),
 }
 FAST = {"fast_128x256": G(128, 256, 128, 2, 1, "cooperative")}
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (16384, 4096, 4096),
