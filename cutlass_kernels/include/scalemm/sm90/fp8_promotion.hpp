@@ -11,7 +11,10 @@
 // tile's fp32 accumulator (the one the kernel's epilogue reads, laid out as for CUTLASS's own TiledMma).
 // A 128x256 tile in 2 chunks needs 128 + 64 accumulator registers. As in CUTLASS's FP8 mainloop, a
 // warpgroup's adds wait for its own wgmmas; the other consumer warpgroup's wgmmas fill the tensor
-// cores meanwhile. (Keeping chunk c + 1's wgmmas in flight while chunk c is added, with two
+// cores meanwhile. That needs the cooperative schedule: under ping-pong only one consumer warpgroup
+// is in its mainloop at a time, so the heuristics (configs.sm90.full_accumulation) use this mainloop
+// for cooperative tiles only (ping-pong compiles and is correct, but leaves the tensor cores idle
+// during the adds). (Keeping chunk c + 1's wgmmas in flight while chunk c is added, with two
 // temporaries, made ptxas serialize every wgmma (C7514, CUDA 13.0): not done.)
 //
 // Numerics: each output element gets, per k-tile of 128, the wgmma sum of its 4 k32 MMAs added into
