@@ -49,7 +49,10 @@ FULL = {  # label -> config, full accumulation
     "chunked_128x192_sk": G(128, 192, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=1),
     "chunked_128x256_sk": G(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2),
 }
-FAST = {"fast_128x256": G(128, 256, 128, 2, 1, "cooperative")}
+FAST = {"fast_128x256": G(128, 256, 128, 2, 1, "cooperative"),
+        # fast accumulation at 17-128 tokens, beside the heuristic's ping-pong tiles ("heuristic_fast")
+        "fast_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True),
+        "fast_swap_128x32": G(128, 32, 128, 1, 1, "cooperative", swap_ab=True)}
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (16384, 4096, 4096),
           (4096, 28672, 4096), (16384, 2048, 7168), (2048, 8192, 8192), (1024, 8192, 8192), (4096, 5376, 4096)]
 
@@ -88,6 +91,8 @@ def time_shape(M, N, K, labels):
            "heuristic_full": mm(default_config(M, N, K, fast_accum=False), False)}
     fns.update({k: mm(c, False) for k, c in FULL.items() if k in labels})
     fns.update({k: mm(c, True) for k, c in FAST.items() if k in labels})
+    if any(k in FAST for k in labels):
+        fns["heuristic_fast"] = mm(default_config(M, N, K, fast_accum=True), True)
     return bench(fns, copies)
 
 
