@@ -18,6 +18,9 @@ def check_options(out_dtype, fast_accum, config, config_types=(GemmConfig,)) -> 
     if config is not None and not isinstance(config, config_types):
         names = " or ".join(t.__name__ for t in config_types)
         raise TypeError(f"config must be a {names} or None, got {type(config).__name__}")
+    if fast_accum and getattr(config, "promotion_chunks", 0):
+        raise ValueError(f"config.promotion_chunks = {config.promotion_chunks} is scalemm's full-accumulation "
+                         "mainloop: use it with fast_accum=False (or promotion_chunks=0)")
 
 
 def check_k(K, what="K") -> None:

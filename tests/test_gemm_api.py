@@ -65,6 +65,8 @@ def _misaligned(M, K):
     (dict(config="fast"), TypeError, "config must be a GemmConfig or None, got str"),
     (dict(fast_accum="yes"), TypeError, "fast_accum must be a bool, got str"),
     (dict(fast_accum=1), TypeError, "fast_accum must be a bool, got int"),
+    (dict(fast_accum=True, config=GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2)), ValueError,
+     r"config.promotion_chunks = 2 is scalemm's full-accumulation mainloop: use it with fast_accum=False"),
     (dict(epilogue_inputs=[torch.ones(4)]), TypeError, r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"),
     (dict(epilogue_inputs={"shfit": torch.ones(4)}), ValueError,
      r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b, bias\)"),
