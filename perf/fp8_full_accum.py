@@ -74,7 +74,7 @@ def check(M, N, K, labels):
     return out
 
 
-def time_shape(M, N, K, labels):
+def time_shape(M, N, K, labels, tuned=False):
     copies = l2_copies(N * K)
     a, bs, sa, sb = operands(M, N, K, copies)
     o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
@@ -93,6 +93,8 @@ def time_shape(M, N, K, labels):
     fns.update({k: mm(c, True) for k, c in FAST.items() if k in labels})
     if any(k in FAST for k in labels):
         fns["heuristic_fast"] = mm(default_config(M, N, K, fast_accum=True), True)
+    if tuned:  # what scalemm.gemm runs without config=: the tuned-config cache first
+        fns["tuned_full"] = lambda i: scalemm.gemm(a, bs[i], sa, sb, out=o, fast_accum=False)
     return bench(fns, copies)
 
 
@@ -148,6 +150,8 @@ def main():
     p.add_argument("--sweep", action="store_true", help="the prefill points (M >= 1024) of perf/gemm_sweep.py instead")
     p.add_argument("--configs", default=",".join([*FULL, *FAST]), help="labels of the configs to run (comma-separated)")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--tune", action="store_true", help="run scalemm.tune (full accumulation) over the shapes first "
+                   "and time its pick too (tuned_full)")
     p.add_argument("--grouped", action="append", default=[], help="T,E,N,K: time grouped fprop and wgrad instead "
                    "(repeatable)")
     args = p.parse_args()
@@ -165,6 +169,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_name()
     print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}", flush=True)
+    if args.tune:
+        scalemm.tune(shapes, fast_accum=(False,))
     rows = []
     for M, N, K in shapes:
         row = {"M": M, "N": N, "K": K}
@@ -172,7 +178,7 @@ def main():
             row["check"] = check(M, N, K, labels)
             print(f"{M}x{N}x{K} check: " + ", ".join(f"{k} eq {v['equal_to_cutlass_128x128']:.4f} err "
                                                      f"{v['max_rel_err_fp64']:.1e}" for k, v in row["check"].items()))
-        us = time_shape(M, N, K, labels)
+        us = time_shape(M, N, K, labels, tuned=args.tune)
         row["us"] = us
         tflops = {k: 2 * M * N * K / v / 1e6 for k, v in us.items()}
         row["tflops"] = tflops
