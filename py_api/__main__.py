@@ -35,7 +35,8 @@ def _grouped_cases(name):
             GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True),
             GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
             GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
-            GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1))]
+            GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1),
+            GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1))]
     return cases
 
 

@@ -70,7 +70,8 @@ def test_grouped_ragged_with_empty_groups(G, T, N, K, fast_accum):
                                  GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
                                  # scalemm's chunked promotion (full accumulation, the default here)
                                  GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
-                                 GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1)])
+                                 GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1),
+                                 GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1)])
 def test_grouped_configs_and_per_group_scales(cfg):
     sizes = torch.tensor([0, 1, 17, 128, 129, 0, 300, 2])
     a, b, sa, sb, offs = _problem(sizes, 1024, 512, seed=3)
