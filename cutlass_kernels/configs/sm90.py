@@ -144,10 +144,10 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
     return p
 
 
-# M > 128, cooperative tiles 128 x tile_n: a tile's time relative to a 128x128 one (default_config weighs
-# these against the waves each width needs). 192: 1.5x the work at ~1.12x the efficiency (full
-# accumulation, fitted to scalemm.tune's winners over the sweep's prefill points on an H100); 256 (fast
-# accumulation only: it spills with full accumulation): 2x the work at ~1.15x.
+# M > 128, cooperative tiles 128 x tile_n, fast accumulation: a tile's time relative to a 128x128 one
+# (default_config weighs these against the waves each width needs). 192: 1.5x the work at ~1.12x the
+# efficiency (first fitted to scalemm.tune's winners over the sweep's prefill points on an H100, with
+# CUTLASS's full accumulation); 256: 2x the work at ~1.15x.
 TILE_COST = {128: 1.0, 192: 1.34, 256: 1.74}
 # The same for full accumulation with the chunked promotion (full_accumulation), fitted to
 # `perf/fp8_full_accum.py --sweep` on an H100 (the 53 prefill points, each tile width timed): the rule's picks
@@ -382,8 +382,8 @@ GROUPED_TUNING_CANDIDATES = [
     GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True), GemmConfig(64, 128, 128, 1, 1, "pingpong"),
     GemmConfig(128, 128, 128, 1, 1, "cooperative"), GemmConfig(128, 256, 128, 1, 1, "cooperative"),
     GemmConfig(128, 128, 128, 2, 1, "cooperative"),
-    # the widest tile that full accumulation can use (the ptr-array fprop and wgrad kernels compile without
-    # spills, ptxas -v, sm_90a, nvcc 13.0); not yet timed grouped
+    # between 128 and 256 (with full accumulation grouped_tuning_candidates also adds every cooperative tile
+    # with the chunked promotion; chunked 128x192 timed grouped: perf/results/h100/fp8_full_accum/grouped.*)
     GemmConfig(128, 192, 128, 1, 1, "cooperative"),
 ]
 
