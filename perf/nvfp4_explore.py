@@ -31,7 +31,8 @@ from quant_bench import moe_routing_counts  # noqa: E402
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
 from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
-                                            default_nvfp4_grouped_config, skinny_config_for_groups,
+                                            default_nvfp4_grouped_config, nvfp4_decodes_activations,
+                                            skinny_config_for_groups,
                                             default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
                                  grouped_gemm_nvfp4, skinny_by_default, skinny_splits)
@@ -91,6 +92,8 @@ def point(M, N, K, which="all"):
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
            "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass),
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass)}
+    if nvfp4_decodes_activations(cutlass) and K % 32 == 0:  # "w4a4" decodes in the mainloop: the pass beside it
+        fns["w4a4_pass"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass, activation_decode="pass")
     ao = torchao_w4a16(torchao_nvfp4(), x, w16)
     if ao is not None:
         fns["torchao_w4a16"] = ao
@@ -186,7 +189,8 @@ def save(points, device, out):
     def first(us, match):  # the time of the first key that `match` accepts (None: none there)
         return next((v for k, v in us.items() if match(k)), None)
     series = (("CUTLASS W4A16", "o", lambda k: re.fullmatch(r"t128x\d+x64_c1x1_coop_swap(_sk)?", k)),
-              ("CUTLASS W4A4 (bf16 decode pass)", "s", lambda k: k == "w4a4"),
+              ("CUTLASS W4A4 (decoded in the mainloop where the tile allows)", "s", lambda k: k == "w4a4"),
+              ("CUTLASS W4A4, bf16 decode pass", "D", lambda k: k == "w4a4_pass"),
               ("skinny W4A16", "^", lambda k: re.fullmatch(r"skinny_t\d+", k)),
               ("skinny W4A16 registers loop (removed)", ">", lambda k: re.fullmatch(r"skinny_t\d+_registers", k)),
               ("skinny W4A16 stepped loop", "<", lambda k: re.fullmatch(r"skinny_t\d+_stepped", k)),

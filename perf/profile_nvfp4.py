@@ -8,7 +8,8 @@ kernel's prepared weight copy), so ncu can profile just it:
 
 --kernel skinny (the default at <= 8 tokens, with the default SkinnyConfig.mainloop), a main loop's name
 (SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
-the weight: cuBLAS, the anchor). `bash scripts/device_run.sh profile` runs all four.
+the weight: cuBLAS, the anchor); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop /
+by the bf16 pass first (two kernels in the range). `bash scripts/device_run.sh profile` runs all four.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import torch
 
 import scalemm
 from scalemm.cutlass_kernels.configs import SKINNY_MAINLOOPS, default_nvfp4_config, skinny_config_for_tokens
+from scalemm.gemm_nvfp4 import gemm_nvfp4
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kernel", choices=("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16"), default="skinny")
+    p.add_argument("--kernel", choices=("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16", "w4a4", "w4a4_pass"),
+                   default="skinny")
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--k", type=int, default=8192)
@@ -47,8 +50,15 @@ def main():
             config = default_nvfp4_config(M, N, K)
         out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
 
-        def run():
-            return scalemm.gemm(x, wq, out=out, config=config)
+        if args.kernel.startswith("w4a4"):
+            xq = scalemm.quantize_nvfp4(x, scaling="token")
+            how = "pass" if args.kernel == "w4a4_pass" else "mainloop"
+
+            def run():
+                return gemm_nvfp4(xq, wq, out=out, config=config, activation_decode=how)
+        else:
+            def run():
+                return scalemm.gemm(x, wq, out=out, config=config)
     for _ in range(3):
         run()
     torch.cuda.synchronize()

@@ -26,7 +26,8 @@ from . import abi
 from . import epilogues as epi
 from .arch import configs_for, gpu_info
 from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, GemmConfig, SkinnyConfig,
-                                      default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp, skinny_cpp)
+                                      default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
+                                      nvfp4_decodes_activations, skinny_cpp)
 from .formats.base import check_host_offsets
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
@@ -132,9 +133,15 @@ def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
 # configs and kernels
 # ---------------------------------------------------------------------------------------
 
-def nvfp4_gemm_kernel_spec(config: GemmConfig, *, act_dtype: torch.dtype, out_dtype: torch.dtype,
+def _act_name(act_dtype) -> str:
+    return "nvfp4" if act_dtype == "nvfp4" else epi.dtype_name(act_dtype)
+
+
+def nvfp4_gemm_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype: torch.dtype,
                            epilogue: epi.Node) -> tuple[KernelSpec, epi.Emitted]:
-    return _spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
+    """act_dtype: torch.bfloat16 / torch.float16 (W4A16), or "nvfp4" (W4A4 decoded in the mainloop: configs
+    with nvfp4_decodes_activations)."""
+    return _spec(config, _act_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
 
 
 @functools.lru_cache(maxsize=None)
@@ -326,15 +333,44 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
     return out
 
 
+# W4A4 on the CUTLASS kernel: who decodes the NVFP4 activations. "pass" (the default): a memory-bound pass
+# to bf16 first (dequantize_rows_bf16), then the W4A16 kernel. "mainloop": the kernel's consumer warps decode
+# each token tile in shared memory (cooperative tiles of 128 or 256 tokens, K % 32 == 0). Both give the same
+# bits; the mainloop decode is slower everywhere measured (H100: 1.14-1.6x the pass's time from 128 to 16384
+# tokens): every CTA of a token tile decodes it again (N / 128 times the pass's work) in warps that also issue
+# the wgmmas (perf/NOTES.md, "W4A4 decoded in the mainloop").
+ACTIVATION_DECODES = ("pass", "mainloop")
+
+
+def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
+    """Whether the CUTLASS kernel of `cfg` decodes the NVFP4 activations `a` itself (activation_decode
+    "mainloop": an error naming why where it cannot) or runs after the bf16 pass ("pass")."""
+    if activation_decode not in ACTIVATION_DECODES:
+        raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+    if activation_decode == "pass":
+        return False
+    why = None
+    if not nvfp4_decodes_activations(cfg):
+        why = f"config {cfg.key()} is not cooperative with tile_n a multiple of 128"
+    elif a.shape[1] % 32:
+        why = f"K = {a.shape[1]} is not a multiple of 32"
+    elif not a.qdata.is_contiguous() or a.qdata.data_ptr() % 16 or a.scales.data_ptr() % 16:
+        why = "a's codes or scales are not contiguous and 16-byte aligned"
+    if why:
+        raise ValueError(f"activation_decode='mainloop' cannot run this GEMM: {why}")
+    return True
+
+
 def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-               config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
+               config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
     NVFP4 activations or N <= 4096 and K <= 8192, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the
     CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
-    a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4).
+    a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
+    CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
     from .formats import NVFP4Tensor
@@ -358,18 +394,23 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         return out
     if isinstance(config, SkinnyConfig):  # W4A4 included: the skinny kernel decodes NVFP4 activations itself
         return _gemm_skinny(a, b, bias, out, config, epilogue)
+    cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
+    x_scales = None
     if isinstance(a, NVFP4Tensor):
         scale_a = a.alpha
-        x = dequantize_rows_bf16(a)
+        if _decode_in_mainloop(a, cfg, activation_decode):
+            x, act, x_scales = a.qdata, "nvfp4", a.scales.data_ptr()
+        else:
+            x = dequantize_rows_bf16(a)
+            act = x.dtype
     else:
-        scale_a, x = _one(device), a
+        scale_a, x, act = _one(device), a, a.dtype
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
-    cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
-    spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
+    spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=act, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias}
     args = abi.Nvfp4GemmArgs(
         weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
-        d=out.data_ptr(), n=N, tokens=M, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K, scale_cols=-(-(K // 16) // 4) * 4,
+        x_scales=x_scales, d=out.data_ptr(), n=N, tokens=M, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K, scale_cols=-(-(K // 16) // 4) * 4,
         device=device.index, raster={"m": 0, "n": 1, "auto": 2}[cfg.raster], swizzle=cfg.swizzle, splits=1,
         stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, leaf in enumerate(emitted.leaves):
@@ -433,6 +474,18 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     specs += [nvfp4_gemm_kernel_spec(default_nvfp4_config(M, 2048, 1024), act_dtype=a, out_dtype=o,
                                      epilogue=epi.scaled(o, activation="relu"))[0]
               for M in (1, 300) for a in (bf16, f16) for o in (bf16, f16, f32)]
+    # W4A4 decoded in the mainloop (activation_decode="mainloop"): tests/test_nvfp4_gemm_gpu.py's configs (fp32
+    # out; with bias and gelu, bf16 out) and the benchmarks' (bf16 out), with the W4A16 kernels the pass feeds.
+    fused = [GemmConfig(128, n, 64, cm, 1, "cooperative", swap_ab=True, stream_k=sk)
+             for n, cm, sk in [(128, 1, False), (256, 1, False), (256, 1, True), (128, 2, False)]]
+    specs += [nvfp4_gemm_kernel_spec(c, act_dtype="nvfp4", out_dtype=f32, epilogue=epi.scaled(f32))[0] for c in fused]
+    specs += [nvfp4_gemm_kernel_spec(c, act_dtype="nvfp4", out_dtype=bf16, epilogue=epi.scaled(bf16, **kw))[0]
+              for c in fused[:2] for kw in ({}, {"activation": "gelu"})]
+    specs += [nvfp4_gemm_kernel_spec(c, act_dtype=bf16, out_dtype=f32, epilogue=epi.scaled(f32))[0]
+              for c in fused if c not in {cfg for cfg, _, _ in cases}]  # the pass beside it
+    grouped_fused = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True) for n in (128, 256)]
+    specs += [nvfp4_grouped_kernel_spec(c, act_dtype=act, out_dtype=o, epilogue=epi.scaled(o))[0]
+              for c in grouped_fused for act in ("nvfp4", bf16) for o in (f32, bf16)]
     grouped = {(default_nvfp4_grouped_config(T, G, 1, 1), torch.float32) for T, G in
                ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8))}
     grouped.add((default_nvfp4_grouped_config(128, 64, 1, 1), bf16))  # decode MoE, beside the skinny kernel
@@ -440,7 +493,8 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=bf16, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c, o in sorted(grouped, key=lambda c: (c[0].key(), str(c[1])))]
-    return specs + _skinny_build_specs() + [dequant_kernel_spec()]
+    specs += _skinny_build_specs() + [dequant_kernel_spec()]
+    return list({spec.name: spec for spec in specs}.values())
 
 
 def _skinny_build_specs() -> list[KernelSpec]:
@@ -462,7 +516,7 @@ def _skinny_build_specs() -> list[KernelSpec]:
 # ---------------------------------------------------------------------------------------
 
 def nvfp4_grouped_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype, epilogue: epi.Node):
-    return _grouped_spec(config, epi.dtype_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
+    return _grouped_spec(config, _act_name(act_dtype), epi.dtype_name(out_dtype), epilogue)
 
 
 def _check_grouped_config(config) -> None:
@@ -492,10 +546,11 @@ def _grouped_workspace_bytes(G: int) -> int:
 
 
 def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-                       config: GemmConfig | SkinnyConfig | None = None) -> torch.Tensor:
+                       config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
     """out[rows of g] = epilogue(alpha_a * alpha_b[g] * (A[rows of g] @ dequant(W_g)^T) + bias[g]) on CUDA.
 
-    a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4).
+    a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4; decoded by a bf16 pass or in
+    the mainloop: activation_decode, ACTIVATION_DECODES).
     b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
     from .formats import GroupedNVFP4Tensor
@@ -521,26 +576,30 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         return _gemm_skinny(a, b, bias, out, config, epilogue, offsets=offsets)
     M, PG, PGV, SH, ONE, NULL = (abi.kLeafPerRow, abi.kLeafPerGroup, abi.kLeafPerGroupVec, abi.kLeafShared,
                                  abi.kLeafOne, abi.kLeafNull)
-    if isinstance(a, GroupedNVFP4Tensor):
-        x = dequantize_rows_bf16(a, offsets=offsets)
-        scale_a = (a.alpha, M if a.scaling == "token" else PG, 0)
-    else:
-        x, scale_a = a, (_one(device), ONE, 0)
-    T = x.shape[0]
     if out is None:
         out = torch.empty((T, N), dtype=out_dtype, device=device)
     if T == 0 or N == 0:
         return out
+    cfg = config or configs.default_nvfp4_grouped_config(T, G, N, K)
+    x_scales = x_sf_offsets = None
+    if isinstance(a, GroupedNVFP4Tensor):
+        scale_a = (a.alpha, M if a.scaling == "token" else PG, 0)
+        if _decode_in_mainloop(a, cfg, activation_decode):
+            x, act, x_scales, x_sf_offsets = a.qdata, "nvfp4", a.scales.data_ptr(), a.sf_offsets.data_ptr()
+        else:
+            x = dequantize_rows_bf16(a, offsets=offsets)
+            act = x.dtype
+    else:
+        x, act, scale_a = a, a.dtype, (_one(device), ONE, 0)
     scale_b = (b.alpha, PGV if b.scaling == "token" else PG, N)
     bias_leaf = (None, NULL, 0) if bias is None else (bias, PGV if bias.dim() == 2 else SH, N)
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
-    cfg = config or configs.default_nvfp4_grouped_config(T, G, N, K)
-    spec, emitted = nvfp4_grouped_kernel_spec(cfg.compiled(), act_dtype=x.dtype, out_dtype=out_dtype, epilogue=tree)
+    spec, emitted = nvfp4_grouped_kernel_spec(cfg.compiled(), act_dtype=act, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias_leaf}
     ws = torch.empty(_grouped_workspace_bytes(G), dtype=torch.uint8, device=device)
     args = abi.Nvfp4GroupedGemmArgs(
         weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
-        d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, n=N, tokens=T, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K,
+        x_scales=x_scales, x_sf_offsets=x_sf_offsets, d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, n=N, tokens=T, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K,
         scale_cols=-(-(K // 16) // 4) * 4, leaf_count=len(emitted.leaves), workspace=ws.data_ptr(),
         workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, leaf in enumerate(emitted.leaves):

@@ -266,3 +266,44 @@ def test_skinny_splits_refuses_before_any_kernel():
         skinny_splits(x, w, SkinnyConfig(1), out_dtype=torch.int8)
     with pytest.raises(ValueError, match="epilogue activation"):
         skinny_splits(x, w, SkinnyConfig(1), epilogue="tanh")
+
+
+def test_w4a4_mainloop_decode_configs():
+    """W4A4 decoded in the CUTLASS mainloop: cooperative kernels with token tiles of whole 128-row scale atoms;
+    others are refused by name before anything is built (gemm_nvfp4 runs them after the bf16 decode pass)."""
+    from dataclasses import replace
+    from scalemm import epilogues as epi
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.cutlass_kernels.configs import nvfp4_decodes_activations
+    from scalemm.gemm_nvfp4 import nvfp4_gemm_kernel_spec, nvfp4_grouped_kernel_spec
+    ok = GemmConfig(128, 256, 64, 1, 1, "cooperative", swap_ab=True)
+    tree = epi.scaled(torch.bfloat16)
+    for cfg in (ok, replace(ok, tile_n=128), replace(ok, stream_k=True), replace(ok, tile_n=128, cluster_m=2)):
+        assert nvfp4_decodes_activations(cfg)
+        spec, _ = nvfp4_gemm_kernel_spec(cfg, act_dtype="nvfp4", out_dtype=torch.bfloat16, epilogue=tree)
+        assert dict(spec.params)["ELEMENT_B"] == "scalemm::sm90::Nvfp4Activations" and "_nvfp4_bf16_" in spec.name
+    for bad in (replace(ok, tile_n=64), replace(ok, tile_n=128, schedule="pingpong")):
+        assert not nvfp4_decodes_activations(bad)
+        with pytest.raises(ValueError, match="cooperative kernels with tile_n a multiple of 128"):
+            nvfp4_gemm_kernel_spec(bad, act_dtype="nvfp4", out_dtype=torch.bfloat16, epilogue=tree)
+        with pytest.raises(ValueError, match="cooperative kernels with tile_n a multiple of 128"):
+            nvfp4_grouped_kernel_spec(bad, act_dtype="nvfp4", out_dtype=torch.bfloat16, epilogue=tree)
+    w16, _ = nvfp4_gemm_kernel_spec(ok, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
+    assert dict(w16.params)["ELEMENT_B"] == "cutlass::bfloat16_t" and w16.name != spec.name
+
+
+def test_w4a4_decode_in_mainloop_rule():
+    from dataclasses import replace
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.gemm_nvfp4 import _decode_in_mainloop
+    ok = GemmConfig(128, 256, 64, 1, 1, "cooperative", swap_ab=True)
+    a = scalemm.quantize_nvfp4(torch.randn(300, 2080).to(torch.bfloat16))
+    assert _decode_in_mainloop(a, ok, "mainloop") and not _decode_in_mainloop(a, ok, "pass")
+    with pytest.raises(ValueError, match="not cooperative with tile_n a multiple of 128"):
+        _decode_in_mainloop(a, replace(ok, tile_n=64), "mainloop")
+    assert not _decode_in_mainloop(a, replace(ok, tile_n=64), "pass")
+    odd = scalemm.quantize_nvfp4(torch.randn(300, 2064).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="K = 2064 is not a multiple of 32"):
+        _decode_in_mainloop(odd, ok, "mainloop")
+    with pytest.raises(ValueError, match="activation_decode must be one of"):
+        _decode_in_mainloop(a, ok, "auto")

@@ -100,6 +100,55 @@ def test_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
 
+# W4A4 decoded in the CUTLASS mainloop (cooperative, tile_n a multiple of 128) or by the bf16 pass: the same
+# exact products summed in the same order, so the same bits; M = 1 leaves 127 rows of a 128-row token tile
+# empty, K = 2080 ends in half a k-tile, N = 1000 in a partial weight tile.
+W4A4_MAINLOOP_CONFIGS = [GemmConfig(128, n, 64, cm, 1, "cooperative", swap_ab=True, stream_k=sk)
+                         for n, cm, sk in [(128, 1, False), (256, 1, False), (256, 1, True), (128, 2, False)]]
+
+
+@pytest.mark.parametrize("config", W4A4_MAINLOOP_CONFIGS, ids=lambda c: c.key())
+@pytest.mark.parametrize("M,N,K", [(1, 1000, 2080), (129, 4096, 2048), (300, 576, 7168), (4096, 2048, 1024)])
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+def test_w4a4_mainloop_decode_matches_the_pass_bit_for_bit(config, M, N, K, a_scaling):
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    w = _weights(N, K, "token", seed=31)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=32).to(torch.bfloat16), scaling=a_scaling)
+    outs = {}
+    for how in ("mainloop", "pass"):
+        outs[how] = _poisoned(M, N, torch.float32)
+        gemm_nvfp4(a, w, out_dtype=torch.float32, out=outs[how], config=config, activation_decode=how)
+    assert not outs["mainloop"].isnan().any(), "unwritten outputs"
+    assert torch.equal(outs["mainloop"], outs["pass"])
+    assert _rel_err(outs["mainloop"], _exact(a, w)) <= 1e-5
+
+
+@pytest.mark.parametrize("M,tile_n", [(100, 128), (300, 256)])
+def test_w4a4_mainloop_decode_bias_activation(monkeypatch, M, tile_n):
+    """activation_decode="mainloop" with bias and an activation, bf16 out: no bf16 pass runs."""
+    import scalemm.gemm_nvfp4 as g
+    N, K = 2048, 1024
+    w = _weights(N, K, "tensor", seed=33)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=34).to(torch.bfloat16), scaling="token")
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the pass must not run
+    out = _poisoned(M, N, torch.bfloat16)
+    g.gemm_nvfp4(a, w, bias=bias, epilogue="gelu", out=out, activation_decode="mainloop",
+                 config=GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True))
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w, bias, "gelu")) <= TOL[torch.bfloat16]
+
+
+def test_w4a4_mainloop_decode_refuses_what_it_cannot_run():
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    w = _weights(256, 2064, "tensor", seed=35)
+    a = scalemm.quantize_nvfp4(_wide((300, 2064), seed=36).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="K = 2064 is not a multiple of 32"):
+        gemm_nvfp4(a, w, config=GemmConfig(128, 256, 64, 1, 1, "cooperative", swap_ab=True), activation_decode="mainloop")
+    with pytest.raises(ValueError, match="not cooperative with tile_n a multiple of 128"):
+        gemm_nvfp4(a, w, config=GemmConfig(128, 64, 64, 1, 1, "cooperative", swap_ab=True), activation_decode="mainloop")
+
+
 @pytest.mark.parametrize("K", [2064, 4096])  # a word at a time (K % 32 != 0), four words at a time
 def test_dequant_rows_is_exact(K):
     a = scalemm.quantize_nvfp4(_wide((300, K), seed=5).to(torch.bfloat16), scaling="token")
@@ -454,6 +503,55 @@ def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, confi
     scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=config)
     assert not out.isnan().any()
     assert _rel_err(out, _exact_grouped(a, w, sizes, N, bias)) <= 1e-5
+
+
+@pytest.mark.parametrize("sizes", [SIZES["ragged"], SIZES["many"], [0, 0, 1000, 3, 0, 257, 1, 0]],
+                         ids=["ragged", "many", "wide"])
+@pytest.mark.parametrize("tile_n", [128, 256])
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+def test_grouped_w4a4_mainloop_decode_matches_the_pass_bit_for_bit(sizes, tile_n, a_scaling):
+    """Each group's token tiles read their scale atoms from the group's sf_offset (tiles past a group's
+    last atom repeat it); empty groups, one-row groups, K ending in half a k-tile."""
+    from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4
+    G, N, K = len(sizes), 384, 2080
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=37).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    T = sum(sizes)
+    offsets = _offsets(sizes)
+    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=38).to(torch.bfloat16), offsets, scaling=a_scaling)
+    config = GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True)
+    outs = {}
+    for how in ("mainloop", "pass"):
+        outs[how] = _poisoned(T, N, torch.float32)
+        grouped_gemm_nvfp4(a, w, offsets, out_dtype=torch.float32, out=outs[how], config=config, activation_decode=how)
+    assert not outs["mainloop"].isnan().any(), "unwritten rows"
+    assert torch.equal(outs["mainloop"], outs["pass"])
+    assert _rel_err(outs["mainloop"], _exact_grouped(a, w, sizes, N)) <= 1e-5
+
+
+def test_grouped_w4a4_graph_replay_sees_new_routing():
+    """Quantize + grouped W4A4 GEMM (mainloop decode) captured once, replayed with new offsets."""
+    from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4
+    G, N, K, T = 8, 256, 512, 600
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=39).reshape(G, N, K).to(torch.bfloat16))
+    x = _wide((T, K), seed=40).to(torch.bfloat16)
+    offsets = _offsets([75] * 8)
+    out = torch.zeros(T, N, device="cuda")
+    config = GemmConfig(128, 128, 64, 1, 1, "cooperative", swap_ab=True)
+
+    def step():
+        a = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
+        grouped_gemm_nvfp4(a, w, offsets, out_dtype=torch.float32, out=out, config=config, activation_decode="mainloop")
+        return a
+
+    step()  # build + load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        a = step()
+    for sizes in ([75] * 8, [0, 300, 0, 150, 150, 0, 0, 0], [600, 0, 0, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6, 7, 572]):
+        offsets.copy_(_offsets(sizes))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
 
 
 def test_grouped_dequant_rows_is_exact():

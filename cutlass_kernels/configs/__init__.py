@@ -22,7 +22,8 @@ from .shapes import (DECODE_M, MODEL_LINEAR_SHAPES, MODEL_PRESETS, PREFILL_M, lo
                      model_linear_shapes, sweep_points)
 from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmConfig, default_build_set,
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
-                   default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, sweep_configs, tuning_candidates,
+                   default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, nvfp4_decodes_activations, sweep_configs,
+                   tuning_candidates,
                    SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, default_nvfp4_skinny_config,
                    default_nvfp4_grouped_skinny_config, skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
 

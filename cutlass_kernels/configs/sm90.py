@@ -113,15 +113,21 @@ class GemmConfig:
 def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, grouped: bool = False) -> dict[str, str]:
     """Template parameters for cutlass_kernels/templates/nvfp4_gemm_sm90.cu (nvfp4_grouped_gemm_sm90.cu):
     the swapped NVFP4-weight kernel (weights on the tile's M side, 128 rows x 64 K per tile: one
-    scale atom each)."""
+    scale atom each). act_dtype: a float dtype (name), or "nvfp4" (W4A4: the mainloop decodes the activations'
+    codes and scales itself; nvfp4_decodes_activations says which configs can)."""
     if (config.tile_m, config.tile_k) != (128, 64) or not config.swap_ab:
         raise ValueError(f"NVFP4 kernels use swapped 128 x tile_n x 64 tiles, got {config.key()}")
+    x4 = act_dtype == "nvfp4"
+    if x4 and not nvfp4_decodes_activations(config):
+        raise ValueError(f"NVFP4 activations are decoded by cooperative kernels with tile_n a multiple of 128, got "
+                         f"{config.key()}")
     coop = config.schedule == "cooperative"
     array = "PtrArray" if grouped else ""
     params = {
         "TILE_M": "128", "TILE_N": str(config.tile_n), "TILE_K": "64",
         "CLUSTER_M": str(config.cluster_m), "CLUSTER_N": str(config.cluster_n),
-        "ELEMENT_B": CPP_TYPES[dtype_name(act_dtype)], "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
+        "ELEMENT_B": "scalemm::sm90::Nvfp4Activations" if x4 else CPP_TYPES[dtype_name(act_dtype)],
+        "ELEMENT_D": CPP_TYPES[dtype_name(out_dtype)],
         "MAINLOOP_SCHEDULE": f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong"),
         "EPILOGUE_SCHEDULE": (f"cutlass::epilogue::{array}TmaWarpSpecialized"
                               + ("Cooperative" if coop else ("Pingpong" if grouped else ""))),
@@ -130,6 +136,13 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     if not grouped:
         params["TILE_SCHEDULER"] = "cutlass::gemm::StreamKScheduler" if config.stream_k else "void"
     return params
+
+
+def nvfp4_decodes_activations(config: GemmConfig) -> bool:
+    """Whether the NVFP4 kernel of `config` can take NVFP4 activations (W4A4) and decode them in its
+    mainloop (nvfp4_mainloop.hpp): cooperative, token tiles of whole 128-row scale atoms. Other W4A4
+    configs run on the activations decoded to bf16 by a separate pass."""
+    return config.schedule == "cooperative" and config.tile_n % 128 == 0
 
 
 def _check_sms(num_sms) -> None:

@@ -102,7 +102,9 @@ struct GroupedGemmArgs {
 struct Nvfp4GemmArgs {
   void const* weight;         // prepared NVFP4 weights, uint8 [n, k_pad / 2]
   void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, ceil(n/128)*128 x scale_cols bytes
-  void const* x;              // activations [tokens, k], bf16 or fp16 as compiled
+  void const* x;              // activations [tokens, k], bf16 or fp16 as compiled, or (W4A4 kernels) their
+                              // NVFP4 codes uint8 [tokens, k / 2]
+  void const* x_scales;       // W4A4: the activations' e4m3 block scales, 128x4 swizzled, row pitch scale_cols; else null
   void* d;                    // output [tokens, n]
   int64_t n;
   int64_t tokens;
@@ -162,7 +164,9 @@ struct Nvfp4SkinnySplitsArgs {
 struct Nvfp4GroupedGemmArgs {
   void const* weight;         // prepared NVFP4 expert weights, uint8 [groups, n, k_pad / 2]
   void const* weight_scales;  // e4m3 128x4 swizzled, batched: expert g at g * ceil(n/128)*128 * scale_cols
-  void const* x;              // activations [tokens, k], rows sorted by group
+  void const* x;              // activations [tokens, k], rows sorted by group, or (W4A4) their NVFP4 codes [tokens, k / 2]
+  void const* x_scales;       // W4A4: the activations' e4m3 scales, 128x4 swizzled, grouped along M; else null
+  void const* x_sf_offsets;   // W4A4: int32 [groups], the scale row of each group's first row; else null
   void* d;                    // output [tokens, n]; rows past the last group are not written
   void const* offsets;        // int32 [groups] cumulative row ends (device)
   int64_t groups;

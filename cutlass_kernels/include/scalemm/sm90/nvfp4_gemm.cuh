@@ -2,7 +2,8 @@
 //
 // D [tokens, N] = Evt(X [tokens, K] @ dequant(W [N, K])^T), computed as D^T = W X^T so the
 // weights are the register-sourced wgmma operand (scalemm/sm90/nvfp4_mainloop.hpp): the kernel's
-// problem is (M, N, K) = (N_w, tokens, K) and its column-major D^T is our row-major D.
+// problem is (M, N, K) = (N_w, tokens, K) and its column-major D^T is our row-major D. ElementB is
+// the activations' type: bf16/fp16 (W4A16), or Nvfp4Activations (W4A4, decoded in the mainloop).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +55,8 @@ struct Nvfp4Gemm {
     int const M = int(a.n), N = int(a.tokens), K = int(a.k);
     typename CollectiveMainloop::Arguments mainloop;
     mainloop.weight = static_cast<uint8_t const*>(a.weight);
-    mainloop.x = static_cast<ElementB const*>(a.x);
+    mainloop.x = a.x;
+    mainloop.x_scales = static_cast<uint8_t const*>(a.x_scales);
     mainloop.scales = static_cast<uint8_t const*>(a.weight_scales);
     mainloop.n = M;
     mainloop.k = K;

@@ -166,7 +166,8 @@ struct Nvfp4GroupedGemm {
     typename CollectiveMainloop::Arguments mainloop;
     auto& o = mainloop.operands;
     o.weight = static_cast<uint8_t const*>(a.weight);
-    o.x = static_cast<ElementB const*>(a.x);
+    o.x = a.x;
+    o.x_scales = static_cast<uint8_t const*>(a.x_scales);
     o.scales = static_cast<uint8_t const*>(a.weight_scales);
     o.n = a.n;
     o.k = a.k;
@@ -176,6 +177,7 @@ struct Nvfp4GroupedGemm {
     o.scale_atoms_per_row_tile = a.scale_cols / 4;
     o.scale_batch_bytes = (a.n + kScaleAtomRows - 1) / kScaleAtomRows * kScaleAtomRows * a.scale_cols;
     mainloop.row_start = arr.row_start;
+    mainloop.x_sf_offsets = static_cast<int const*>(a.x_sf_offsets);
     typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
                                   {int(a.groups), arr.problems, nullptr},  // problem shapes on the device only
                                   mainloop,

@@ -6,13 +6,23 @@
 //   scales: the quantizer's e4m3 block scales in the 128x4 swizzled layout, untouched: batch l
 //     starts at byte l * scale_batch_bytes, and the 512-byte atom of rows [128 i, 128 i + 128)
 //     and k-tile kt (64 elements) is at byte (i * atoms_per_row_tile + kt) * 512;
-//   B: bf16 (or fp16) activations [L][tokens][K], K-major, TMA-loaded into 128B-swizzled smem.
+//   B: bf16 (or fp16) activations [L][tokens][K], K-major, TMA-loaded into 128B-swizzled smem;
+//     or (W4A4, ElementB = Nvfp4Activations) the activations' packed e2m1 codes uint8 [tokens][K / 2]
+//     as the quantizer wrote them, with their own 128x4 scale atoms (see "NVFP4 activations" below).
 // Per k-tile of 64 elements a producer warp TMA-loads the A tile (TileM rows x 32 bytes), the B
 // tile and, with one bulk copy, the scale atom. Each consumer thread reads its weight bytes and
 // scales from shared memory, decodes them into the bf16 A fragment (scalemm/sm90/nvfp4_numerics.cuh)
 // while earlier wgmmas run, and issues m64nNk16 RS wgmmas; one wgmma k-block (16) is exactly one
 // NVFP4 block, so each fragment register needs one scale. The accumulator is multiplied by
 // 2^kDecodeShift at the end (exact), and the epilogue applies the global scales in fp32.
+//
+// NVFP4 activations (W4A4): per k-tile the producer loads the token tile's codes (TileN rows x 32
+// bytes) and its TileN / 128 scale atoms; the 256 consumer threads decode them exactly (code x
+// block scale x 2^-kDecodeShift, the weights' decode) into a bf16 tile in the canonical wgmma
+// layout, one of three such tiles in shared memory, while the wgmmas of the previous k-tile run.
+// A fence.proxy.async and a named barrier over both consumer warpgroups publish each tile to the
+// wgmmas; three tiles let one barrier per k-tile also guard the tile being rewritten (its last
+// readers, two k-tiles back, have completed). The packed stage is released as soon as it is decoded.
 //
 // Prepared layout (built once per weight by scalemm.formats.nvfp4.prepare_sm90_weight): K is padded
 // to a multiple of 64 with zero codes; each row's 64-element chunk (32 bytes) is permuted so that
@@ -52,30 +62,53 @@ struct Nvfp4MainloopPolicy {
 constexpr int kScaleAtomRows = 128;   // rows of one 128x4 scale atom
 constexpr int kScaleAtomBytes = 512;  // 128 rows x 4 scales (64 elements of K)
 
+constexpr int kChunkK = 64;           // elements of K per prepared chunk / per scale atom
+constexpr int kDecodedTilesB = 3;     // bf16 tiles the W4A4 consumers decode the activations into
+
+// ElementB of the W4A4 kernels: the activations are NVFP4 (packed codes and 128x4 e4m3 scale atoms)
+// and the mainloop decodes them into bf16 tiles itself; the MMA's B type is then bf16.
+struct Nvfp4Activations {};
+template <class ElementB>
+constexpr bool kNvfp4B = cute::is_same_v<ElementB, Nvfp4Activations>;
+template <class ElementB>
+using MmaElementB = cute::conditional_t<kNvfp4B<ElementB>, cutlass::bfloat16_t, ElementB>;
+
+// Shared-memory bytes of one pipeline stage (the packed FP4 weight tile and its scale atom, plus
+// the activation tile: bf16/fp16, or packed codes and their scale atoms) and of the W4A4 kernels'
+// decoded activation tiles, which sit outside the pipeline.
+template <class TileShape, class ElementB>
+constexpr int nvfp4_stage_bytes() {
+  constexpr int n = cute::size<1>(TileShape{}), k = cute::size<2>(TileShape{});
+  constexpr int b = kNvfp4B<ElementB> ? n * k / 2 + n / kScaleAtomRows * kScaleAtomBytes : n * k * int(sizeof(ElementB));
+  return cute::size<0>(TileShape{}) * k / 2 + kScaleAtomBytes + b;
+}
+template <class TileShape, class ElementB>
+constexpr int nvfp4_decoded_b_bytes() {
+  return kNvfp4B<ElementB> ? kDecodedTilesB * cute::size<1>(TileShape{}) * cute::size<2>(TileShape{}) * 2 : 0;
+}
+
 // Pipeline stages of the NVFP4 mainloops: as many as shared memory holds beside `reserved_bytes`
-// (the epilogue's storage and the kernel's own), capped at 12. A stage is the packed FP4 weight
-// tile, the activation tile and one scale atom, plus 32 bytes of barriers.
+// (the epilogue's storage and the kernel's own) and the decoded activation tiles, capped at 12,
+// each stage with 32 bytes of barriers.
 template <class TileShape, class ElementB>
 constexpr int nvfp4_stages(int reserved_bytes) {
-  constexpr int stage_bytes = cute::size<0>(TileShape{}) * cute::size<2>(TileShape{}) / 2 +
-                              cute::size<1>(TileShape{}) * cute::size<2>(TileShape{}) * int(sizeof(ElementB)) +
-                              kScaleAtomBytes;
-  int const stages = (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes - reserved_bytes) / (stage_bytes + 32);
+  int const stages = (cutlass::gemm::collective::detail::sm90_smem_capacity_bytes - reserved_bytes -
+                      nvfp4_decoded_b_bytes<TileShape, ElementB>()) / (nvfp4_stage_bytes<TileShape, ElementB>() + 32);
   return stages > 12 ? 12 : stages;
 }
-constexpr int kChunkK = 64;           // elements of K per prepared chunk / per scale atom
 
 // What the dense and grouped mainloops share: tiles, shared memory, the producer's per-k-tile
 // copies and the whole consumer side.
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class ElementB_, int Stages_>
 struct Nvfp4MainloopBase {
+  static constexpr bool kFp4B = kNvfp4B<ElementB_>;  // W4A4: the activations are decoded here too
   using TileShape = TileShape_;
   using DispatchPolicy = Nvfp4MainloopPolicy<Stages_, ClusterShape_, KernelSchedule_>;
   using ClusterShape = ClusterShape_;
   using ArchTag = cutlass::arch::Sm90;
   using ElementA = uint8_t;                                   // prepared, two codes per byte
   using StrideA = cute::Stride<int64_t, cute::_1, int64_t>;  // in bytes
-  using ElementB = ElementB_;                                 // bf16 or fp16 activations
+  using ElementB = MmaElementB<ElementB_>;                   // the MMA's B: bf16 or fp16
   using StrideB = cute::Stride<int64_t, cute::_1, int64_t>;
   using ElementAccumulator = float;
 
@@ -86,6 +119,7 @@ struct Nvfp4MainloopBase {
   static constexpr int kStages = Stages_;
   static_assert(kTileM == kScaleAtomRows, "one scale atom per tile: TileM must be 128");
   static_assert(kTileK == kChunkK, "one scale atom per k-tile: TileK must be 64");
+  static constexpr int kBScaleAtoms = kFp4B ? kTileN / kScaleAtomRows : 0;  // W4A4: B scale atoms per k-tile
 
   static constexpr bool kCooperative =
       cute::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, KernelSchedule_> ||
@@ -95,6 +129,9 @@ struct Nvfp4MainloopBase {
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<ElementB, ElementB, float, TileShape, cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       AtomLayoutMNK{}));
+  static constexpr int kMmaThreads = cute::size(TiledMma{});
+  static_assert(!kFp4B || (kCooperative && kTileN % kScaleAtomRows == 0),
+                "NVFP4 activations: cooperative kernels with token tiles of whole 128-row scale atoms");
 
   using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
       cute::shape<1>(ClusterShape{})));
@@ -107,9 +144,14 @@ struct Nvfp4MainloopBase {
                                    cute::Stride<cute::Int<kTileKBytes>, cute::_1, cute::Int<kTileM * kTileKBytes>>>;
   using SmemLayoutAtomB = decltype(cutlass::gemm::collective::detail::ss_smem_selector<
                                    cute::GMMA::Major::K, ElementB, cute::Int<kTileN>, cute::Int<kTileK>>());
+  // The MMA's B tiles: the pipeline stages, or (W4A4) the decoded tiles.
+  static constexpr int kTilesB = kFp4B ? kDecodedTilesB : kStages;
   using SmemLayoutB = decltype(cute::tile_to_shape(
-      SmemLayoutAtomB{}, cute::make_shape(cute::Int<kTileN>{}, cute::Int<kTileK>{}, cute::Int<kStages>{}),
+      SmemLayoutAtomB{}, cute::make_shape(cute::Int<kTileN>{}, cute::Int<kTileK>{}, cute::Int<kTilesB>{}),
       cute::Step<cute::_1, cute::_2, cute::_3>{}));
+  // W4A4: the token tile's packed codes, plain row-major like A (TileN rows of 32 bytes).
+  using SmemLayoutBCodes = cute::Layout<cute::Shape<cute::Int<kTileN>, cute::Int<kTileKBytes>, cute::Int<kStages>>,
+                                        cute::Stride<cute::Int<kTileKBytes>, cute::_1, cute::Int<kTileN * kTileKBytes>>>;
 
   using MainloopPipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = cutlass::PipelineState<kStages>;
@@ -117,15 +159,24 @@ struct Nvfp4MainloopBase {
   static constexpr int NumProducerThreadEvents = 1;
 
   static constexpr uint32_t kBytesA = kTileM * kTileKBytes;
-  static constexpr uint32_t kBytesB = kTileN * kTileK * sizeof(ElementB);
+  static constexpr uint32_t kBytesBCodes = kTileN * kTileKBytes;
+  static constexpr uint32_t kBytesBScales = kBScaleAtoms * kScaleAtomBytes;
+  static constexpr uint32_t kBytesB = kFp4B ? kBytesBCodes + kBytesBScales : kTileN * kTileK * sizeof(ElementB);
   static constexpr uint32_t TmaTransactionBytes = kBytesA + kBytesB + kScaleAtomBytes;
   static constexpr int kStageBytes = int(TmaTransactionBytes);
+  static_assert(kStageBytes == nvfp4_stage_bytes<TileShape, ElementB_>(), "stage bytes disagree with nvfp4_stages");
 
+  struct NoStorage {};
+  struct Fp4BStorage {
+    cute::array_aligned<uint8_t, cute::cosize_v<SmemLayoutBCodes>> codes;
+    cute::array_aligned<uint8_t, kBytesBScales * kStages> scales;
+  };
   struct SharedStorage {
     struct TensorStorage : cute::aligned_struct<128, cute::_0> {
       cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
       cute::array_aligned<uint8_t, cute::cosize_v<SmemLayoutA>> smem_A;
       cute::array_aligned<uint8_t, kScaleAtomBytes * kStages> smem_S;
+      cute::conditional_t<kFp4B, Fp4BStorage, NoStorage> fp4_b;
     } tensors;
     using PipelineStorage = typename MainloopPipeline::SharedStorage;
     PipelineStorage pipeline;
@@ -133,23 +184,29 @@ struct Nvfp4MainloopBase {
   using TensorStorage = typename SharedStorage::TensorStorage;
   using PipelineStorage = typename SharedStorage::PipelineStorage;
 
-  // TMA copy types: A as bytes (N_w, K_pad / 2, L), B as 16-bit (rows, K, L).
+  // TMA copy types: A as bytes (N_w, K_pad / 2, L), B as 16-bit (rows, K, L) or (W4A4) as bytes
+  // (rows, K / 2, L), both bytewise ones in tiles of 32 bytes along K.
   using StrideTma = cute::Stride<int64_t, cute::_1, int64_t>;
-  using InternalElementB = cute::uint_bit_t<cute::sizeof_bits_v<ElementB>>;
+  using TmaElementB = cute::conditional_t<kFp4B, uint8_t, cute::uint_bit_t<cute::sizeof_bits_v<ElementB>>>;
   using TmaTileA = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileKBytes>>;
+  using TmaTileB = cute::conditional_t<kFp4B, TmaTileA, TileShape>;
+  using SmemLayoutBLoad = cute::conditional_t<kFp4B, SmemLayoutBCodes, SmemLayoutB>;  // what TMA writes
   using TMA_A = decltype(cute::make_tma_copy_A_sm90(
       GmemTiledCopyA{},
       cute::make_tensor(static_cast<uint8_t const*>(nullptr), cute::repeat_like(StrideTma{}, int32_t(0)), StrideTma{}),
       SmemLayoutA{}(cute::_, cute::_, cute::Int<0>{}), TmaTileA{}, ClusterShape{}));
   using TMA_B = decltype(cute::make_tma_copy_B_sm90(
       GmemTiledCopyB{},
-      cute::make_tensor(static_cast<InternalElementB const*>(nullptr), cute::repeat_like(StrideTma{}, int32_t(0)), StrideTma{}),
-      SmemLayoutB{}(cute::_, cute::_, cute::Int<0>{}), TileShape{}, ClusterShape{}));
+      cute::make_tensor(static_cast<TmaElementB const*>(nullptr), cute::repeat_like(StrideTma{}, int32_t(0)), StrideTma{}),
+      SmemLayoutBLoad{}(cute::_, cute::_, cute::Int<0>{}), TmaTileB{}, ClusterShape{}));
 
   // The operands every launch describes the same way (dense or grouped).
   struct Operands {
     uint8_t const* weight = nullptr;        // prepared weights [L][N_w][K_pad / 2]
-    ElementB const* x = nullptr;            // activations [rows][K] (L batches of rows_per_batch)
+    void const* x = nullptr;                // activations [rows][K] (L batches of rows_per_batch), or
+                                            // (W4A4) their codes uint8 [rows][K / 2]
+    uint8_t const* x_scales = nullptr;      // W4A4: the activations' e4m3 128x4 swizzled scales, row pitch
+                                            // scale_atoms_per_row_tile * 4 bytes (the weights' K, so the same)
     uint8_t const* scales = nullptr;        // e4m3 128x4 swizzled, batch l at l * scale_batch_bytes
     int64_t n = 0, k = 0;
     int64_t weight_batches = 1;             // L of A and of the scales (experts when grouped)
@@ -163,22 +220,26 @@ struct Nvfp4MainloopBase {
     TMA_A tma_load_a;
     TMA_B tma_load_b;
     uint8_t const* scales;
+    uint8_t const* x_scales;
     int64_t scale_atoms_per_row_tile;
     int64_t scale_batch_bytes;
+    int x_rows;
     uint32_t tma_transaction_bytes;
   };
 
   static CommonParams make_common_params(Operands const& o) {
     int64_t const row_bytes = o.k_pad / 2;
+    int64_t const x_row = kFp4B ? o.k / 2 : o.k;  // elements of TmaElementB per activation row
     auto tensor_a = cute::make_tensor(o.weight, cute::make_layout(
         cute::make_shape(int(o.n), int(row_bytes), int(o.weight_batches)), StrideTma{row_bytes, cute::_1{}, o.n * row_bytes}));
-    auto tensor_b = cute::make_tensor(reinterpret_cast<InternalElementB const*>(o.x), cute::make_layout(
-        cute::make_shape(int(o.x_rows), int(o.k), int(o.x_batches)), StrideTma{o.k, cute::_1{}, o.x_rows * o.k}));
+    auto tensor_b = cute::make_tensor(static_cast<TmaElementB const*>(o.x), cute::make_layout(
+        cute::make_shape(int(o.x_rows), int(x_row), int(o.x_batches)), StrideTma{x_row, cute::_1{}, o.x_rows * x_row}));
     auto tma_a = cute::make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutA{}(cute::_, cute::_, cute::Int<0>{}),
                                             TmaTileA{}, ClusterShape{});
-    auto tma_b = cute::make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, SmemLayoutB{}(cute::_, cute::_, cute::Int<0>{}),
-                                            TileShape{}, ClusterShape{});
-    return {tma_a, tma_b, o.scales, o.scale_atoms_per_row_tile, o.scale_batch_bytes, TmaTransactionBytes};
+    auto tma_b = cute::make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, SmemLayoutBLoad{}(cute::_, cute::_, cute::Int<0>{}),
+                                            TmaTileB{}, ClusterShape{});
+    return {tma_a, tma_b, o.scales, o.x_scales, o.scale_atoms_per_row_tile, o.scale_batch_bytes, int(o.x_rows),
+            TmaTransactionBytes};
   }
 
   static bool operands_ok(Operands const& o) {
@@ -187,7 +248,12 @@ struct Nvfp4MainloopBase {
     ok &= o.scale_atoms_per_row_tile * kChunkK >= o.k_pad;
     ok &= reinterpret_cast<uintptr_t>(o.weight) % 16 == 0 && reinterpret_cast<uintptr_t>(o.x) % 16 == 0;
     ok &= reinterpret_cast<uintptr_t>(o.scales) % 16 == 0;
-    ok &= (o.k * int64_t(sizeof(ElementB))) % 16 == 0;  // TMA row pitch of B
+    if constexpr (kFp4B) {
+      ok &= o.x_scales != nullptr && reinterpret_cast<uintptr_t>(o.x_scales) % 16 == 0;
+      ok &= o.k % 32 == 0 && o.x_batches == 1;  // TMA row pitch of the codes; one batch of activation scales
+    } else {
+      ok &= (o.k * int64_t(sizeof(ElementB))) % 16 == 0;  // TMA row pitch of B
+    }
     return ok;
   }
 
@@ -201,28 +267,50 @@ struct Nvfp4MainloopBase {
   CUTLASS_DEVICE static auto full_tensors(CommonParams const& params, int M, int rows, int K, int L) {
     int const kb = int((K + kChunkK - 1) / kChunkK) * kTileKBytes;
     return cute::make_tuple(params.tma_load_a.get_tma_tensor(cute::make_shape(M, kb, L)),
-                            params.tma_load_b.get_tma_tensor(cute::make_shape(rows, K, L)));
+                            params.tma_load_b.get_tma_tensor(cute::make_shape(rows, kFp4B ? kb : K, L)));
   }
 
   template <class TensorMKL, class TensorNKL>
   CUTLASS_DEVICE static auto tile_tensors(TensorMKL const& mA, TensorNKL const& mB) {
     using X = cute::Underscore;
     auto gA = cute::local_tile(mA, TmaTileA{}, cute::make_coord(cute::_, cute::_, cute::_), cute::Step<cute::_1, X, cute::_1>{});
-    auto gB = cute::local_tile(mB, TileShape{}, cute::make_coord(cute::_, cute::_, cute::_), cute::Step<X, cute::_1, cute::_1>{});
+    auto gB = cute::local_tile(mB, TmaTileB{}, cute::make_coord(cute::_, cute::_, cute::_), cute::Step<X, cute::_1, cute::_1>{});
     return cute::make_tuple(gA, gB);
   }
 
+  // W4A4: where the scale atoms of token tile n start (at k-tile 0), for activation scale rows
+  // beginning at 128-row atom `first_atom` (0 dense; the group's sf_offsets / 128 grouped) with
+  // `rows` rows in all. Atoms past the last one that holds rows repeat it: the rows they would
+  // cover are past the end (the epilogue drops them), and nothing is read outside the scales.
+  struct BScaleRows { uint8_t const* atom[kBScaleAtoms > 0 ? kBScaleAtoms : 1]; };
+  CUTLASS_DEVICE static BScaleRows b_scale_rows(CommonParams const& params, int n, int64_t first_atom, int rows) {
+    BScaleRows r{};
+    if constexpr (kFp4B) {
+      int const last = (rows + kScaleAtomRows - 1) / kScaleAtomRows - 1;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kBScaleAtoms; ++j) {
+        int const atom = n * kBScaleAtoms + j;
+        r.atom[j] = params.x_scales +
+                    (first_atom + (atom < last ? atom : last)) * params.scale_atoms_per_row_tile * kScaleAtomBytes;
+      }
+    }
+    return r;
+  }
+
   // Producer: one elected thread issues, per k-tile, the A and B TMA loads (gA: (BLK_M, BLK_K, k),
-  // gB: (BLK_N, BLK_K, k)) and the scale atom's bulk copy, all completing on the stage's barrier.
+  // gB: (BLK_N, BLK_K, k)) and the scale atoms' bulk copies, all completing on the stage's barrier.
   template <class TensorA, class TensorB, class KTileIterator>
   CUTLASS_DEVICE void load_tiles(CommonParams const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
                                  TensorA const& gA, TensorB const& gB, uint8_t const* scale_row_tile,
-                                 KTileIterator k_tile_iter, int k_tile_count, uint32_t block_rank_in_cluster,
-                                 TensorStorage& shared_tensors) {
+                                 BScaleRows const& b_scales, KTileIterator k_tile_iter, int k_tile_count,
+                                 uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
     using namespace cute;
     if (!cute::elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    Tensor sB = [&] {
+      if constexpr (kFp4B) return make_tensor(make_smem_ptr(shared_tensors.fp4_b.codes.data()), SmemLayoutBCodes{});
+      else return make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    }();
     constexpr uint32_t cluster_shape_x = get<0>(ClusterShape{});
     uint2 cluster_local_block_id = {block_rank_in_cluster % cluster_shape_x, block_rank_in_cluster / cluster_shape_x};
     auto block_tma_a = params.tma_load_a.get_slice(cluster_local_block_id.y);
@@ -252,6 +340,13 @@ struct Nvfp4MainloopBase {
       copy(params.tma_load_b.with(*tma_barrier, mcast_mask_b), tBgB(_, _, _, k_tile), tBsB(_, _, _, stage));
       SM90_BULK_COPY_G2S::copy(scale_row_tile + int64_t(k_tile) * kScaleAtomBytes, tma_barrier,
                                shared_tensors.smem_S.data() + stage * kScaleAtomBytes, kScaleAtomBytes);
+      if constexpr (kFp4B) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kBScaleAtoms; ++j)
+          SM90_BULK_COPY_G2S::copy(b_scales.atom[j] + int64_t(k_tile) * kScaleAtomBytes, tma_barrier,
+                                   shared_tensors.fp4_b.scales.data() + stage * kBytesBScales + j * kScaleAtomBytes,
+                                   kScaleAtomBytes);
+      }
       ++k_tile_iter;
       ++smem_pipe_write;
     }
@@ -267,7 +362,36 @@ struct Nvfp4MainloopBase {
     if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
   }
 
-  // Consumer: decode A for k-block kb + 1 while the wgmma of k-block kb runs.
+  // W4A4: decodes work item `item` of a token tile (row item / 2, K half item % 2: 32 codes, two
+  // blocks) from the packed stage into decoded tile `sBt` (TileN x 64 bf16, wgmma layout). With
+  // this numbering 8 consecutive threads read 128 consecutive bytes and write 8 distinct 16-byte
+  // columns of the 128B swizzle: no bank conflicts either way.
+  template <class TensorBt>
+  CUTLASS_DEVICE static void decode_b_item(TensorStorage const& shared_tensors, int stage, TensorBt&& sBt, int item) {
+    int const row = item >> 1, half = item & 1;
+    uint4 const q = *reinterpret_cast<uint4 const*>(shared_tensors.fp4_b.codes.data() + stage * kBytesBCodes +
+                                                    row * kTileKBytes + half * 16);
+    uint32_t const s4 = *reinterpret_cast<uint32_t const*>(
+        shared_tensors.fp4_b.scales.data() + stage * kBytesBScales + (row / kScaleAtomRows) * kScaleAtomBytes +
+        scale_atom_row_offset(row % kScaleAtomRows));
+    uint32_t pairs[4];
+    e4m3x4_to_scale_pairs<ElementB>(s4 >> (16 * half), pairs);  // pairs 0, 1: this half's two blocks
+    uint32_t const words[4] = {q.x, q.y, q.z, q.w};
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < 4; ++c) {  // word c: elements 8c .. 8c + 7 of the half, byte b = (2b, 2b + 1)
+      uint32_t const lo = words[c] & 0x0F0F0F0Fu, hi = (words[c] >> 4) & 0x0F0F0F0Fu;
+      uint32_t o[4];
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < 4; ++b) {  // byte b of lo to bits 3:0, of hi to bits 19:16, zeros elsewhere
+        uint32_t const sel = uint32_t(b) | uint32_t(8 | b) << 4 | uint32_t(4 + b) << 8 | uint32_t(8 | b) << 12;
+        o[b] = mul2<ElementB>(e2m1x2_tiny_clean<ElementB>(prmt(lo, hi, sel)), pairs[c / 2]);
+      }
+      *reinterpret_cast<uint4*>(&sBt(row, 32 * half + 8 * c)) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+
+  // Consumer: decode A for k-block kb + 1 while the wgmma of k-block kb runs; W4A4 also decodes the
+  // next k-tile's activations while the last wgmmas of this one run.
   template <class FrgTensorC, class AnyParams>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, AnyParams const&) {
@@ -346,18 +470,43 @@ struct Nvfp4MainloopBase {
       }
     };
 
+    // W4A4: the activation work items of this thread, and the named barrier of both warpgroups.
+    constexpr int kItems = kFp4B ? kTileN * 2 / kMmaThreads : 0;
+    auto decode_b = [&](int stage, int tile, int j) {
+      if constexpr (kFp4B) decode_b_item(shared_tensors, stage, sB(_, _, tile), thread_idx + j * kMmaThreads);
+    };
+    auto publish_b = [&]() {  // every thread's decoded tile visible to every warpgroup's wgmmas
+      if constexpr (kFp4B) {
+        cutlass::arch::fence_view_async_shared();
+        cutlass::arch::NamedBarrier::sync(kMmaThreads, 0);
+      }
+    };
+
     PipelineState smem_pipe_release = smem_pipe_read;
+    if constexpr (kFp4B) {  // the previous tile's wgmmas (both warpgroups) are done with the decoded tiles
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, 0);
+    }
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
     pipeline.consumer_wait(smem_pipe_read, barrier_token);
     read_stage(smem_pipe_read.index());
+    if constexpr (kFp4B) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kItems; ++j) decode_b(smem_pipe_read.index(), 0, j);
+      publish_b();
+      pipeline.consumer_release(smem_pipe_release);  // decoded: the packed stage is free
+      ++smem_pipe_release;
+    }
     take_next();
     decode(0);
+    int tile_b = 0;  // W4A4: the decoded tile of this k-tile
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
     bool first_tile = true;
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {
       int const stage = smem_pipe_read.index();
+      int const tile = kFp4B ? tile_b : stage;
+      int const next_tile_b = tile_b + 1 < kDecodedTilesB ? tile_b + 1 : 0;
       ++smem_pipe_read;
       bool const has_next = k_tile_count > 1;
       if (has_next) barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
@@ -365,7 +514,7 @@ struct Nvfp4MainloopBase {
       CUTLASS_PRAGMA_UNROLL
       for (int kb = 0; kb < kBlocks; ++kb) {
         warpgroup_arrive();
-        cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, stage), accum);
+        cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, tile), accum);
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
         warpgroup_commit_batch();
         // At most kBlocks - 1 wgmmas in flight: the one that last read fragment slot kb + 1
@@ -376,7 +525,19 @@ struct Nvfp4MainloopBase {
           read_stage(smem_pipe_read.index());
         }
         if (kb == kBlocks - 1) {
-          if (!first_tile) {  // every wgmma of the previous k-tile is done: free its stage
+          if constexpr (kFp4B) {
+            if (has_next) {
+              // Decode the next k-tile's activations while this k-tile's last wgmmas run (decoding
+              // between earlier ones made ptxas serialize the wgmmas, C7513), publish them, free
+              // their packed stage. Tile next_tile_b was last read by the wgmmas of two k-tiles
+              // back, which both warpgroups completed before the previous publish_b.
+              CUTLASS_PRAGMA_UNROLL
+              for (int j = 0; j < kItems; ++j) decode_b(smem_pipe_read.index(), next_tile_b, j);
+              publish_b();
+              pipeline.consumer_release(smem_pipe_release);
+              ++smem_pipe_release;
+            }
+          } else if (!first_tile) {  // every wgmma of the previous k-tile is done: free its stage
             pipeline.consumer_release(smem_pipe_release);
             ++smem_pipe_release;
           }
@@ -390,18 +551,22 @@ struct Nvfp4MainloopBase {
       }
       warpgroup_fence_operand(accum);
       first_tile = false;
+      tile_b = next_tile_b;
     }
     warpgroup_wait<0>();
+    constexpr float kUnscale = kFp4B ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;  // both operands decoded
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accum); ++i) accum(i) *= kDecodeUnscale;
+    for (int i = 0; i < size(accum); ++i) accum(i) *= kUnscale;
     warpgroup_fence_operand(accum);
   }
 
-  // Releases the last k-tile's stage (mma released every other one).
+  // Releases the last k-tile's stage (mma released every other one; W4A4 released them all).
   CUTLASS_DEVICE void mma_tail(MainloopPipeline pipeline, PipelineState smem_pipe_release, int k_tile_count) {
-    smem_pipe_release.advance(k_tile_count - 1);
     cute::warpgroup_wait<0>();
-    pipeline.consumer_release(smem_pipe_release);
+    if constexpr (!kFp4B) {
+      smem_pipe_release.advance(k_tile_count - 1);
+      pipeline.consumer_release(smem_pipe_release);
+    }
   }
 };
 
@@ -445,7 +610,8 @@ struct Nvfp4Mainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelSchedule
     auto [m, n, k, l] = blk_coord;
     Base::load_tiles(params, pipeline, smem_pipe_write, cute::get<0>(load_inputs)(cute::_, cute::_, m, cute::_, l),
                      cute::get<1>(load_inputs)(cute::_, cute::_, n, cute::_, l), Base::scale_row_tile(params, m, l),
-                     k_tile_iter, k_tile_count, block_rank_in_cluster, shared_tensors);
+                     Base::b_scale_rows(params, n, 0, params.x_rows), k_tile_iter, k_tile_count, block_rank_in_cluster,
+                     shared_tensors);
   }
 };
 
@@ -470,17 +636,20 @@ struct Nvfp4GroupedMainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelS
   struct Arguments {
     typename Base::Operands operands;  // x_rows = T (all tokens), weight_batches = number of experts
     int const* row_start = nullptr;    // [G] first activation row of each group (device)
+    int const* x_sf_offsets = nullptr;  // W4A4: [G] the activation scale row of each group's first row (device)
   };
   struct Params {
     typename Base::CommonParams common;
     int const* row_start;
+    int const* x_sf_offsets;
     int x_rows;
     uint32_t tma_transaction_bytes;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return {Base::make_common_params(args.operands), args.row_start, int(args.operands.x_rows), Base::TmaTransactionBytes};
+    return {Base::make_common_params(args.operands), args.row_start, args.x_sf_offsets, int(args.operands.x_rows),
+            Base::TmaTransactionBytes};
   }
   template <class ProblemShape>
   static size_t get_workspace_size(ProblemShape const&, Arguments const&, int) { return 0; }
@@ -491,14 +660,16 @@ struct Nvfp4GroupedMainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelS
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return Base::operands_ok(args.operands) && args.row_start != nullptr;
+    return Base::operands_ok(args.operands) && args.row_start != nullptr &&
+           (!Base::kFp4B || args.x_sf_offsets != nullptr);
   }
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
     Base::prefetch_tma_descriptors(params.common);
   }
 
   // (gA over all experts, gB tiled from row 0 (its shape is what the kernel reads), the untiled B
-  // coordinates, the current group, its first row).
+  // coordinates, the current group, its first row, and for W4A4 its first activation scale atom
+  // and its rows).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& params) const {
     auto [M, N, K, L] = problem_shape_MNKL;
@@ -506,14 +677,16 @@ struct Nvfp4GroupedMainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelS
     // descriptors), so B's coordinates span all rows of x.
     auto [mA, mB] = Base::full_tensors(params.common, M, params.x_rows, K, 1);
     auto tiled = Base::tile_tensors(mA, mB);
-    return cute::make_tuple(cute::get<0>(tiled), cute::get<1>(tiled), mB, int(0), int(0));
+    return cute::make_tuple(cute::get<0>(tiled), cute::get<1>(tiled), mB, int(0), int(0), int(0), int(0));
   }
 
+  // problem_shape_MNKL is next_batch's: (N_w, the group's rows, K, 1).
   template <class InputTensors, class ProblemShape_MNKL>
   CUTLASS_DEVICE InputTensors tensors_perform_update(InputTensors const& in, Params const& params,
-                                                     ProblemShape_MNKL, int32_t next_batch) {
+                                                     ProblemShape_MNKL problem_shape_MNKL, int32_t next_batch) {
+    int const first_atom = Base::kFp4B ? __ldg(params.x_sf_offsets + next_batch) / kScaleAtomRows : 0;
     return cute::make_tuple(cute::get<0>(in), cute::get<1>(in), cute::get<2>(in), int(next_batch),
-                            __ldg(params.row_start + next_batch));
+                            __ldg(params.row_start + next_batch), first_atom, int(cute::get<1>(problem_shape_MNKL)));
   }
 
   // No TMA descriptor changes between groups (see above): the tensormap protocol is a no-op.
@@ -537,8 +710,9 @@ struct Nvfp4GroupedMainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelS
     auto mB = domain_offset(make_coord(get<4>(load_inputs), 0, 0), get<2>(load_inputs));
     auto gB = get<1>(Base::tile_tensors(get<2>(load_inputs), mB));
     Base::load_tiles(params.common, pipeline, smem_pipe_write, get<0>(load_inputs)(_, _, m, _, group),
-                     gB(_, _, n, _, 0), Base::scale_row_tile(params.common, m, group), k_tile_iter, k_tile_count,
-                     block_rank_in_cluster, shared_tensors);
+                     gB(_, _, n, _, 0), Base::scale_row_tile(params.common, m, group),
+                     Base::b_scale_rows(params.common, n, get<5>(load_inputs), get<6>(load_inputs)), k_tile_iter,
+                     k_tile_count, block_rank_in_cluster, shared_tensors);
   }
 };
 
