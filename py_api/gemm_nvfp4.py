@@ -336,7 +336,7 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
 # W4A4 on the CUTLASS kernel: who decodes the NVFP4 activations. "pass" (the default): a memory-bound pass
 # to bf16 first (dequantize_rows_bf16), then the W4A16 kernel. "mainloop": the kernel's consumer warps decode
 # each token tile in shared memory (cooperative tiles of 128 or 256 tokens, K % 32 == 0). Both give the same
-# bits; the mainloop decode is slower everywhere measured (H100: 1.14-1.6x the pass's time from 128 to 16384
+# bits; the mainloop decode is slower everywhere measured (H100: 1.14-1.72x the pass's time from 128 to 16384
 # tokens): every CTA of a token tile decodes it again (N / 128 times the pass's work) in warps that also issue
 # the wgmmas (perf/NOTES.md, "W4A4 decoded in the mainloop").
 ACTIVATION_DECODES = ("pass", "mainloop")
