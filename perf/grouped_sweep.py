@@ -27,9 +27,7 @@ from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, default_grouped_config,  # noqa: E402
-                                             default_nvfp4_grouped_config, nvfp4_decodes_activations,
                                              skinny_config_for_groups)
-from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 MODELS = {  # experts, top-k, hidden, expert intermediate
@@ -38,9 +36,7 @@ MODELS = {  # experts, top-k, hidden, expert intermediate
     "llama4-scout": (16, 1, 5120, 8192),
 }
 TOKENS = {"decode": (1, 16, 64), "prefill": (1024, 4096, 16384)}
-# nvfp4_w4a4: the default (activations decoded in the mainloop where the config allows);
-# nvfp4_w4a4_pass: the same kernel config after a bf16 decode pass (timed where the default differs)
-NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a4_pass", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny")
+NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny")
 
 
 def _random_e4m3(shape, gen, chunk=16):
@@ -119,8 +115,6 @@ def main():
             xq = scalemm.quantize_nvfp4_grouped(a16, offs, scaling="token")
             fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
             fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
-            if nvfp4_decodes_activations(default_nvfp4_grouped_config(T, G, N, K)):
-                fns["nvfp4_w4a4_pass"] = lambda j: grouped_gemm_nvfp4(xq, wq, offs, out=out, activation_decode="pass")
             skinny = skinny_config_for_groups(T, G)
             if skinny is not None:  # the skinny kernel (config= only: the default is the CUTLASS kernel)
                 fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
@@ -180,8 +174,7 @@ def main():
         labels = [f"{r['model']}\n{r['proj']} {r['tokens']}" for r in rows]
         series = [(key, title) for key, title in (("speedup", "FP8 vs torch._scaled_grouped_mm"),
                                                   ("nvfp4_w4a16_vs_bf16", "NVFP4 W4A16 vs bf16 _grouped_mm"),
-                                                  ("nvfp4_w4a4_vs_bf16", "NVFP4 W4A4 vs bf16 _grouped_mm"),
-                                                  ("nvfp4_w4a4_pass_vs_bf16", "NVFP4 W4A4, bf16 decode pass"))
+                                                  ("nvfp4_w4a4_vs_bf16", "NVFP4 W4A4 vs bf16 _grouped_mm"))
                   if any(r.get(key) for r in rows)]
         width = 0.8 / max(1, len(series))
         for i, (key, title) in enumerate(series):

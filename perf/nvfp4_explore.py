@@ -92,8 +92,8 @@ def point(M, N, K, which="all"):
     fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T),
            "w4a16": lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass),
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass)}
-    if nvfp4_decodes_activations(cutlass) and K % 32 == 0:  # "w4a4" decodes in the mainloop: the pass beside it
-        fns["w4a4_pass"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass, activation_decode="pass")
+    if nvfp4_decodes_activations(cutlass) and K % 32 == 0:  # "w4a4" runs the bf16 pass: the mainloop decode beside it
+        fns["w4a4_mainloop"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass, activation_decode="mainloop")
     ao = torchao_w4a16(torchao_nvfp4(), x, w16)
     if ao is not None:
         fns["torchao_w4a16"] = ao
@@ -189,8 +189,8 @@ def save(points, device, out):
     def first(us, match):  # the time of the first key that `match` accepts (None: none there)
         return next((v for k, v in us.items() if match(k)), None)
     series = (("CUTLASS W4A16", "o", lambda k: re.fullmatch(r"t128x\d+x64_c1x1_coop_swap(_sk)?", k)),
-              ("CUTLASS W4A4 (decoded in the mainloop where the tile allows)", "s", lambda k: k == "w4a4"),
-              ("CUTLASS W4A4, bf16 decode pass", "D", lambda k: k == "w4a4_pass"),
+              ("CUTLASS W4A4 (bf16 decode pass)", "s", lambda k: k == "w4a4"),
+              ("CUTLASS W4A4, decoded in the mainloop", "D", lambda k: k == "w4a4_mainloop"),
               ("skinny W4A16", "^", lambda k: re.fullmatch(r"skinny_t\d+", k)),
               ("skinny W4A16 registers loop (removed)", ">", lambda k: re.fullmatch(r"skinny_t\d+_registers", k)),
               ("skinny W4A16 stepped loop", "<", lambda k: re.fullmatch(r"skinny_t\d+_stepped", k)),
