@@ -315,6 +315,7 @@ def main():
     p.add_argument("--no-slow-accum", action="store_true", help="only the fast-accumulation mode")
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--m-min", type=int, default=1, help="only points with M >= this")
+    p.add_argument("--m-max", type=int, default=None, help="only points with M <= this")
     p.add_argument("--layers", default=None, help="only these layers: comma-separated prefixes of the labels "
                    "(e.g. llama3-8b,dsv3.q_b,square)")
     p.add_argument("--formats", default="fp8,nvfp4", help="fp8 (the FP8 rows), nvfp4 (the NVFP4 rows), or both")
@@ -328,7 +329,7 @@ def main():
     points = sweep_points(args.max_tflop * 1e12)
     if args.quick:
         points = [pt for pt in points if pt[0] in ("llama3-8b.qkv", "square")]
-    points = [pt for pt in points if pt[1] >= args.m_min]
+    points = [pt for pt in points if pt[1] >= args.m_min and (args.m_max is None or pt[1] <= args.m_max)]
     if args.layers:
         prefixes = tuple(args.layers.split(","))
         points = [pt for pt in points if pt[0].startswith(prefixes)]

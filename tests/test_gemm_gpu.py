@@ -73,6 +73,20 @@ def test_gemm_rowwise_bf16(M, N, K):
     assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
 
 
+@pytest.mark.parametrize("M", [17, 32, 33, 48, 64])
+def test_decode_heuristic_token_tiles(M):
+    """Fast accumulation at 17-64 tokens: two token tiles of 16 or 32 (the second one partial or nearly
+    empty), written completely and right."""
+    N, K = 4096, 4096
+    assert default_config(M, N, K).tile_n == (16 if M <= 32 else 32)
+    a8, b8, sa, sb = _operands(M, N, K, seed=M)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, fast_accum=True)
+    assert not out.isnan().any()
+    assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
+
+
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("fast_accum", [False, True])
 @pytest.mark.parametrize("M", [1, 129])

@@ -180,9 +180,11 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
     - Decode-like M (<= 64): swap A and B so the weight's N fills the 64-row wgmma side and
-      the few tokens sit on the narrow side (16/32/64); ping-pong overlaps one warpgroup's
-      epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
-      the idle SMs it fills.)
+      the few tokens sit on the narrow side in tiles of 16 (up to 32 tokens) or 32, two tiles
+      at most, each 256 deep along K; ping-pong overlaps one warpgroup's epilogue with the
+      other's mainloop. (H100, perf/gemm_sweep.py --tune over the sweep's 18 layers: at 32 tokens
+      two 16-wide tiles ran 1.033x a 32-wide one, at 64 tokens two 32x256 tiles 1.053x one 64x128;
+      stream-K lost here: its fix-up costs more than the idle SMs it fills.)
     - M <= 128: ping-pong 64x128.
     - Fast accumulation from here (full accumulation: the last point):
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
@@ -212,8 +214,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         wide = M > 64 or -(-N // 128) * -(-M // 32) > num_sms
         return full_accumulation(GemmConfig(128, 64 if wide else 32, 128, 1, 1, "cooperative", swap_ab=True))
     if M <= 64:
-        tile_n = _pow2_at_least(M, 16, 64)
-        deep_k = fast_accum and tile_n <= 32  # full accumulation promotes every 128 k: tile_k <= 128
+        tile_n = 16 if M <= 32 else 32  # fast accumulation (full accumulation above 16 tokens: above)
+        deep_k = fast_accum  # full accumulation promotes every 128 k: tile_k <= 128
         return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
