@@ -116,6 +116,7 @@ def kernel_set(name: str):
                   (default_config(512, 4096, 4096), True, bf16, None),
                   (default_config(16, 4096, 4096, **full), False, bf16, None),
                   (default_config(17, 4096, 4096), True, bf16, None), (default_config(64, 4096, 4096), True, bf16, None),
+                  (default_config(100, 4096, 4096), True, bf16, None), (default_config(128, 6144, 4096), True, bf16, None),
                   (default_config(64, 1024, 512, **full), False, torch.float32,
                    epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")))]
         cases += [(c, False, bf16, None) for c in (

@@ -73,12 +73,15 @@ def test_gemm_rowwise_bf16(M, N, K):
     assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
 
 
-@pytest.mark.parametrize("M", [17, 32, 33, 48, 64])
-def test_decode_heuristic_token_tiles(M):
-    """Fast accumulation at 17-64 tokens: two token tiles of 16 or 32 (the second one partial or nearly
-    empty), written completely and right."""
-    N, K = 4096, 4096
-    assert default_config(M, N, K).tile_n == (16 if M <= 32 else 32)
+@pytest.mark.parametrize("M,N,tile", [(17, 4096, "t64x16x256_c1x1_ping_swap"), (32, 4096, "t64x16x256_c1x1_ping_swap"),
+                                      (33, 4096, "t64x32x256_c1x1_ping_swap"), (48, 4096, "t64x32x256_c1x1_ping_swap"),
+                                      (64, 4096, "t64x32x256_c1x1_ping_swap"), (65, 4096, "t64x64x128_c1x1_ping_swap"),
+                                      (100, 4096, "t64x64x128_c1x1_ping_swap"), (128, 6144, "t64x128x128_c1x1_ping")])
+def test_decode_heuristic_token_tiles(M, N, tile):
+    """Fast accumulation at 17-128 tokens: two token tiles (the second one partial or nearly empty) of 16, 32
+    or 64 (swap-AB), or ping-pong 64x128, written completely and right."""
+    K = 4096
+    assert default_config(M, N, K).key() == tile
     a8, b8, sa, sb = _operands(M, N, K, seed=M)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
     out = _poisoned(M, N, torch.bfloat16)

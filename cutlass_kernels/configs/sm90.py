@@ -176,6 +176,25 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
     return min(sorted(widths), key=cost)
 
 
+# 65-128 tokens, fast accumulation: a swap-AB 64x64 tile's time relative to a 64x128 one (half the output; fitted to
+# perf/gemm_sweep.py --tune over the sweep's 18 layers at 128 tokens on an H100, where the 64x64 tiles ran 0.91-1.32x:
+# they win where the 64x128 tiles leave SMs idle or a costly last wave).
+MID_SWAP_TILE_COST = 0.575
+
+
+def _mid_config(M: int, N: int, num_sms: int) -> GemmConfig:
+    """65-128 tokens, fast accumulation: ping-pong 64x128 (tokens on its M side), or swap-AB ping-pong 64x64 (the
+    weight's N on the 64-row side) when ceil(tiles / SMs) x MID_SWAP_TILE_COST says it finishes sooner. H100, 18
+    layers at 128 tokens: it takes the 64x64 tile on the 9 layers where that won by 1.07-1.32x and none where it
+    lost (perf/results/h100/fp8_decode_tiles/)."""
+    def waves(tiles: int) -> int:
+        return -(-tiles // num_sms)
+    token_tiles = -(-M // 64)
+    if waves(token_tiles * -(-N // 64)) * MID_SWAP_TILE_COST < waves(token_tiles * -(-N // 128)):
+        return GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)
+    return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+
+
 def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
@@ -185,7 +204,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       other's mainloop. (H100, perf/gemm_sweep.py --tune over the sweep's 18 layers: at 32 tokens
       two 16-wide tiles ran 1.033x a 32-wide one, at 64 tokens two 32x256 tiles 1.053x one 64x128;
       stream-K lost here: its fix-up costs more than the idle SMs it fills.)
-    - M <= 128: ping-pong 64x128.
+    - M <= 128: ping-pong 64x128, or swap-AB ping-pong 64x64 (two token tiles, twice the tiles) where
+      that takes fewer waves at MID_SWAP_TILE_COST (the small-N layers and the 9216-10240-wide qkv).
     - Fast accumulation from here (full accumulation: the last point):
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise cooperative 128x256 when M and N are both large; else the cooperative 128 x
@@ -217,8 +237,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         tile_n = 16 if M <= 32 else 32  # fast accumulation (full accumulation above 16 tokens: above)
         deep_k = fast_accum  # full accumulation promotes every 128 k: tile_k <= 128
         return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
-    if M <= 128:
-        return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    if M <= 128:  # fast accumulation here (full accumulation: above)
+        return _mid_config(M, N, num_sms)
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
@@ -418,7 +438,8 @@ TUNING_CANDIDATES = {
                GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
                GemmConfig(128, 16, 128, 1, 1, "cooperative", swap_ab=True)],
     "mid": [GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "cooperative", swap_ab=True),
-            GemmConfig(64, 256, 128, 1, 1, "pingpong")],
+            GemmConfig(64, 256, 128, 1, 1, "pingpong"), GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True),
+            GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)],
     "large": [GemmConfig(128, 128, 128, 2, 1, "cooperative"), GemmConfig(128, 192, 128, 2, 1, "cooperative"),
               GemmConfig(128, 256, 128, 2, 1, "cooperative"),
               GemmConfig(128, 256, 128, 1, 2, "cooperative"), GemmConfig(64, 256, 128, 1, 1, "pingpong"),
