@@ -88,11 +88,10 @@ def test_default_config_at_132_sms_is_unchanged():
         G = configs.GemmConfig
         if not fast_accum and M > 16:  # full accumulation's rules came later (chunked promotion): as it picks
             return configs.default_config(M, N, K, fast_accum=False)
-        if M <= 64:
-            tn = 16 if M <= 16 else 32 if M <= 32 else 64
-            return G(64, tn, 256 if fast_accum and tn <= 32 else 128, 1, 1, "pingpong", swap_ab=True)
-        if M <= 128:
-            return G(64, 128, 128, 1, 1, "pingpong")
+        if 16 < M <= 128:  # the two-token-tile rules came later (ninth session): as it picks
+            return configs.default_config(M, N, K)
+        if M <= 16:
+            return G(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
         if M <= 1024 and N >= 5120 and K <= 8192:
             return G(64, 256, 128, 1, 1, "pingpong")
         if M >= 2048 and N >= 2048:
