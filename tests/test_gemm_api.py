@@ -127,6 +127,7 @@ def test_heuristic_is_readable_and_valid():
     assert default_config(1, 4096, 4096).swap_ab and default_config(1, 4096, 4096).schedule == "pingpong"
     assert default_config(16, 4096, 4096).tile_n == 16 and default_config(32, 4096, 4096).tile_n == 16
     assert default_config(33, 4096, 4096).tile_n == 32 and default_config(64, 4096, 4096).tile_k == 256
+    assert default_config(32, 6144, 4096).tile_n == 32 and default_config(64, 6144, 4096).tile_n == 64  # one wave
     assert default_config(128, 4096, 4096).schedule == "pingpong" and default_config(128, 4096, 4096).swap_ab
     assert not default_config(128, 6144, 4096).swap_ab  # 96 64x128 tiles: one wave either way
     big = default_config(8192, 8192, 8192)

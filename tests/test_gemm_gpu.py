@@ -74,9 +74,10 @@ def test_gemm_rowwise_bf16(M, N, K):
 
 
 @pytest.mark.parametrize("M,N,tile", [(17, 4096, "t64x16x256_c1x1_ping_swap"), (32, 4096, "t64x16x256_c1x1_ping_swap"),
-                                      (33, 4096, "t64x32x256_c1x1_ping_swap"), (48, 4096, "t64x32x256_c1x1_ping_swap"),
-                                      (64, 4096, "t64x32x256_c1x1_ping_swap"), (65, 4096, "t64x64x128_c1x1_ping_swap"),
-                                      (100, 4096, "t64x64x128_c1x1_ping_swap"), (128, 6144, "t64x128x128_c1x1_ping")])
+                                      (32, 6144, "t64x32x256_c1x1_ping_swap"), (33, 4096, "t64x32x256_c1x1_ping_swap"),
+                                      (48, 6144, "t64x64x128_c1x1_ping_swap"), (64, 4096, "t64x32x256_c1x1_ping_swap"),
+                                      (65, 4096, "t64x64x128_c1x1_ping_swap"), (100, 4096, "t64x64x128_c1x1_ping_swap"),
+                                      (128, 6144, "t64x128x128_c1x1_ping")])
 def test_decode_heuristic_token_tiles(M, N, tile):
     """Fast accumulation at 17-128 tokens: two token tiles (the second one partial or nearly empty) of 16, 32
     or 64 (swap-AB), or ping-pong 64x128, written completely and right."""

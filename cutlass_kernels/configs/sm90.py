@@ -176,36 +176,43 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
     return min(sorted(widths), key=cost)
 
 
-# 65-128 tokens, fast accumulation: a swap-AB 64x64 tile's time relative to a 64x128 one (half the output; fitted to
-# perf/gemm_sweep.py --tune over the sweep's 18 layers at 128 tokens on an H100, where the 64x64 tiles ran 0.91-1.32x:
-# they win where the 64x128 tiles leave SMs idle or a costly last wave).
-MID_SWAP_TILE_COST = 0.575
+# 17-128 tokens, fast accumulation: the time of a tile half as wide along the tokens relative to the full-width one
+# (two token tiles instead of one, so twice the tiles). Fitted to perf/gemm_sweep.py --tune over the sweep's 18 layers
+# at 32, 64 and 128 tokens on an H100 and an H200 (perf/results/h100/fp8_decode_tiles/): two tiles win where one
+# leaves SMs idle or a costly last wave, and lose where both land in the same waves.
+TWO_TOKEN_TILES_COST = 0.575
+# (one token tile, two token tiles) for up to 32, 64 and 128 tokens: the weight's N on the 64-row side (swap-AB),
+# except ping-pong 64x128 (tokens on its M side, two 64-row halves) for one tile of 65-128 tokens
+_DECODE_TILES = {
+    32: (GemmConfig(64, 32, 256, 1, 1, "pingpong", swap_ab=True), GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True)),
+    64: (GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True), GemmConfig(64, 32, 256, 1, 1, "pingpong", swap_ab=True)),
+    128: (GemmConfig(64, 128, 128, 1, 1, "pingpong"), GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)),
+}
 
 
-def _mid_config(M: int, N: int, num_sms: int) -> GemmConfig:
-    """65-128 tokens, fast accumulation: ping-pong 64x128 (tokens on its M side), or swap-AB ping-pong 64x64 (the
-    weight's N on the 64-row side) when ceil(tiles / SMs) x MID_SWAP_TILE_COST says it finishes sooner. H100, 18
-    layers at 128 tokens: it takes the 64x64 tile on the 9 layers where that won by 1.07-1.32x and none where it
-    lost (perf/results/h100/fp8_decode_tiles/)."""
+def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
+    """17-128 tokens, fast accumulation: one token tile, or two half as wide when ceil(tiles / SMs) x
+    TWO_TOKEN_TILES_COST says they finish sooner (ceil(N / 64) tiles against twice as many). On the points of its
+    fit (18 layers at 32, 64 and 128 tokens, H100 and H200): geomean 1.02-1.09x over always one tile, 0.99-1.06x over
+    always two; per point at least 0.96x of the better of the two except one (0.87x: Llama-3-8B gate_up, N = 28672,
+    at 64 tokens on the H100, where two tiles won by 1.15x but only 1.04x on the H200)."""
     def waves(tiles: int) -> int:
         return -(-tiles // num_sms)
-    token_tiles = -(-M // 64)
-    if waves(token_tiles * -(-N // 64)) * MID_SWAP_TILE_COST < waves(token_tiles * -(-N // 128)):
-        return GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)
-    return GemmConfig(64, 128, 128, 1, 1, "pingpong")
+    one, two = _DECODE_TILES[32 if M <= 32 else 64 if M <= 64 else 128]
+    tiles = -(-N // 64)
+    return two if waves(2 * tiles) * TWO_TOKEN_TILES_COST < waves(tiles) else one
 
 
 def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
-    - Decode-like M (<= 64): swap A and B so the weight's N fills the 64-row wgmma side and
-      the few tokens sit on the narrow side in tiles of 16 (up to 32 tokens) or 32, two tiles
-      at most, each 256 deep along K; ping-pong overlaps one warpgroup's epilogue with the
-      other's mainloop. (H100, perf/gemm_sweep.py --tune over the sweep's 18 layers: at 32 tokens
-      two 16-wide tiles ran 1.033x a 32-wide one, at 64 tokens two 32x256 tiles 1.053x one 64x128;
-      stream-K lost here: its fix-up costs more than the idle SMs it fills.)
-    - M <= 128: ping-pong 64x128, or swap-AB ping-pong 64x64 (two token tiles, twice the tiles) where
-      that takes fewer waves at MID_SWAP_TILE_COST (the small-N layers and the 9216-10240-wide qkv).
+    - Decode-like M (<= 128): swap A and B so the weight's N fills the 64-row wgmma side and
+      the few tokens sit on the narrow side: one 64 x 16 x 256 tile up to 16 tokens; above, one
+      token tile (64 x 32 x 256, 64 x 64 x 128, or ping-pong 64x128 unswapped at 65-128 tokens) or
+      two half as wide, whichever needs fewer waves at TWO_TOKEN_TILES_COST (`_decode_config`: two
+      tiles on the small-N layers and where one leaves a costly last wave). Ping-pong overlaps one
+      warpgroup's epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
+      the idle SMs it fills.)
     - Fast accumulation from here (full accumulation: the last point):
     - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise cooperative 128x256 when M and N are both large; else the cooperative 128 x
@@ -233,12 +240,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         # was 0.68-0.95x)
         wide = M > 64 or -(-N // 128) * -(-M // 32) > num_sms
         return full_accumulation(GemmConfig(128, 64 if wide else 32, 128, 1, 1, "cooperative", swap_ab=True))
-    if M <= 64:
-        tile_n = 16 if M <= 32 else 32  # fast accumulation (full accumulation above 16 tokens: above)
-        deep_k = fast_accum  # full accumulation promotes every 128 k: tile_k <= 128
-        return GemmConfig(64, tile_n, 256 if deep_k else 128, 1, 1, "pingpong", swap_ab=True)
+    if M <= 16:  # full accumulation promotes every 128 k: tile_k <= 128
+        return GemmConfig(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:  # fast accumulation here (full accumulation: above)
-        return _mid_config(M, N, num_sms)
+        return _decode_config(M, N, num_sms)
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
