@@ -442,7 +442,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                   for c in sorted(grouped, key=lambda c: c.key())]
         return specs + _skinny_build_specs() + [dequant_kernel_spec()]
     cases = set()
-    for M in (1, 7, 8, 16, 129, 300, 333, 2048, 4096):
+    for M in (1, 7, 8, 16, 100, 129, 300, 333, 2048, 4096):
         for N, K in ((6144, 4096), (4096, 14336), (576, 7168), (2048, 768), (1000, 2064), (2048, 1024),
                      (4096, 2064), (256, 512), (1536, 3136)):
             cases.add((default_nvfp4_config(M, N, K), bf16, f32))

@@ -62,7 +62,7 @@ def _poisoned(M, N, dtype):
     return torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
 
 
-@pytest.mark.parametrize("M", [1, 7, 129, 4096])
+@pytest.mark.parametrize("M", [1, 7, 100, 129, 4096])  # 100: two 64-token tiles where N <= 4096
 @pytest.mark.parametrize("N,K", SHAPES_NK)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_w4a16_fp32_matches_exact_dequant(M, N, K, scaling):
