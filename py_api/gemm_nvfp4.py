@@ -38,7 +38,6 @@ __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "defau
 
 CHUNK_K = 64  # elements of K per prepared chunk and per scale atom column group
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
-_STREAM_K_WORKSPACE_BYTES = 32 << 20
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,6 +301,18 @@ def _gemm_launcher(spec: KernelSpec):
     return build(spec).function("scalemm_nvfp4_gemm", [ctypes.POINTER(abi.Nvfp4GemmArgs)])
 
 
+@functools.lru_cache(maxsize=4096)
+def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device: int, raster: int, swizzle: int) -> int:
+    """The workspace a stream-K launch of `spec` needs, as the kernel computes it (its partial sums and locks:
+    scalemm/sm90/stream_k.hpp); host only, cached per shape."""
+    query = build(spec).function("scalemm_nvfp4_gemm_workspace",
+                                 [ctypes.POINTER(abi.Nvfp4GemmArgs), ctypes.POINTER(ctypes.c_int64)])
+    got = ctypes.c_int64(0)
+    query(ctypes.byref(abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle,
+                                         splits=1)), ctypes.byref(got))
+    return got.value
+
+
 @functools.lru_cache(maxsize=None)
 def _dequant_launcher():
     return build(dequant_kernel_spec()).function("scalemm_nvfp4_dequant", [ctypes.POINTER(abi.Nvfp4DequantArgs)])
@@ -419,7 +430,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), int(t.numel() > 1)
     ws = None
     if cfg.stream_k:
-        ws = torch.empty(_STREAM_K_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        ws = torch.empty(_gemm_workspace_bytes(spec, N, M, K, device.index, args.raster, args.swizzle),
+                         dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     _gemm_launcher(spec)(ctypes.byref(args))
     return out

@@ -7,9 +7,14 @@ using Evt = {{EVT_TYPE}};
 using Gemm = scalemm::sm90::Nvfp4Gemm<{{ELEMENT_B}}, {{ELEMENT_D}}, TileShape, ClusterShape, {{MAINLOOP_SCHEDULE}},
                                       {{EPILOGUE_SCHEDULE}}, Evt, {{TILE_SCHEDULER}}>;
 
-extern "C" int scalemm_nvfp4_gemm(scalemm::Nvfp4GemmArgs const* a) {
+static typename Evt::Arguments evt_arguments(scalemm::Nvfp4GemmArgs const* a) {
   void const* const* ptrs = a->leaf_ptrs;
   int64_t const* vec = a->leaf_is_vector;
-  typename Evt::Arguments evt_args = {{EVT_ARGS}};
-  return Gemm::run(*a, evt_args);
+  return {{EVT_ARGS}};
+}
+
+extern "C" int scalemm_nvfp4_gemm(scalemm::Nvfp4GemmArgs const* a) { return Gemm::run(*a, evt_arguments(a)); }
+
+extern "C" int scalemm_nvfp4_gemm_workspace(scalemm::Nvfp4GemmArgs const* a, int64_t* bytes) {
+  return Gemm::workspace_bytes(*a, evt_arguments(a), bytes);
 }

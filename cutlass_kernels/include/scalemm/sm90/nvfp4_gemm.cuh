@@ -23,6 +23,7 @@
 #include "scalemm/abi.h"
 #include "scalemm/sm90/launch.cuh"
 #include "scalemm/sm90/nvfp4_mainloop.hpp"
+#include "scalemm/sm90/stream_k.hpp"
 
 namespace scalemm::sm90 {
 
@@ -45,13 +46,11 @@ struct Nvfp4Gemm {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  static constexpr bool kStreamK = cute::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
+  static constexpr bool kStreamK = is_stream_k_v<TileScheduler>;
   using StrideD = typename Gemm::GemmKernel::StrideD;
   using StrideC = typename Gemm::GemmKernel::StrideC;
 
-  static int run(Nvfp4GemmArgs const& a, typename Evt::Arguments const& evt_args) {
-    cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
-    if (err != cudaSuccess) return static_cast<int>(err);
+  static typename Gemm::Arguments arguments(Nvfp4GemmArgs const& a, typename Evt::Arguments const& evt_args) {
     int const M = int(a.n), N = int(a.tokens), K = int(a.k);
     typename CollectiveMainloop::Arguments mainloop;
     mainloop.weight = static_cast<uint8_t const*>(a.weight);
@@ -72,7 +71,19 @@ struct Nvfp4Gemm {
                                   {evt_args, nullptr, stride_c, static_cast<ElementD*>(a.d), stride_d},
                                   hardware_info(int(a.device))};
     set_scheduler_options<Kernel, kStreamK>(args, a.raster, a.swizzle, a.splits);
-    return launch<Gemm>(args, a.workspace, a.workspace_bytes, static_cast<cudaStream_t>(a.stream));
+    return args;
+  }
+
+  // The workspace this call needs (stream-K's partial sums and locks; 0 without stream-K): host only.
+  static int workspace_bytes(Nvfp4GemmArgs const& a, typename Evt::Arguments const& evt_args, int64_t* bytes) {
+    *bytes = static_cast<int64_t>(Gemm::get_workspace_size(arguments(a, evt_args)));
+    return 0;
+  }
+
+  static int run(Nvfp4GemmArgs const& a, typename Evt::Arguments const& evt_args) {
+    cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
+    if (err != cudaSuccess) return static_cast<int>(err);
+    return launch<Gemm>(arguments(a, evt_args), a.workspace, a.workspace_bytes, static_cast<cudaStream_t>(a.stream));
   }
 };
 
