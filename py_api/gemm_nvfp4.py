@@ -303,14 +303,18 @@ def _gemm_launcher(spec: KernelSpec):
 
 @functools.lru_cache(maxsize=4096)
 def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device: int, raster: int, swizzle: int) -> int:
-    """The workspace a stream-K launch of `spec` needs, as the kernel computes it (its partial sums and locks:
-    scalemm/sm90/stream_k.hpp); host only, cached per shape."""
-    query = build(spec).function("scalemm_nvfp4_gemm_workspace",
-                                 [ctypes.POINTER(abi.Nvfp4GemmArgs), ctypes.POINTER(ctypes.c_int64)])
-    got = ctypes.c_int64(0)
-    query(ctypes.byref(abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle,
-                                         splits=1)), ctypes.byref(got))
+    """The workspace a stream-K launch of `spec` needs, as the kernel computes it (CUTLASS's partial sums and
+    locks for this shape and GPU); host only, cached per shape."""
+    got = ctypes.c_int64(-1)
+    call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=1)
+    _gemm_workspace_fn(spec)(ctypes.byref(abi.Nvfp4GemmWorkspaceArgs(call=ctypes.addressof(call),
+                                                                     bytes=ctypes.addressof(got))))
     return got.value
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_workspace_fn(spec: KernelSpec):
+    return build(spec).function("scalemm_nvfp4_gemm_workspace", [ctypes.POINTER(abi.Nvfp4GemmWorkspaceArgs)])
 
 
 @functools.lru_cache(maxsize=None)

@@ -176,17 +176,16 @@ def test_every_config_is_exact(config):
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
-# Stream-K's fixup (scalemm/sm90/stream_k.hpp: each peer stores its partial sum, the final peer adds them in
-# K order). The shapes give several peers per tile with unequal K ranges (4096^2 at 64 tokens: 32 tiles over
-# 132 CTAs), K not a multiple of 64, an even split that CUTLASS runs as split-K (12 tiles, 132 CTAs: 11 peers
-# each), two token tiles, 256-wide tiles, and one tile of 512 K tiles (64 peers: more than the fixup's 32
-# slots, so CUTLASS's chained fixup runs). Three runs must give the same bits.
+# Stream-K (CUTLASS's deterministic reduction of the K-split partial sums): several peers per tile with unequal K
+# ranges (4096^2 at 64 tokens: 32 tiles over 132 CTAs), K not a multiple of 64, an even split that CUTLASS runs as
+# split-K (12 tiles, 132 CTAs: 11 peers each), two token tiles, 256-wide tiles, and one tile of 512 K tiles (64
+# peers). Three runs must give the same bits.
 STREAM_K_CASES = [(64, 4096, 4096, 64), (7, 2048, 2064, 16), (64, 1536, 8192, 64), (200, 1536, 8192, 128),
                   (300, 4096, 4096, 256), (16, 128, 32768, 16)]
 
 
 @pytest.mark.parametrize("M,N,K,tile_n", STREAM_K_CASES)
-def test_stream_k_fixup_is_exact_and_deterministic(M, N, K, tile_n):
+def test_stream_k_is_exact_and_deterministic(M, N, K, tile_n):
     config = GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=True)
     w = _weights(N, K, "token", seed=N + K)
     x = _wide((M, K), seed=M + 5).to(torch.bfloat16)

@@ -134,8 +134,7 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
         "EVT_TYPE": epilogue.evt_type, "EVT_ARGS": epilogue.args_expr,
     }
     if not grouped:
-        # Stream-K with the peers' partial sums added by the final peer in one step (scalemm/sm90/stream_k.hpp).
-        params["TILE_SCHEDULER"] = "scalemm::sm90::StreamKParallelFixupScheduler" if config.stream_k else "void"
+        params["TILE_SCHEDULER"] = "cutlass::gemm::StreamKScheduler" if config.stream_k else "void"
     return params
 
 

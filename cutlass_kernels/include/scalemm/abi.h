@@ -122,6 +122,13 @@ struct Nvfp4GemmArgs {
   void* stream;
 };
 
+// The workspace an NVFP4 GEMM call needs, without launching it (scalemm_nvfp4_gemm_workspace): CUTLASS's
+// stream-K partial sums and locks for that shape on that GPU, 0 for kernels without stream-K.
+struct Nvfp4GemmWorkspaceArgs {
+  void const* call;  // Nvfp4GemmArgs const*: the call (its pointers are not read)
+  void* bytes;       // int64_t*: receives the workspace size in bytes
+};
+
 // NVFP4-weight GEMM for few tokens on SM90 (scalemm/sm90/nvfp4_skinny.cuh), dense or grouped:
 // out[rows of g] = act(scale_a * scale_b * (x[rows of g] @ dequant(W_g)^T) + bias) for each group g
 // (dense: one group of all `tokens` rows, tokens <= 8 x the kernel's token tiles; grouped: any rows

@@ -23,7 +23,6 @@
 #include "scalemm/abi.h"
 #include "scalemm/sm90/launch.cuh"
 #include "scalemm/sm90/nvfp4_mainloop.hpp"
-#include "scalemm/sm90/stream_k.hpp"
 
 namespace scalemm::sm90 {
 
@@ -46,7 +45,7 @@ struct Nvfp4Gemm {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  static constexpr bool kStreamK = is_stream_k_v<TileScheduler>;
+  static constexpr bool kStreamK = cute::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
   using StrideD = typename Gemm::GemmKernel::StrideD;
   using StrideC = typename Gemm::GemmKernel::StrideC;
 
@@ -74,7 +73,8 @@ struct Nvfp4Gemm {
     return args;
   }
 
-  // The workspace this call needs (stream-K's partial sums and locks; 0 without stream-K): host only.
+  // The workspace this call needs (stream-K's partial sums and locks; 0 without stream-K), as CUTLASS sizes it
+  // for this problem and GPU: host only.
   static int workspace_bytes(Nvfp4GemmArgs const& a, typename Evt::Arguments const& evt_args, int64_t* bytes) {
     *bytes = static_cast<int64_t>(Gemm::get_workspace_size(arguments(a, evt_args)));
     return 0;
