@@ -1,14 +1,16 @@
 """The CUTLASS NVFP4 kernel's stream-K scheduler at decode: CUTLASS's own decomposition (splits = 1, what
-scalemm passes) against forced split-K counts, beside bf16 cuBLAS, at 16-128 tokens (CUDA-graph medians,
-weights rotated past L2). An experiment: the split count is not a scalemm option, so this script patches
-the argument struct gemm_nvfp4 builds.
+scalemm passes) against forced split-K counts and the config's raster / swizzle knobs, beside bf16 cuBLAS,
+at 16-128 tokens (CUDA-graph medians, weights rotated past L2). An experiment: the split count is not a
+scalemm option, so this script patches the argument struct gemm_nvfp4 builds.
 
   python3 perf/nvfp4_cutlass_splits.py --ms 16,64 --splits 2,3,4,6,8
+  python3 perf/nvfp4_cutlass_splits.py --ms 64 --splits 2,4 --knobs m1,n1,m2,n2,m4,n4   # raster m/n x swizzle
 """
 from __future__ import annotations
 
 import argparse
 import types
+from dataclasses import replace
 
 import torch
 
@@ -34,6 +36,7 @@ def main(argv=None):
     p.add_argument("--ms", default="16,64")
     p.add_argument("--splits", default="2,3,4,6,8")
     p.add_argument("--shapes", default=SHAPES)
+    p.add_argument("--knobs", default="", help="raster (m, n, auto) + swizzle (1, 2, 4, 8) pairs, e.g. m1,n2")
     args = p.parse_args(argv)
     g.abi = types.SimpleNamespace(**{k: getattr(abi, k) for k in dir(abi) if not k.startswith("__")})
     g.abi.Nvfp4GemmArgs = _Forced
@@ -63,6 +66,16 @@ def main(argv=None):
                     print(f"  M={M} {N}x{K} splits={s}: relative error {err:.2e} against splits=1, skipped")
                     continue
                 fns[f"sk{s}"] = fn
+            for knob in filter(None, args.knobs.split(",")):
+                raster = "auto" if knob.startswith("auto") else knob[0]
+                kcfg = replace(cfg, raster=raster, swizzle=int(knob[len(raster):]))
+                for w in ws:
+                    g.gemm_nvfp4(x, w, out=out, config=kcfg)
+
+                def kfn(i, kcfg=kcfg):
+                    FORCED["splits"] = 1
+                    return g.gemm_nvfp4(x, ws[i], out=out, config=kcfg)
+                fns[f"r{knob}"] = kfn
             fns["bf16"] = lambda i: torch.matmul(x, w16[i].T)
             r = bench(fns, copies)
             b = r.pop("bf16")

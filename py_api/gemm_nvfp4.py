@@ -302,11 +302,12 @@ def _gemm_launcher(spec: KernelSpec):
 
 
 @functools.lru_cache(maxsize=4096)
-def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device: int, raster: int, swizzle: int) -> int:
+def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device: int, raster: int, swizzle: int,
+                          splits: int) -> int:
     """The workspace a stream-K launch of `spec` needs, as the kernel computes it (CUTLASS's partial sums and
     locks for this shape and GPU); host only, cached per shape."""
     got = ctypes.c_int64(-1)
-    call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=1)
+    call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=splits)
     _gemm_workspace_fn(spec)(ctypes.byref(abi.Nvfp4GemmWorkspaceArgs(call=ctypes.addressof(call),
                                                                      bytes=ctypes.addressof(got))))
     return got.value
@@ -434,7 +435,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), int(t.numel() > 1)
     ws = None
     if cfg.stream_k:
-        ws = torch.empty(_gemm_workspace_bytes(spec, N, M, K, device.index, args.raster, args.swizzle),
+        ws = torch.empty(_gemm_workspace_bytes(spec, N, M, K, device.index, args.raster, args.swizzle, args.splits),
                          dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     _gemm_launcher(spec)(ctypes.byref(args))
