@@ -429,43 +429,42 @@ struct Nvfp4MainloopBase {
       }
     }
 
-    // Raw words of one k-tile: codes (2 words per row) and 4 scale pairs per row. Double
-    // buffered: the next k-tile's words are read (and its scales converted) right after its
-    // first wgmma is issued, so the shared-memory latency hides behind this k-tile's work.
-    uint2 codes[kMmaM][2], next_codes[kMmaM][2];
-    uint32_t pairs[kMmaM][2][4], next_pairs[kMmaM][2][4];
-    auto read_stage = [&](int stage) {
+    // One k-tile's words: codes (2 words per row) and 4 scale pairs per row, in two register sets: the
+    // k-loop below is unrolled by two and alternates them (set S for this k-tile, 1 - S for the next),
+    // so no copies are made between k-tiles. The next k-tile's words are loaded right after this
+    // k-tile's first wgmma is issued and its scales converted after the second, so the shared-memory
+    // latency hides behind this k-tile's work.
+    uint2 codes[2][kMmaM][2];
+    uint32_t pairs[2][kMmaM][2][4];
+    uint32_t scale_words[kMmaM][2];
+    auto load_stage = [&](int stage, auto set) {
       uint8_t const* sA = shared_tensors.smem_A.data() + stage * kBytesA;
       uint8_t const* sS = shared_tensors.smem_S.data() + stage * kScaleAtomBytes;
       CUTLASS_PRAGMA_UNROLL
       for (int m = 0; m < kMmaM; ++m) {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          next_codes[m][h] = *reinterpret_cast<uint2 const*>(sA + a_off[m][h]);
-          e4m3x4_to_scale_pairs<ElementB>(*reinterpret_cast<uint32_t const*>(sS + s_off[m][h]), next_pairs[m][h]);
+          codes[set][m][h] = *reinterpret_cast<uint2 const*>(sA + a_off[m][h]);
+          scale_words[m][h] = *reinterpret_cast<uint32_t const*>(sS + s_off[m][h]);
         }
       }
     };
-    auto take_next = [&]() {
+    auto convert_scales = [&](auto set) {
       CUTLASS_PRAGMA_UNROLL
       for (int m = 0; m < kMmaM; ++m) {
         CUTLASS_PRAGMA_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          codes[m][h] = next_codes[m][h];
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < 4; ++i) pairs[m][h][i] = next_pairs[m][h][i];
-        }
+        for (int h = 0; h < 2; ++h) e4m3x4_to_scale_pairs<ElementB>(scale_words[m][h], pairs[set][m][h]);
       }
     };
-    auto decode = [&](int kb) {
+    auto decode = [&](int kb, auto set) {
       CUTLASS_PRAGMA_UNROLL
       for (int m = 0; m < kMmaM; ++m) {
         uint32_t* frag = reinterpret_cast<uint32_t*>(raw_pointer_cast(tCrA(_, m, kb).data()));
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          uint32_t const w = (kb < 2 ? codes[m][h].x : codes[m][h].y) >> (8 * (kb % 2));
-          frag[h] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w), pairs[m][h][kb]);           // k 2t, 2t + 1
-          frag[h + 2] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w >> 4), pairs[m][h][kb]);  // k 2t + 8, 2t + 9
+          uint32_t const w = (kb < 2 ? codes[set][m][h].x : codes[set][m][h].y) >> (8 * (kb % 2));
+          frag[h] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w), pairs[set][m][h][kb]);           // k 2t, 2t + 1
+          frag[h + 2] = mul2<ElementB>(e2m1x2_tiny<ElementB>(w >> 4), pairs[set][m][h][kb]);  // k 2t + 8, 2t + 9
         }
       }
     };
@@ -488,7 +487,8 @@ struct Nvfp4MainloopBase {
     }
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
     pipeline.consumer_wait(smem_pipe_read, barrier_token);
-    read_stage(smem_pipe_read.index());
+    load_stage(smem_pipe_read.index(), Int<0>{});
+    convert_scales(Int<0>{});
     if constexpr (kFp4B) {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kItems; ++j) decode_b(smem_pipe_read.index(), 0, j);
@@ -496,19 +496,19 @@ struct Nvfp4MainloopBase {
       pipeline.consumer_release(smem_pipe_release);  // decoded: the packed stage is free
       ++smem_pipe_release;
     }
-    take_next();
-    decode(0);
+    decode(0, Int<0>{});
     int tile_b = 0;  // W4A4: the decoded tile of this k-tile
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
     bool first_tile = true;
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
+    // One k-tile on register set `set` (its words loaded, its k-block 0 decoded); `remaining` counts it too.
+    auto k_tile = [&](auto set, int remaining) {
+      constexpr int kNext = 1 - decltype(set)::value;
       int const stage = smem_pipe_read.index();
       int const tile = kFp4B ? tile_b : stage;
       int const next_tile_b = tile_b + 1 < kDecodedTilesB ? tile_b + 1 : 0;
       ++smem_pipe_read;
-      bool const has_next = k_tile_count > 1;
+      bool const has_next = remaining > 1;
       if (has_next) barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
       warpgroup_fence_operand(accum);
       CUTLASS_PRAGMA_UNROLL
@@ -522,8 +522,9 @@ struct Nvfp4MainloopBase {
         warpgroup_wait<kBlocks - 1>();
         if (kb == 0 && has_next) {
           pipeline.consumer_wait(smem_pipe_read, barrier_token);
-          read_stage(smem_pipe_read.index());
+          load_stage(smem_pipe_read.index(), Int<kNext>{});
         }
+        if (kb == 1 && has_next) convert_scales(Int<kNext>{});
         if (kb == kBlocks - 1) {
           if constexpr (kFp4B) {
             if (has_next) {
@@ -541,18 +542,21 @@ struct Nvfp4MainloopBase {
             pipeline.consumer_release(smem_pipe_release);
             ++smem_pipe_release;
           }
-          if (has_next) {
-            take_next();
-            decode(0);
-          }
+          if (has_next) decode(0, Int<kNext>{});
         } else {
-          decode(kb + 1);
+          decode(kb + 1, set);
         }
       }
       warpgroup_fence_operand(accum);
       first_tile = false;
       tile_b = next_tile_b;
+    };
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 1; k_tile_count -= 2) {
+      k_tile(Int<0>{}, k_tile_count);
+      k_tile(Int<1>{}, k_tile_count - 1);
     }
+    if (k_tile_count == 1) k_tile(Int<0>{}, 1);
     warpgroup_wait<0>();
     constexpr float kUnscale = kFp4B ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;  // both operands decoded
     CUTLASS_PRAGMA_UNROLL
