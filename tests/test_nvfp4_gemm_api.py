@@ -307,3 +307,13 @@ def test_w4a4_decode_in_mainloop_rule():
         _decode_in_mainloop(odd, ok, "mainloop")
     with pytest.raises(ValueError, match="activation_decode must be one of"):
         _decode_in_mainloop(a, ok, "auto")
+
+
+def test_default_config_rasters_stream_k_along_the_weight_rows():
+    from dataclasses import replace
+    from scalemm.cutlass_kernels.configs import default_nvfp4_config
+    decode = default_nvfp4_config(64, 8192, 8192)
+    assert decode.stream_k and decode.raster == "m"
+    assert decode.compiled() == replace(decode, raster="auto")  # a run-time knob: the same kernel
+    prefill = default_nvfp4_config(4096, 8192, 8192)
+    assert not prefill.stream_k and prefill.raster == "auto"

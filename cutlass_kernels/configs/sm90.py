@@ -262,14 +262,18 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
     tiles cannot fill the GPU (fewer than num_sms), stream-K splits K (1.3-2x faster than
     data-parallel at decode). At 65-128 tokens with N <= 4096 two 64-token tiles instead of one of 128 (H100, stream-K
     both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
-    decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt)."""
+    decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt). Stream-K configs take
+    the tile raster along M (the weight rows; a run-time knob, the same kernel): 1-3% faster than CUTLASS's own pick
+    (along N) at 64 and 128 tokens on three of four layer shapes and within 1% on the fourth, in three H100 runs
+    (perf/results/h100/nvfp4_tenth/)."""
     _check_sms(num_sms)
     if M <= 128:
         tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 or N <= 4096 else 128
     else:
         tile_n = 256
-    tiles = -(-N // 128) * -(-M // tile_n)
-    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=tiles < num_sms)
+    stream_k = -(-N // 128) * -(-M // tile_n) < num_sms
+    return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=stream_k,
+                      raster="m" if stream_k else "auto")
 
 
 @dataclass(frozen=True)
