@@ -264,8 +264,8 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
     both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
     decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt). Stream-K configs take
     the tile raster along M (the weight rows; a run-time knob, the same kernel): 1-3% faster than CUTLASS's own pick
-    (along N) at 64 and 128 tokens on three of four layer shapes and within 1% on the fourth, in three H100 runs
-    (perf/results/h100/nvfp4_tenth/)."""
+    (along N) at 64 and 128 tokens on three of four layer shapes and within 1% on the fourth, in three H100 runs, and
+    equal or faster on all four at 16 and 32 tokens (perf/results/h100/nvfp4_tenth/)."""
     _check_sms(num_sms)
     if M <= 128:
         tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 or N <= 4096 else 128
