@@ -80,11 +80,20 @@ def point(M, N, K, which="all"):
     xq = scalemm.quantize_nvfp4(x, scaling="token")
     w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    if which == "loops":  # the skinny kernel's main loops against bf16 cuBLAS (no CUTLASS kernel needed)
+    if which in ("loops", "wgmma"):  # the skinny kernel's main loops against bf16 cuBLAS ("wgmma": and the
+        # CUTLASS kernel's pick, the wgmma loop's rival from 17 tokens; kernels of build_set("decode"))
         fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T)}
+        for w in ws:  # the prepared copies (wgmma loop, CUTLASS kernel) are made before the graphs are captured
+            gemm_nvfp4(x, w, out=out, config=replace(skinny_config_for_tokens(M), mainloop="wgmma"))
         for c in (replace(skinny_config_for_tokens(M), mainloop=loop) for loop in SKINNY_MAINLOOPS):
+            if which == "wgmma" and c.mainloop == "lean":
+                continue
             fns[c.label()] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
-            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+            if c.mainloop != "wgmma":  # (bf16/fp16 activations only)
+                fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+        if which == "wgmma":
+            cutlass = default_nvfp4_config(M, N, K)
+            fns["w4a16"] = lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass)
         return bench(fns, copies)
     cutlass = default_nvfp4_config(M, N, K)  # "w4a16"/"w4a4": the CUTLASS kernel (the default may be the skinny one)
     for w in ws:  # prepare every weight copy for the CUTLASS kernel before the graphs are captured
@@ -221,9 +230,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="two token counts, no candidates")
     p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
-    p.add_argument("--candidates", choices=("all", "skinny", "loops", "none"), default="all",
+    p.add_argument("--candidates", choices=("all", "skinny", "loops", "wgmma", "none"), default="all",
                    help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests); "
-                        "loops: only the skinny kernel's main loops (stepped, lean) and bf16, up to 64 tokens")
+                        "loops: only the skinny kernel's main loops (stepped, lean, wgmma) and bf16, up to 64 tokens; "
+                        "wgmma: the stepped and wgmma loops, the CUTLASS pick and bf16 (kernels of build_set('decode'))")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
@@ -251,7 +261,7 @@ def main():
     grouped = [(8, 2048, 2048, 7168, "uniform"), (64, 2, 2048, 7168, "uniform"), (64, 32, 1536, 4096, "uniform"),
                (128, 1, 1536, 4096, "uniform"), (128, 8, 1536, 2048, "uniform"), (128, 1, 1536, 4096, "skewed"),
                (64, 2, 2048, 7168, "skewed")]
-    grouped = [pt for pt in grouped if args.candidates != "loops" and
+    grouped = [pt for pt in grouped if args.candidates not in ("loops", "wgmma") and
                (args.grouped == "all" or (args.grouped == "decode" and pt[1] <= 16))]
     for G, per, N, K, routing in grouped:
         r = grouped_point(G, per, N, K, "none" if args.quick else args.candidates, routing)

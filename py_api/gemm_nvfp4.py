@@ -203,6 +203,8 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
         return f"{groups} groups are more than 65535"
     if K % 32:
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
+    if config.mainloop == "wgmma" and any(name == "a.qdata" for _, name in tensors):
+        return "its wgmma main loop takes bf16/fp16 activations, not NVFP4 ones (mainloop='stepped' does)"
     if N > 65535 * 64:
         return f"N = {N} is more than 65535 tiles of 64 rows"
     if K > 1 << 30 or M > 1 << 30:
@@ -240,8 +242,10 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     else:
         mode_b = abi.kLeafPerGroupVec if b.scaling == "token" else abi.kLeafPerGroup
     mode_bias = abi.kLeafNull if bias is None else abi.kLeafPerGroupVec if bias.dim() == 2 else abi.kLeafShared
+    # the wgmma loop reads the prepared byte order of the CUTLASS kernel (its A fragments), the others the quantizer's
+    weight = _prepared_weight(b.qdata) if cfg.mainloop == "wgmma" else b.qdata
     args = abi.Nvfp4SkinnyGemmArgs(
-        weight=b.qdata.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
+        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
         x_scales=a.scales.data_ptr() if x4 else None,
         x_sf_offsets=a.sf_offsets.data_ptr() if (x4 and grouped) else None,
         d=None if out is None else out.data_ptr(),
@@ -451,7 +455,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     ("decode": a build of about a minute on a 16-core device machine instead of five)."""
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     if name == "decode":
-        cases = {(default_nvfp4_config(M, N, K), bf16, bf16) for M in (1, 8, 16, 64) for N, K in DECODE_SHAPES}
+        cases = {(default_nvfp4_config(M, N, K), bf16, bf16) for M in (1, 8, 16, 32, 64) for N, K in DECODE_SHAPES}
         specs = [nvfp4_gemm_kernel_spec(c, act_dtype=a, out_dtype=o, epilogue=epi.scaled(o))[0]
                  for c, a, o in sorted(cases, key=lambda c: (c[0].key(), str(c[1]), str(c[2])))]
         grouped = {default_nvfp4_grouped_config(G * per, G, 1, 1) for G, per in ((128, 1), (64, 2), (128, 8))}
@@ -525,7 +529,8 @@ def _skinny_build_specs() -> list[KernelSpec]:
              for m, a, o, act in sorted(skinny, key=str)]
     return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop=loop), act_dtype=a, out_dtype=o)  # the other loops
                     for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP
-                    for m in (1, 2, 4, 8) for a in (bf16, "nvfp4") for o in (bf16, f32)]
+                    for m in (1, 2, 4, 8) for a in ((bf16,) if loop == "wgmma" else (bf16, "nvfp4"))
+                    for o in (bf16, f32)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -284,8 +284,9 @@ class SkinnyConfig:
     mainloop (compiled), how the weights stream: "stepped" (the default: a ring of chunks in registers
     with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
     128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
-    loads addressed from the chunk index; 1.01-1.18x the time on an H100). perf/NOTES.md has the loops
-    that were measured and lost."""
+    loads addressed from the chunk index; 1.01-1.18x the time on an H100), "wgmma" (bf16/fp16 activations
+    only: W's prepared copy streamed into registers, the tokens through shared memory, one warpgroup
+    wgmma per k16 step whatever the token count). perf/NOTES.md has the loops that were measured and lost."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
@@ -314,7 +315,7 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean"}
+SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "wgmma": "kLoopWgmma"}
 SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 

@@ -36,12 +36,15 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/epilogue/thread/activation.h"
+#include "cute/arch/mma_sm90_desc.hpp"
+#include "cute/arch/mma_sm90_gmma.hpp"
 
 #include "scalemm/abi.h"
 #include "scalemm/sm90/nvfp4_numerics.cuh"
@@ -78,7 +81,14 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 // weights into a 4-stage shared-memory ring with TMA ("bulk": 1.12-1.18x slower), and each chunk's
 // tokens loaded one chunk early ("ahead": W4A16 1.01-1.06x slower, W4A4 0.97-1.05x; faster only under
 // ncu's cache flush).
-enum : int { kLoopLean = 1, kLoopStepped = 2 };
+//  kLoopWgmma: wgmma instead of mma.sync, for 9-64 tokens (bf16/fp16 activations only). The weights come
+//    from the prepared copy the CUTLASS kernel reads (scalemm.gemm_nvfp4.prepare_sm90_weight: lane q's 8
+//    bytes of a row's 64-element k-tile are its wgmma A-fragment elements), 8 bytes per lane, row and
+//    k-tile straight into registers (a ring of kWgmmaRing chunks); the CTA's warpgroup copies the
+//    tokens of each chunk into shared memory (cp.async, kWgmmaStages chunks in flight, 128-byte
+//    swizzle), and one wgmma m64 x (8 * kTokenTiles) x 16 per k16 step replaces a warp's
+//    2 * kTokenTiles mma.sync: the MMA count no longer grows with the tokens.
+enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
@@ -86,7 +96,7 @@ enum : int { kLoopLean = 1, kLoopStepped = 2 };
 // (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.) Bounds of 5 and 6
 // at 1 tile (96 / 80 registers: more warps per SM) were slower at every split count (H100, perf/NOTES.md).
 template <int kTokenTiles, int kLoop>
-constexpr int kMinBlocks = kTokenTiles <= 2 ? 4 : 0;
+constexpr int kMinBlocks = kLoop == kLoopWgmma ? (kTokenTiles <= 4 ? 4 : 3) : kTokenTiles <= 2 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
@@ -447,6 +457,210 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
   partial_chunk(acc, l, p, c_begin, c_end, c_full, g);
 }
 
+// ---------------------------------------------------------------------------------------
+// kLoopWgmma: the warpgroup's wgmma main loop
+// ---------------------------------------------------------------------------------------
+
+constexpr int kWgmmaStages = 3;  // token chunks in shared memory: the one read, the next two in flight
+constexpr int kWgmmaRing = 2;    // weight chunks in registers per lane
+constexpr int kTileK = 64;       // K elements of a k-tile: one 512-byte scale atom, one 128-byte token row
+
+// Shared memory of the kLoopWgmma kernels: kWgmmaStages chunks of tokens, each two k-tiles of
+// [8 * kTokenTiles tokens][128 bytes] (128-byte swizzled), + 1024 to align it (also the partials' home
+// after the main loop: kTokens x (kTileN + 4) floats fit in two stages).
+template <int kTokenTiles>
+constexpr int kWgmmaStageBytes = 2 * 8 * kTokenTiles * 2 * kTileK;
+template <int kTokenTiles, int kLoop>
+constexpr int kDynamicSmem = kLoop == kLoopWgmma ? kWgmmaStages * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
+
+// One chunk (two k-tiles) of a lane's prepared weights, rows g and g + 8: words [k-tile][row], each 16 codes
+// (wgmma A elements (row, 16 s + 2q + {0, 1, 8, 9}) of the k-tile's four k16 steps s), and the rows' 4 block scales.
+struct PreparedChunk {
+  uint2 codes[2][2];
+  uint32_t scales[2][2];
+};
+
+// The RS wgmma of T (bf16 / fp16 operands, fp32 accumulators) with kN tokens
+template <class T, int kN> struct Gmma;
+#define SCALEMM_SKINNY_GMMA(N)                                                                                   \
+  template <> struct Gmma<cutlass::bfloat16_t, N> {                                                               \
+    using Op = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; \
+  };                                                                                                              \
+  template <> struct Gmma<cutlass::half_t, N> {                                                                   \
+    using Op = cute::SM90::GMMA::MMA_64x##N##x16_F32F16F16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;   \
+  };
+SCALEMM_SKINNY_GMMA(8)
+SCALEMM_SKINNY_GMMA(16)
+SCALEMM_SKINNY_GMMA(32)
+SCALEMM_SKINNY_GMMA(64)
+#undef SCALEMM_SKINNY_GMMA
+
+// acc[m][i] is the wgmma accumulator register 4 m + i: (row g + 8 (i / 2), token 8 m + 2 q + i % 2) of the
+// warp's 16 rows, the same places as the mma.sync loops' accumulators.
+template <class Op, int kTokenTiles, int... I>
+__device__ __forceinline__ void gmma(std::integer_sequence<int, I...>, uint32_t const (&a)[4], uint64_t desc,
+                                     float (&acc)[kTokenTiles][4]) {
+  Op::fma(a[0], a[1], a[2], a[3], desc, acc[I / 4][I % 4]...);
+}
+
+template <int kTokenTiles>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[kTokenTiles][4]) {
+#pragma unroll
+  for (int m = 0; m < kTokenTiles; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cute::warpgroup_fence_operand(acc[m][i]);
+}
+
+// Shared-memory descriptor of a K-major [rows][64] 16-bit tile with the 128-byte swizzle at shared address
+// `addr` (1024-aligned; + 32 bytes per k16 step): 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t token_desc(uint32_t addr) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = uint16_t(addr >> 4);
+  d.bitfield.leading_byte_offset_ = 1;  // unused with a swizzle
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+  return d.desc_;
+}
+
+__device__ __forceinline__ uint2 load_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read)
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// The A fragment of k-tile h of a chunk: a[s] for k16 step s = registers (g, 2q), (g + 8, 2q), (g, 2q + 8),
+// (g + 8, 2q + 8) (pairs), decoded as the CUTLASS kernel does (nvfp4_mainloop.hpp: the same prepared words).
+template <class T>
+__device__ __forceinline__ void decode_ktile(PreparedChunk const& w, int h, uint32_t (&a)[4][4]) {
+  uint32_t pairs[2][4];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) e4m3x4_to_scale_pairs<T>(w.scales[h][t], pairs[t]);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const uint32_t word = (s < 2 ? w.codes[h][t].x : w.codes[h][t].y) >> (8 * (s % 2));
+      a[s][t] = mul2<T>(e2m1x2_tiny<T>(word), pairs[t][s]);           // row g + 8t, k 2q, 2q + 1
+      a[s][t + 2] = mul2<T>(e2m1x2_tiny<T>(word >> 4), pairs[t][s]);  // k 2q + 8, 2q + 9
+    }
+  }
+}
+
+// The chunks [c_begin, c_end) (128 elements of K each) of the block of `count` tokens at row `block`, for the
+// warpgroup's 64 rows from n0 (warp w: rows n0 + 16 w + g, + 8). smem: kWgmmaStages * kWgmmaStageBytes bytes,
+// 1024-aligned. Leaves every wgmma and copy finished and the CTA synchronized.
+template <class T, int kTokenTiles>
+__device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params const& p, uint8_t* smem, int group,
+                                           int wrow0, int block, int count, int c_begin, int c_end, int g, int q) {
+  using Op = typename Gmma<T, 8 * kTokenTiles>::Op;
+  constexpr int kHalfBytes = 8 * kTokenTiles * 2 * kTileK;  // one k-tile of the tokens
+  constexpr int kStageBytes = kWgmmaStageBytes<kTokenTiles>;
+  const int ktiles = (p.k + kTileK - 1) / kTileK;  // k-tiles of a prepared row (K padded to 64 with zero codes)
+  const int64_t row_bytes = int64_t(ktiles) * (kTileK / 2);
+  const uint8_t* codes[2];
+  const uint8_t* scales[2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {  // rows past n read row n - 1 (never stored)
+    const int row = min(wrow0 + g + 8 * t, p.n - 1);
+    codes[t] = p.weight + (int64_t(group) * p.n + row) * row_bytes + 8 * q;
+    scales[t] = p.weight_scales + int64_t(group) * p.scale_group_bytes + scale_row_offset(row, p.scale_cols);
+  }
+  auto load = [&](PreparedChunk& w, int c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kt = 2 * c + h;
+      const bool ok = kt < ktiles;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        w.codes[h][t] = ok ? load_stream8(codes[t] + int64_t(kt) * (kTileK / 2)) : make_uint2(0, 0);
+        w.scales[h][t] = ok ? __ldg(reinterpret_cast<const uint32_t*>(scales[t] + int64_t(kt) * 512)) : 0u;
+      }
+    }
+  };
+  // Thread i copies piece i % 16 (16 bytes: k-tile piece / 8, 16-byte column piece % 8) of tokens i / 16 + 8 j
+  // of every chunk; tokens past the block read its last token (never stored), elements past K are zeros.
+  const int tid = threadIdx.x, piece = tid % 16, trow = tid / 16;
+  const T* xsrc[kTokenTiles];
+  uint32_t xdst[kTokenTiles];
+#pragma unroll
+  for (int j = 0; j < kTokenTiles; ++j) {
+    const int tok = min(trow + 8 * j, count - 1);
+    xsrc[j] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 8 * piece;
+    xdst[j] = (piece / 8) * kHalfBytes + (trow + 8 * j) * 128 + (((piece % 8) ^ trow) << 4);  // (trow + 8j) % 8 = trow
+  }
+  const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  auto copy_tokens = [&](int c, int stage) {
+    if (c < c_end) {
+      const bool ok = c * kChunkK + 8 * piece < p.k;
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j)
+        cp_async16(smem0 + stage * kStageBytes + xdst[j], xsrc[j] + int64_t(c) * kChunkK, ok);
+    }
+    cp_async_commit();  // one group per chunk, empty past the end: the waits count chunks
+  };
+  auto mma_ktile = [&](uint32_t (&a)[4][4], int stage, int h) {
+    uint64_t desc[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {  // + 32 bytes per k16 step
+      desc[s] = token_desc(smem0 + stage * kStageBytes + h * kHalfBytes + 32 * s);
+      asm volatile("" : "+l"(desc[s])::"memory");
+#pragma unroll
+      for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(a[s][r]);  // decoded before the wgmmas start
+    }
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) gmma<Op, kTokenTiles>(std::make_integer_sequence<int, 4 * kTokenTiles>{}, a[s], desc[s], acc);
+    cute::warpgroup_commit_batch();
+  };
+
+  PreparedChunk ring[kWgmmaRing];
+#pragma unroll
+  for (int i = 0; i < kWgmmaRing; ++i)
+    if (c_begin + i < c_end) load(ring[i], c_begin + i);
+#pragma unroll
+  for (int s = 0; s < kWgmmaStages - 1; ++s) copy_tokens(c_begin + s, s);
+  uint32_t a[2][4][4];  // the fragments of a chunk's two k-tiles: one decodes while the other's wgmmas run
+  int stage = 0;
+  fence_accumulators(acc);
+  for (int c = c_begin; c < c_end; c += kWgmmaRing) {
+#pragma unroll
+    for (int i = 0; i < kWgmmaRing; ++i) {
+      const int cc = c + i;
+      if (cc < c_end) {
+        cp_async_wait<kWgmmaStages - 2>();  // this thread's copies of chunk cc landed
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the wgmmas (async proxy)
+        __syncthreads();                           // every thread's
+        decode_ktile<T>(ring[i], 0, a[0]);
+        mma_ktile(a[0], stage, 0);
+        cute::warpgroup_wait<1>();  // the previous k-tile is done: a[1] and the previous chunk's stage are free
+        copy_tokens(cc + kWgmmaStages - 1, stage == 0 ? kWgmmaStages - 1 : stage - 1);
+        if (2 * cc + 1 < ktiles) {
+          decode_ktile<T>(ring[i], 1, a[1]);
+          mma_ktile(a[1], stage, 1);
+          cute::warpgroup_wait<1>();  // k-tile 0 is done: a[0] is free
+        } else {
+          cute::warpgroup_wait<0>();  // (the last chunk) the same for the next pass, as ptxas sees the loop
+        }
+        if (cc + kWgmmaRing < c_end) load(ring[i], cc + kWgmmaRing);
+        stage = stage + 1 == kWgmmaStages ? 0 : stage + 1;
+      }
+    }
+  }
+  cute::warpgroup_wait<0>();
+  fence_accumulators(acc);
+  cp_async_wait<0>();
+  __syncthreads();  // the stages may be reused (the partials live there)
+}
+
 // The epilogue of one output element of group `group`, token row `row`, column `col`:
 // act(fl(fl(scale_a * scale_b) * acc) + bias), cast (scalemm.epilogues.scaled's order, CUTLASS's
 // activation functors; the leaves addressed as abi.h's GroupedLeafMode says).
@@ -486,8 +700,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
   constexpr int kPitch = kTileN + 4;  // floats per partial row (one row per token; + 4: no bank conflicts)
-  __shared__ __align__(16) float partial[kTokens * kPitch];
+  constexpr bool kWgmma = kLoop == kLoopWgmma;
+  static_assert(!kWgmma || (!kX4 && kTokenTiles >= 1), "the wgmma loop takes bf16/fp16 tokens");
+  static_assert(!kWgmma || kTokens * kPitch * 4 <= kDynamicSmem<kTokenTiles, kLoop> - 1024, "partials fit the stages");
   __shared__ int bounds[kWarps];
+  // kWgmma: the token stages (dynamic, aligned here to 1024 for the swizzle), the partials after the main loop
+  extern __shared__ uint8_t dynamic_smem[];
+  uint8_t* stages = nullptr;
+  float* partial;
+  if constexpr (kWgmma) {
+    const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+    stages = dynamic_smem + ((1024 - at % 1024) % 1024);
+    partial = reinterpret_cast<float*>(stages);
+  } else {
+    __shared__ __align__(16) float static_partial[kTokens * kPitch];
+    partial = static_partial;
+  }
 
   const int group = blockIdx.z;
   // the group's rows [first, last), by the rule of every grouped kernel (scalemm.formats.layout.
@@ -523,8 +751,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     const int count = min(kTokens, last - block);
     float acc[kTokenTiles][4] = {};
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
-    lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
-                                          scale_row + (block - first), c_begin, c_end, g, q);
+    if constexpr (kWgmma)
+      wgmma_loop<T, kTokenTiles>(acc, p, stages, group, n0 + warp * (8 * kN8PerWarp), block, count, c_begin, c_end, g, q);
+    else
+      lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+                                            scale_row + (block - first), c_begin, c_end, g, q);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
@@ -591,11 +822,12 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t con
 }
 
 // Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
-inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, cudaStream_t stream,
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, int smem, cudaStream_t stream,
                                          cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
   cfg.blockDim = dim3(unsigned(kWarps) * 32, 1, 1);
+  cfg.dynamicSmemBytes = size_t(smem);
   cfg.stream = stream;
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(splits);
@@ -612,6 +844,20 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
   return false;
 }
 
+// Lets the kernel have its dynamic shared memory on the current device `device` (over 48 KB needs the
+// opt-in), once per device; not a stream operation, so also safe inside a graph capture.
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+void allow_dynamic_smem(int64_t device) {
+  if constexpr (kDynamicSmem<kTokenTiles, kLoop> > 0) {
+    static bool done[64] = {};
+    if (!done[device]) {
+      cudaFuncSetAttribute(nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem<kTokenTiles, kLoop>);
+      done[device] = true;
+    }
+  }
+}
+
 // How a launch with arguments `a` runs: `error` (a cudaError_t or kBadArgument) when it cannot, else
 // `splits` CTAs along K of `per_split` chunks each (0 splits: nothing to do, n or tokens is 0).
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size and the SM count, asked
@@ -624,7 +870,7 @@ struct Plan {
 
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
 Plan plan(Nvfp4SkinnyGemmArgs const& a) {
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped, "main loop");
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopWgmma, "main loop");
   Plan out;
   const cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
@@ -648,12 +894,13 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
     static bool queried[64] = {};
     int64_t(&fit)[kMaxSplits + 1] = resident[a.device];
     if (!queried[a.device]) {
+      allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
       int sms = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, int(a.device)) != cudaSuccess) sms = 0;
       sm_count[a.device] = sms;
       for (int s = 1; s <= kMaxSplits; ++s) {
         cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, nullptr, attr);
+        const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, kDynamicSmem<kTokenTiles, kLoop>, nullptr, attr);
         int clusters = 0;
         if (cudaOccupancyMaxActiveClusters(&clusters, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>,
                                            &cfg) != cudaSuccess)
@@ -691,8 +938,10 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
            int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(pl.per_split), static_cast<const int*>(a.offsets),
            static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
+  allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, a.groups, static_cast<cudaStream_t>(a.stream), attr);
+  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, a.groups, kDynamicSmem<kTokenTiles, kLoop>,
+                                                static_cast<cudaStream_t>(a.stream), attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
