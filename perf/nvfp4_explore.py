@@ -236,6 +236,8 @@ def main():
                         "wgmma: the stepped and wgmma loops, the CUTLASS pick and bf16 (kernels of build_set('decode'))")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
+    p.add_argument("--shapes", default=None, help="dense N x K shapes, e.g. 4096x4096,1024x4096 (default: four "
+                                                     "Llama shapes)")
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
     p.add_argument("--from-text", default=None, help="a saved table to turn into JSON + plot")
     args = p.parse_args()
@@ -243,7 +245,8 @@ def main():
         first = open(args.from_text).readline().strip()
         save(parse_text(args.from_text), first.removeprefix("GPU: ").split(",")[0], args.out or ".")
         return
-    shapes = [(4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)]
+    shapes = ([tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")] if args.shapes else
+              [(4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336)])
     ms = [16, 4096] if args.quick else [int(m) for m in args.ms.split(",")] if args.ms else [1, 16, 64, 128, 1024, 4096]
     device = torch.cuda.get_device_name()
     print(device)

@@ -7,7 +7,8 @@ W4A4:  x is an NVFP4Tensor too; the CUTLASS kernel takes its rows decoded exactl
 Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
     codes in the quantizer's byte order, K split over a cluster of CTAs (the default for calls the
-    heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off);
+    heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off); its
+    wgmma main loop (bf16/fp16 activations) reads W's prepared copy instead;
   - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
@@ -386,8 +387,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
-    NVFP4 activations or N <= 4096 and K <= 8192, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the
-    CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    NVFP4 activations or N <= 4096 and K <= 8192, and its wgmma loop at 17-64 bf16/fp16 tokens with N, K <=
+    4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
+    GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
     CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).
@@ -467,7 +469,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         for N, K in ((6144, 4096), (4096, 14336), (576, 7168), (2048, 768), (1000, 2064), (2048, 1024),
                      (4096, 2064), (256, 512), (1536, 3136)):
             cases.add((default_nvfp4_config(M, N, K), bf16, f32))
-    for M in (1, 16, 300):
+    for M in (1, 16, 33, 300):
         for act in (bf16, f16):
             for out in (bf16, f16, f32):
                 cases.add((default_nvfp4_config(M, 2048, 1024), act, out))
@@ -527,6 +529,8 @@ def _skinny_build_specs() -> list[KernelSpec]:
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs = [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
              for m, a, o, act in sorted(skinny, key=str)]
+    specs += [skinny_kernel_spec(SkinnyConfig(8, mainloop="wgmma"), act_dtype=a, out_dtype=o, activation="relu")
+              for a in (bf16, f16) for o in (bf16, f16, f32)]  # the 17-64 token default (test_decode_default_dispatch)
     return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop=loop), act_dtype=a, out_dtype=o)  # the other loops
                     for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP
                     for m in (1, 2, 4, 8) for a in ((bf16,) if loop == "wgmma" else (bf16, "nvfp4"))

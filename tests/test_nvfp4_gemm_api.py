@@ -150,10 +150,16 @@ def test_skinny_config_and_heuristic():
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
     # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; up to
-    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096 and K <= 8192; the CUTLASS kernel above
+    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096 and K <= 8192; at 17-64 bf16/fp16
+    # tokens its wgmma loop where N, K <= 4096; the CUTLASS kernel elsewhere
     Ms = (0, 1, 8, 9, 16, 17, 64)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
-    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
+    w4, w8 = SkinnyConfig(4, mainloop="wgmma"), SkinnyConfig(8, mainloop="wgmma")
+    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, t2, t2, w4, w8]
+    assert [default_nvfp4_skinny_config(M, 1024, 2048) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
+    assert [default_nvfp4_skinny_config(M, 4096, 4096, nvfp4_activations=True) for M in Ms] == [
+        t1, t1, t1, t2, t2, None, None]  # the wgmma loop takes no NVFP4 activations
+    assert [default_nvfp4_skinny_config(M, 4096, 4128) for M in (17, 64)] == [None, None]
     assert [default_nvfp4_skinny_config(M, 2048, 8192) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
     assert [default_nvfp4_skinny_config(M, 2048, 14336) for M in Ms] == [t1, t1, t1, None, None, None, None]
     assert [default_nvfp4_skinny_config(M, 2048, 14336, nvfp4_activations=True) for M in Ms] == [

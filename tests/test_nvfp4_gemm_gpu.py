@@ -74,7 +74,7 @@ def test_w4a16_fp32_matches_exact_dequant(M, N, K, scaling):
     assert _rel_err(out, _exact(x, w)) <= 1e-5
 
 
-@pytest.mark.parametrize("M", [1, 16, 300])
+@pytest.mark.parametrize("M", [1, 16, 33, 300])
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
@@ -383,31 +383,34 @@ def test_skinny_activations(act):
     assert _rel_err(out, _exact(x, w, bias, act)) <= TOL[torch.bfloat16]
 
 
-@pytest.mark.parametrize("M", [1, 16, 300])
+@pytest.mark.parametrize("M", [1, 16, 33, 300])
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
     """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and of 16 where N <=
-    4096 (here N = 2048); SCALEMM_NVFP4_SKINNY=0 keeps them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects
-    the tests that need only the kernels of --set skinny, and this one runs CUTLASS kernels too.)"""
+    4096 (here N = 2048), and its wgmma loop at 17-64 tokens where N, K <= 4096; SCALEMM_NVFP4_SKINNY=0 keeps
+    them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects the tests that need only the kernels
+    of --set skinny, and this one runs CUTLASS kernels too.)"""
     import scalemm.gemm_nvfp4 as g
     calls = []
     real = g._gemm_skinny
     monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
-    assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2)] if M <= 16 else [])
+    assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2)] if M <= 16 else
+                     [SkinnyConfig(8, mainloop="wgmma")] if M <= 64 else [])
     calls.clear()
     monkeypatch.setenv(g.SKINNY_ENV, "0")
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
     assert calls == []
 
 
-def test_skinny_graph_replay_sees_new_tokens():
+@pytest.mark.parametrize("loop", ["stepped", "wgmma"])
+def test_skinny_graph_replay_sees_new_tokens(loop):
     M, N, K = 4, 4096, 4096
     w = _weights(N, K, "token", seed=81)
     x = _wide((M, K), seed=82).to(torch.bfloat16)
     out = torch.empty(M, N, dtype=torch.float32, device="cuda")
-    cfg = SkinnyConfig(1)
+    cfg = SkinnyConfig(1, mainloop=loop)
     scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)  # build and warm up outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

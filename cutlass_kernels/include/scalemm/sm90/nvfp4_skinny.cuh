@@ -88,7 +88,13 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //    tokens of each chunk into shared memory (cp.async, kWgmmaStages chunks in flight, 128-byte
 //    swizzle), and one wgmma m64 x (8 * kTokenTiles) x 16 per k16 step replaces a warp's
 //    2 * kTokenTiles mma.sync: the MMA count no longer grows with the tokens.
+//    Measured (H100, perf/NOTES.md "the wgmma main loop"): 0.82-0.91x the CUTLASS kernel's time at 32-64
+//    tokens on 4096^2, but 1.1-1.7x at N = 8192 / 14336 or K = 14336 (every CTA reads all its tokens
+//    from L2 for its 64 weight rows: at 64 tokens 3.6 bytes of tokens per byte of weights), and 1.2-1.4x
+//    the stepped loop's time at 8 tokens. Two accumulator sets (two wgmma chains) and a ring of 3 chunks
+//    were no faster.
 enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
+constexpr bool is_wgmma(int loop) { return loop == kLoopWgmma; }
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
@@ -96,7 +102,7 @@ enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
 // (A bound of 1 is not "none": it changed the other kernels' code, so they keep 0.) Bounds of 5 and 6
 // at 1 tile (96 / 80 registers: more warps per SM) were slower at every split count (H100, perf/NOTES.md).
 template <int kTokenTiles, int kLoop>
-constexpr int kMinBlocks = kLoop == kLoopWgmma ? (kTokenTiles <= 4 ? 4 : 3) : kTokenTiles <= 2 ? 4 : 0;
+constexpr int kMinBlocks = is_wgmma(kLoop) ? (kTokenTiles <= 4 ? 4 : 3) : kTokenTiles <= 2 ? 4 : 0;
 
 // Read-only 16-byte load that does not allocate in L1 (the weights stream through once; L1 keeps
 // the tokens, which every warp of the CTA reads). kWholeLine: L2 fetches the whole 128-byte line
@@ -471,7 +477,7 @@ constexpr int kTileK = 64;       // K elements of a k-tile: one 512-byte scale a
 template <int kTokenTiles>
 constexpr int kWgmmaStageBytes = 2 * 8 * kTokenTiles * 2 * kTileK;
 template <int kTokenTiles, int kLoop>
-constexpr int kDynamicSmem = kLoop == kLoopWgmma ? kWgmmaStages * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
+constexpr int kDynamicSmem = is_wgmma(kLoop) ? kWgmmaStages * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
 
 // One chunk (two k-tiles) of a lane's prepared weights, rows g and g + 8: words [k-tile][row], each 16 codes
 // (wgmma A elements (row, 16 s + 2q + {0, 1, 8, 9}) of the k-tile's four k16 steps s), and the rows' 4 block scales.
@@ -607,7 +613,7 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
     }
     cp_async_commit();  // one group per chunk, empty past the end: the waits count chunks
   };
-  auto mma_ktile = [&](uint32_t (&a)[4][4], int stage, int h) {
+  auto mma_ktile = [&](uint32_t (&a)[4][4], int stage, int h, float (&dst)[kTokenTiles][4]) {
     uint64_t desc[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {  // + 32 bytes per k16 step
@@ -618,7 +624,7 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
     }
     cute::warpgroup_arrive();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) gmma<Op, kTokenTiles>(std::make_integer_sequence<int, 4 * kTokenTiles>{}, a[s], desc[s], acc);
+    for (int s = 0; s < 4; ++s) gmma<Op, kTokenTiles>(std::make_integer_sequence<int, 4 * kTokenTiles>{}, a[s], desc[s], dst);
     cute::warpgroup_commit_batch();
   };
 
@@ -640,12 +646,12 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the wgmmas (async proxy)
         __syncthreads();                           // every thread's
         decode_ktile<T>(ring[i], 0, a[0]);
-        mma_ktile(a[0], stage, 0);
+        mma_ktile(a[0], stage, 0, acc);
         cute::warpgroup_wait<1>();  // the previous k-tile is done: a[1] and the previous chunk's stage are free
         copy_tokens(cc + kWgmmaStages - 1, stage == 0 ? kWgmmaStages - 1 : stage - 1);
         if (2 * cc + 1 < ktiles) {
           decode_ktile<T>(ring[i], 1, a[1]);
-          mma_ktile(a[1], stage, 1);
+          mma_ktile(a[1], stage, 1, acc);
           cute::warpgroup_wait<1>();  // k-tile 0 is done: a[0] is free
         } else {
           cute::warpgroup_wait<0>();  // (the last chunk) the same for the next pass, as ptxas sees the loop
@@ -700,7 +706,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   namespace cg = cooperative_groups;
   constexpr int kTokens = 8 * kTokenTiles;
   constexpr int kPitch = kTileN + 4;  // floats per partial row (one row per token; + 4: no bank conflicts)
-  constexpr bool kWgmma = kLoop == kLoopWgmma;
+  constexpr bool kWgmma = is_wgmma(kLoop);
   static_assert(!kWgmma || (!kX4 && kTokenTiles >= 1), "the wgmma loop takes bf16/fp16 tokens");
   static_assert(!kWgmma || kTokens * kPitch * 4 <= kDynamicSmem<kTokenTiles, kLoop> - 1024, "partials fit the stages");
   __shared__ int bounds[kWarps];
@@ -870,7 +876,7 @@ struct Plan {
 
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
 Plan plan(Nvfp4SkinnyGemmArgs const& a) {
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || kLoop == kLoopWgmma, "main loop");
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || is_wgmma(kLoop), "main loop");
   Plan out;
   const cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
