@@ -496,7 +496,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         cases, key=lambda c: (c[0].key(), str(c[1]), str(c[2])))]
     specs += [nvfp4_gemm_kernel_spec(default_nvfp4_config(M, 2048, 1024), act_dtype=a, out_dtype=o,
                                      epilogue=epi.scaled(o, activation="relu"))[0]
-              for M in (1, 300) for a in (bf16, f16) for o in (bf16, f16, f32)]
+              for M in (1, 33, 300) for a in (bf16, f16) for o in (bf16, f16, f32)]
     # W4A4 decoded in the mainloop (activation_decode="mainloop"): tests/test_nvfp4_gemm_gpu.py's configs (fp32
     # out; with bias and gelu, bf16 out) and the benchmarks' (bf16 out), with the W4A16 kernels the pass feeds.
     fused = [GemmConfig(128, n, 64, cm, 1, "cooperative", swap_ab=True, stream_k=sk)
