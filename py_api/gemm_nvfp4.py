@@ -186,7 +186,7 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 def skinny_by_default() -> bool:
     """Whether calls without a config may take the skinny kernel where the heuristic picks it (dense:
-    default_nvfp4_skinny_config, up to 8 tokens or 16 by shape; grouped: default_nvfp4_grouped_skinny_config,
+    default_nvfp4_skinny_config, up to 8 tokens, 16 or 64 by shape; grouped: default_nvfp4_grouped_skinny_config,
     up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0. config=SkinnyConfig(...) always
     selects it, dense or grouped."""
     value = os.environ.get(SKINNY_ENV, "1")
@@ -387,7 +387,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
-    NVFP4 activations or N <= 4096 and K <= 8192, and its wgmma loop at 17-64 bf16/fp16 tokens with N, K <=
+    NVFP4 activations or N <= 4096 and K <= 8192, and its wgmma loop at 9-64 bf16/fp16 tokens with N, K <=
     4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
     GemmConfig (the CUTLASS kernel).
 
@@ -529,8 +529,8 @@ def _skinny_build_specs() -> list[KernelSpec]:
     skinny |= {(t, "nvfp4", o, None) for t in (1, 2, 4, 8) for o in (bf16, f32)} | {(1, "nvfp4", bf16, "relu")}
     specs = [skinny_kernel_spec(SkinnyConfig(m), act_dtype=a, out_dtype=o, activation=act)
              for m, a, o, act in sorted(skinny, key=str)]
-    specs += [skinny_kernel_spec(SkinnyConfig(8, mainloop="wgmma"), act_dtype=a, out_dtype=o, activation="relu")
-              for a in (bf16, f16) for o in (bf16, f16, f32)]  # the 17-64 token default (test_decode_default_dispatch)
+    specs += [skinny_kernel_spec(SkinnyConfig(t, mainloop="wgmma"), act_dtype=a, out_dtype=o, activation="relu")
+              for t in (2, 8) for a in (bf16, f16) for o in (bf16, f16, f32)]  # test_decode_default_dispatch
     return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop=loop), act_dtype=a, out_dtype=o)  # the other loops
                     for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP
                     for m in (1, 2, 4, 8) for a in ((bf16,) if loop == "wgmma" else (bf16, "nvfp4"))

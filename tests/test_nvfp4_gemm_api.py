@@ -149,13 +149,13 @@ def test_skinny_config_and_heuristic():
     assert picks == {1: SkinnyConfig(1), 8: SkinnyConfig(1), 9: SkinnyConfig(2), 16: SkinnyConfig(2),
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
-    # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; up to
-    # 16 for NVFP4 activations, or for bf16/fp16 ones with N <= 4096 and K <= 8192; at 17-64 bf16/fp16
-    # tokens its wgmma loop where N, K <= 4096; the CUTLASS kernel elsewhere
+    # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; at 9-64
+    # bf16/fp16 tokens its wgmma loop where N, K <= 4096; up to 16 tokens for NVFP4 activations, or for
+    # bf16/fp16 ones with N <= 4096 and K <= 8192 (stepped loop); the CUTLASS kernel elsewhere
     Ms = (0, 1, 8, 9, 16, 17, 64)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
-    w4, w8 = SkinnyConfig(4, mainloop="wgmma"), SkinnyConfig(8, mainloop="wgmma")
-    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, t2, t2, w4, w8]
+    w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
+    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8]
     assert [default_nvfp4_skinny_config(M, 1024, 2048) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
     assert [default_nvfp4_skinny_config(M, 4096, 4096, nvfp4_activations=True) for M in Ms] == [
         t1, t1, t1, t2, t2, None, None]  # the wgmma loop takes no NVFP4 activations

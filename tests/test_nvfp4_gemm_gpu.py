@@ -387,8 +387,8 @@ def test_skinny_activations(act):
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
-    """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and of 16 where N <=
-    4096 (here N = 2048), and its wgmma loop at 17-64 tokens where N, K <= 4096; SCALEMM_NVFP4_SKINNY=0 keeps
+    """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and its wgmma loop at
+    9-64 tokens where N, K <= 4096 (here 2048 x 1024); SCALEMM_NVFP4_SKINNY=0 keeps
     them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects the tests that need only the kernels
     of --set skinny, and this one runs CUTLASS kernels too.)"""
     import scalemm.gemm_nvfp4 as g
@@ -396,7 +396,7 @@ def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
     real = g._gemm_skinny
     monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
-    assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2)] if M <= 16 else
+    assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2, mainloop="wgmma")] if M <= 16 else
                      [SkinnyConfig(8, mainloop="wgmma")] if M <= 64 else [])
     calls.clear()
     monkeypatch.setenv(g.SKINNY_ENV, "0")

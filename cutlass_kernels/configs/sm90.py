@@ -333,8 +333,8 @@ SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one t
 SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for NVFP4 activations, or bf16/fp16 ones with
 SKINNY_TWO_TILE_MAX_N = 4096     # at most this many weight rows (N) and
 SKINNY_TWO_TILE_MAX_K = 8192     # this many input features (K); the CUTLASS kernel above
-SKINNY_WGMMA_MAX_N = 4096        # 17-64 bf16/fp16 tokens: the skinny kernel's wgmma loop up to this N
-SKINNY_WGMMA_MAX_K = 4096        # and this K, the CUTLASS kernel above
+SKINNY_WGMMA_MAX_N = 4096        # 9-64 bf16/fp16 tokens: the skinny kernel's wgmma loop up to this N
+SKINNY_WGMMA_MAX_K = 4096        # and this K
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
@@ -348,16 +348,18 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       (same run: 1.40x against 1.47x; across runs 1.50-1.59x against 1.52x) and at N = 8192 and 14336
       (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights favour the
       CUTLASS kernel's shared-memory tokens, and its stream-K spreads a long K well;
-    - 17-64 tokens: with bf16/fp16 activations and N, K <= 4096 the wgmma loop (0.82-0.91x the CUTLASS
-      kernel's time at 32 and 64 tokens on 4096^2; 1.1-1.7x on N = 8192 / 14336 or K = 14336: "the wgmma
-      main loop" in perf/NOTES.md), else the CUTLASS kernel."""
+    - 9-64 tokens with bf16/fp16 activations and N, K <= 4096: the wgmma loop (at 16 tokens 0.90-0.96x the
+      stepped loop's time on 4096^2 and 2048 x 4096; at 32 and 64 tokens 0.82-0.91x the CUTLASS kernel's on
+      4096^2, and 1.1-1.7x on N = 8192 / 14336 or K = 14336: "the wgmma main loop" in perf/NOTES.md);
+    - otherwise above 16 tokens the CUTLASS kernel."""
     small = N <= SKINNY_TWO_TILE_MAX_N and K <= SKINNY_TWO_TILE_MAX_K
-    two_tiles = M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or small)
-    if M <= SKINNY_DEFAULT_MAX_TOKENS or two_tiles:
-        return skinny_config_for_tokens(M)
     wgmma = not nvfp4_activations and N <= SKINNY_WGMMA_MAX_N and K <= SKINNY_WGMMA_MAX_K
+    if M <= SKINNY_DEFAULT_MAX_TOKENS:
+        return skinny_config_for_tokens(M)
     if wgmma and M <= 8 * SKINNY_TOKEN_TILES[-1]:
         return replace(skinny_config_for_tokens(M), mainloop="wgmma")
+    if M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or small):
+        return skinny_config_for_tokens(M)
     return None
 
 

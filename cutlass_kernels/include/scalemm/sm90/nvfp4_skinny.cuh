@@ -92,7 +92,9 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //    tokens on 4096^2, but 1.1-1.7x at N = 8192 / 14336 or K = 14336 (every CTA reads all its tokens
 //    from L2 for its 64 weight rows: at 64 tokens 3.6 bytes of tokens per byte of weights), and 1.2-1.4x
 //    the stepped loop's time at 8 tokens. Two accumulator sets (two wgmma chains) and a ring of 3 chunks
-//    were no faster.
+//    were no faster, nor was a K order that gives each lane two scale blocks per chunk (the stepped loop's
+//    loads and pair decode; the tokens permuted in shared memory by 16-byte stores): 4x fewer scale
+//    conversions, 1.0-1.15x the time.
 enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
 constexpr bool is_wgmma(int loop) { return loop == kLoopWgmma; }
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
@@ -543,6 +545,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+// One k-tile's four RS wgmmas (k16 steps s: A fragments a[s], the tokens' k-tile at shared address `tile`,
+// + 32 bytes per step), committed as one group.
+template <class Op, int kTokenTiles>
+__device__ __forceinline__ void wgmma_ktile(uint32_t (&a)[4][4], uint32_t tile, float (&acc)[kTokenTiles][4]) {
+  const uint64_t desc = token_desc(tile);
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(a[s][r]);  // decoded before the wgmmas start
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+    gmma<Op, kTokenTiles>(std::make_integer_sequence<int, 4 * kTokenTiles>{}, a[s], desc + 2 * s, acc);
+  cute::warpgroup_commit_batch();
+}
+
 // The A fragment of k-tile h of a chunk: a[s] for k16 step s = registers (g, 2q), (g + 8, 2q), (g, 2q + 8),
 // (g + 8, 2q + 8) (pairs), decoded as the CUTLASS kernel does (nvfp4_mainloop.hpp: the same prepared words).
 template <class T>
@@ -613,20 +631,6 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
     }
     cp_async_commit();  // one group per chunk, empty past the end: the waits count chunks
   };
-  auto mma_ktile = [&](uint32_t (&a)[4][4], int stage, int h, float (&dst)[kTokenTiles][4]) {
-    uint64_t desc[4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {  // + 32 bytes per k16 step
-      desc[s] = token_desc(smem0 + stage * kStageBytes + h * kHalfBytes + 32 * s);
-      asm volatile("" : "+l"(desc[s])::"memory");
-#pragma unroll
-      for (int r = 0; r < 4; ++r) cute::warpgroup_fence_operand(a[s][r]);  // decoded before the wgmmas start
-    }
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) gmma<Op, kTokenTiles>(std::make_integer_sequence<int, 4 * kTokenTiles>{}, a[s], desc[s], dst);
-    cute::warpgroup_commit_batch();
-  };
 
   PreparedChunk ring[kWgmmaRing];
 #pragma unroll
@@ -646,12 +650,12 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the wgmmas (async proxy)
         __syncthreads();                           // every thread's
         decode_ktile<T>(ring[i], 0, a[0]);
-        mma_ktile(a[0], stage, 0, acc);
+        wgmma_ktile<Op, kTokenTiles>(a[0], smem0 + stage * kStageBytes, acc);
         cute::warpgroup_wait<1>();  // the previous k-tile is done: a[1] and the previous chunk's stage are free
         copy_tokens(cc + kWgmmaStages - 1, stage == 0 ? kWgmmaStages - 1 : stage - 1);
         if (2 * cc + 1 < ktiles) {
           decode_ktile<T>(ring[i], 1, a[1]);
-          mma_ktile(a[1], stage, 1, acc);
+          wgmma_ktile<Op, kTokenTiles>(a[1], smem0 + stage * kStageBytes + kHalfBytes, acc);
           cute::warpgroup_wait<1>();  // k-tile 0 is done: a[0] is free
         } else {
           cute::warpgroup_wait<0>();  // (the last chunk) the same for the next pass, as ptxas sees the loop
