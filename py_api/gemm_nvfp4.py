@@ -8,7 +8,7 @@ Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
     codes in the quantizer's byte order, K split over a cluster of CTAs (the default for calls the
     heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off); its
-    wgmma main loop (bf16/fp16 activations) reads W's prepared copy instead;
+    wgmma main loop (bf16/fp16 activations, 9-64 tokens) streams W's prepared copy through shared memory;
   - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
@@ -386,9 +386,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
                config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
-    config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 8 tokens, or 16 with
-    NVFP4 activations or N <= 4096 and K <= 8192, and its wgmma loop at 9-64 bf16/fp16 tokens with N, K <=
-    4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
+    config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, and up to 64
+    bf16/fp16 tokens where N, K <= 4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
     GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the

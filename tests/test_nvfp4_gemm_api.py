@@ -149,25 +149,20 @@ def test_skinny_config_and_heuristic():
     assert picks == {1: SkinnyConfig(1), 8: SkinnyConfig(1), 9: SkinnyConfig(2), 16: SkinnyConfig(2),
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
-    # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens; at 9-64
-    # bf16/fp16 tokens its wgmma loop where N, K <= 4096; up to 16 tokens for NVFP4 activations, or for
-    # bf16/fp16 ones with N <= 4096 and K <= 8192 (stepped loop); the CUTLASS kernel elsewhere
-    Ms = (0, 1, 8, 9, 16, 17, 64)
+    # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens (stepped
+    # loop); 9-16 tokens its wgmma loop (bf16/fp16 activations) or stepped loop (NVFP4 activations) on any
+    # shape; 17-64 bf16/fp16 tokens the wgmma loop where N, K <= 4096; the CUTLASS kernel elsewhere
+    Ms = (0, 1, 8, 9, 16, 17, 64, 65)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
     w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
-    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8]
+    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
     assert [default_nvfp4_skinny_config(M, 1024, 2048) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
+    for N, K in ((8192, 8192), (4104, 4096), (4096, 4128), (28672, 8192), (2048, 14336)):  # larger: 9-16 only
+        assert [default_nvfp4_skinny_config(M, N, K) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
+        assert [default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) for M in Ms] == [
+            t1, t1, t1, t2, t2, None, None, None]  # the wgmma loop takes no NVFP4 activations
     assert [default_nvfp4_skinny_config(M, 4096, 4096, nvfp4_activations=True) for M in Ms] == [
-        t1, t1, t1, t2, t2, None, None]  # the wgmma loop takes no NVFP4 activations
-    assert [default_nvfp4_skinny_config(M, 4096, 4128) for M in (17, 64)] == [None, None]
-    assert [default_nvfp4_skinny_config(M, 2048, 8192) for M in Ms] == [t1, t1, t1, t2, t2, None, None]
-    assert [default_nvfp4_skinny_config(M, 2048, 14336) for M in Ms] == [t1, t1, t1, None, None, None, None]
-    assert [default_nvfp4_skinny_config(M, 2048, 14336, nvfp4_activations=True) for M in Ms] == [
-        t1, t1, t1, t2, t2, None, None]
-    assert [default_nvfp4_skinny_config(M, 4104, 4096) for M in Ms] == [t1, t1, t1, None, None, None, None]
-    assert [default_nvfp4_skinny_config(M, 8192, 8192) for M in Ms] == [t1, t1, t1, None, None, None, None]
-    assert [default_nvfp4_skinny_config(M, 14336, 4096, nvfp4_activations=True) for M in Ms] == [
-        t1, t1, t1, t2, t2, None, None]
+        t1, t1, t1, t2, t2, None, None, None]
     # grouped: the skinny kernel up to 4 rows per expert on average (token tiles for 4x the mean), CUTLASS above
     from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_skinny_config as grouped
     assert [grouped(T, 128) for T in (0, 1, 8, 128, 256, 512, 513, 4096)] == [

@@ -285,8 +285,8 @@ class SkinnyConfig:
     with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
     128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
     loads addressed from the chunk index; 1.01-1.18x the time on an H100), "wgmma" (bf16/fp16 activations
-    only: W's prepared copy streamed into registers, the tokens through shared memory, one warpgroup
-    wgmma per k16 step whatever the token count). perf/NOTES.md has the loops that were measured and lost."""
+    only: W's prepared copy, its scales and the tokens streamed through a ring in shared memory, one
+    warpgroup wgmma per k16 step whatever the token count). perf/NOTES.md has the loops that were measured and lost."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
@@ -329,36 +329,33 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
-SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile), then:
-SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for NVFP4 activations, or bf16/fp16 ones with
-SKINNY_TWO_TILE_MAX_N = 4096     # at most this many weight rows (N) and
-SKINNY_TWO_TILE_MAX_K = 8192     # this many input features (K); the CUTLASS kernel above
-SKINNY_WGMMA_MAX_N = 4096        # 9-64 bf16/fp16 tokens: the skinny kernel's wgmma loop up to this N
-SKINNY_WGMMA_MAX_K = 4096        # and this K
+SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
+SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for any shape: the wgmma loop (bf16/fp16 tokens) or
+                                 # the stepped loop (NVFP4 tokens), and up to 64 bf16/fp16 tokens the wgmma
+SKINNY_WGMMA_MAX_N = 4096        # loop where N <= this
+SKINNY_WGMMA_MAX_K = 4096        # and K <= this; the CUTLASS kernel elsewhere
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
     """What a dense NVFP4 GEMM without a config runs: the skinny kernel, or None (the CUTLASS kernel's tiles).
-    Measured on an H100 (perf/NOTES.md, "skinny kernel: measured" and "the default at 9-16 tokens"):
-    - up to 8 tokens the one-tile kernel beat the CUTLASS kernel on every measured layer shape;
-    - at 16 tokens, with NVFP4 activations (W4A4, decoded in the kernel: no bf16 pass), the two-tile
-      kernel ran 1.38-1.71x of bf16 cuBLAS on 4096^2, 8192^2, 14336x4096 and 4096x14336 where the
-      CUTLASS kernel with its decode pass ran 0.86-1.52x; with bf16 activations it won at 4096^2
-      (1.24-1.26x against 0.95x; seventh session, same run: 1.22x against 0.96x), lost at 4096x14336
-      (same run: 1.40x against 1.47x; across runs 1.50-1.59x against 1.52x) and at N = 8192 and 14336
-      (1.33x / 1.49x against 1.51x / 1.64x): every warp reads every token, so wide weights favour the
-      CUTLASS kernel's shared-memory tokens, and its stream-K spreads a long K well;
-    - 9-64 tokens with bf16/fp16 activations and N, K <= 4096: the wgmma loop (at 16 tokens 0.90-0.96x the
-      stepped loop's time on 4096^2 and 2048 x 4096; at 32 and 64 tokens 0.82-0.91x the CUTLASS kernel's on
-      4096^2, and 1.1-1.7x on N = 8192 / 14336 or K = 14336: "the wgmma main loop" in perf/NOTES.md);
+    Measured on an H100 (perf/NOTES.md, "skinny kernel: measured", "the default at 9-16 tokens" and "the
+    wgmma main loop"):
+    - up to 8 tokens the one-tile kernel (stepped loop) beat the CUTLASS kernel on every measured layer shape,
+      and its wgmma loop by 1.1-1.3x;
+    - 9-16 tokens with bf16/fp16 activations: the wgmma loop, 0.76-0.87x the CUTLASS kernel's time on
+      4096^2, 8192^2, 14336 x 4096 and 4096 x 14336 and 0.76x the stepped loop's at 4096^2;
+    - 9-16 tokens with NVFP4 activations: the stepped loop (it decodes them in registers; the wgmma loop takes
+      bf16/fp16 only), 1.32-1.56x of bf16 where the CUTLASS kernel with its decode pass ran 0.85-1.54x;
+    - 17-64 bf16/fp16 tokens with N, K <= 4096: the wgmma loop (at 64 tokens 14.6 us at 4096^2 against the
+      CUTLASS kernel's 19.3); on larger layers the CUTLASS kernel (at 64 tokens 1.14-1.16x faster at
+      14336 x 4096 and 4096 x 14336, level at 8192^2);
     - otherwise above 16 tokens the CUTLASS kernel."""
-    small = N <= SKINNY_TWO_TILE_MAX_N and K <= SKINNY_TWO_TILE_MAX_K
-    wgmma = not nvfp4_activations and N <= SKINNY_WGMMA_MAX_N and K <= SKINNY_WGMMA_MAX_K
+    wgmma = replace(skinny_config_for_tokens(M), mainloop="wgmma") if 8 < M <= 64 and not nvfp4_activations else None
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         return skinny_config_for_tokens(M)
-    if wgmma and M <= 8 * SKINNY_TOKEN_TILES[-1]:
-        return replace(skinny_config_for_tokens(M), mainloop="wgmma")
-    if M <= SKINNY_TWO_TILE_MAX_TOKENS and (nvfp4_activations or small):
+    if wgmma is not None and (M <= SKINNY_TWO_TILE_MAX_TOKENS or (N <= SKINNY_WGMMA_MAX_N and K <= SKINNY_WGMMA_MAX_K)):
+        return wgmma
+    if M <= SKINNY_TWO_TILE_MAX_TOKENS and nvfp4_activations:
         return skinny_config_for_tokens(M)
     return None
 

@@ -81,20 +81,19 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 // weights into a 4-stage shared-memory ring with TMA ("bulk": 1.12-1.18x slower), and each chunk's
 // tokens loaded one chunk early ("ahead": W4A16 1.01-1.06x slower, W4A4 0.97-1.05x; faster only under
 // ncu's cache flush).
-//  kLoopWgmma: wgmma instead of mma.sync, for 9-64 tokens (bf16/fp16 activations only). The weights come
-//    from the prepared copy the CUTLASS kernel reads (scalemm.gemm_nvfp4.prepare_sm90_weight: lane q's 8
-//    bytes of a row's 64-element k-tile are its wgmma A-fragment elements), 8 bytes per lane, row and
-//    k-tile straight into registers (a ring of kWgmmaRing chunks); the CTA's warpgroup copies the
-//    tokens of each chunk into shared memory (cp.async, kWgmmaStages chunks in flight, 128-byte
-//    swizzle), and one wgmma m64 x (8 * kTokenTiles) x 16 per k16 step replaces a warp's
-//    2 * kTokenTiles mma.sync: the MMA count no longer grows with the tokens.
-//    Measured (H100, perf/NOTES.md "the wgmma main loop"): 0.82-0.91x the CUTLASS kernel's time at 32-64
-//    tokens on 4096^2, but 1.1-1.7x at N = 8192 / 14336 or K = 14336 (every CTA reads all its tokens
-//    from L2 for its 64 weight rows: at 64 tokens 3.6 bytes of tokens per byte of weights), and 1.2-1.4x
-//    the stepped loop's time at 8 tokens. Two accumulator sets (two wgmma chains) and a ring of 3 chunks
-//    were no faster, nor was a K order that gives each lane two scale blocks per chunk (the stepped loop's
-//    loads and pair decode; the tokens permuted in shared memory by 16-byte stores): 4x fewer scale
-//    conversions, 1.0-1.15x the time.
+//  kLoopWgmma: wgmma instead of mma.sync, for 9-64 tokens (bf16/fp16 activations only). The CTA streams each
+//    chunk's weights from the prepared copy the CUTLASS kernel reads (scalemm.gemm_nvfp4.prepare_sm90_weight:
+//    lane q's 8 bytes of a row's 64-element k-tile are its wgmma A-fragment elements), the chunk's scale
+//    atoms and its tokens into shared memory (cp.async, a ring of 3-8 chunks); each lane decodes its A
+//    fragments from there, and one wgmma m64 x (8 * kTokenTiles) x 16 per k16 step replaces a warp's
+//    2 * kTokenTiles mma.sync: the MMA work per weight byte no longer grows with the tokens.
+//    Measured (H100, perf/NOTES.md "the wgmma main loop"): at 16 tokens 0.76-0.87x the CUTLASS kernel's time
+//    on four Llama layer shapes and 0.76x the stepped loop's at 4096^2; at 64 tokens level with the CUTLASS
+//    kernel at 8192^2 but 1.14-1.16x at 14336 x 4096 / 4096 x 14336; at 1 token 1.1-1.3x the stepped loop's.
+//    Measured and replaced: the same loop with a register ring of 2 chunks instead of shared memory
+//    (1.1-1.5x the time: its warps waited on their loads, and a wgmma waits for all 4 warps of the group),
+//    with two accumulator sets or a ring of 3 chunks (no faster), and with a K order giving each lane two
+//    scale blocks per chunk (4x fewer scale conversions; tokens permuted in shared memory: 1.0-1.15x).
 enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
 constexpr bool is_wgmma(int loop) { return loop == kLoopWgmma; }
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
@@ -469,20 +468,23 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
 // kLoopWgmma: the warpgroup's wgmma main loop
 // ---------------------------------------------------------------------------------------
 
-constexpr int kWgmmaStages = 3;  // token chunks in shared memory: the one read, the next two in flight
-constexpr int kWgmmaRing = 2;    // weight chunks in registers per lane
-constexpr int kTileK = 64;       // K elements of a k-tile: one 512-byte scale atom, one 128-byte token row
+constexpr int kTileK = 64;  // K elements of a k-tile: one 512-byte scale atom, one 128-byte token row
 
-// Shared memory of the kLoopWgmma kernels: kWgmmaStages chunks of tokens, each two k-tiles of
-// [8 * kTokenTiles tokens][128 bytes] (128-byte swizzled), + 1024 to align it (also the partials' home
-// after the main loop: kTokens x (kTileN + 4) floats fit in two stages).
+// Shared memory of the kLoopWgmma kernels: a ring of kWgmmaStages stages, each one chunk's tokens
+// ([8 * kTokenTiles tokens][128 bytes] per 64-element k-tile, 128-byte swizzled, first: 1024-aligned), its 64
+// rows of prepared weight codes and the two 512-byte scale atoms of their 128-row stripe; + 1024 to align the
+// ring (also the partials' home after the main loop). As many stages as fit 52 KB (4 CTAs per SM up to 4
+// token tiles, 3 at 8), 3 to 8.
 template <int kTokenTiles>
-constexpr int kWgmmaStageBytes = 2 * 8 * kTokenTiles * 2 * kTileK;
+constexpr int kWgmmaStageBytes = 8 * kTokenTiles * 2 * kChunkK + 64 * 64 + 2 * 512;
+template <int kTokenTiles>
+constexpr int kWgmmaStages = std::max(3, std::min(8, 52 * 1024 / kWgmmaStageBytes<kTokenTiles>));
 template <int kTokenTiles, int kLoop>
-constexpr int kDynamicSmem = is_wgmma(kLoop) ? kWgmmaStages * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
+constexpr int kDynamicSmem = is_wgmma(kLoop) ? kWgmmaStages<kTokenTiles> * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
 
 // One chunk (two k-tiles) of a lane's prepared weights, rows g and g + 8: words [k-tile][row], each 16 codes
-// (wgmma A elements (row, 16 s + 2q + {0, 1, 8, 9}) of the k-tile's four k16 steps s), and the rows' 4 block scales.
+// (wgmma A elements (row, 16 s + 2q + {0, 1, 8, 9}) of the k-tile's four k16 steps s), and the rows' 4 block
+// scales of each k-tile.
 struct PreparedChunk {
   uint2 codes[2][2];
   uint32_t scales[2][2];
@@ -531,12 +533,6 @@ __device__ __forceinline__ uint64_t token_desc(uint32_t addr) {
   return d.desc_;
 }
 
-__device__ __forceinline__ uint2 load_stream8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 // 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read)
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
@@ -579,91 +575,111 @@ __device__ __forceinline__ void decode_ktile(PreparedChunk const& w, int h, uint
   }
 }
 
-// The chunks [c_begin, c_end) (128 elements of K each) of the block of `count` tokens at row `block`, for the
-// warpgroup's 64 rows from n0 (warp w: rows n0 + 16 w + g, + 8). smem: kWgmmaStages * kWgmmaStageBytes bytes,
-// 1024-aligned. Leaves every wgmma and copy finished and the CTA synchronized.
+// The kLoopWgmma main loop over the chunks [c_begin, c_end) (128 elements of K each) of the block of `count`
+// tokens at row `block`, for the CTA's 64 weight rows from n0 (warp w: rows n0 + 16 w + g, + 8). The CTA's
+// threads copy each chunk's weight codes (64 rows x 64 prepared bytes), the two scale atoms of its stripe and
+// its tokens into one stage of the kWgmmaStages-deep ring (cp.async: nothing is held in registers while in
+// flight); each lane then reads its fragment words from shared memory. A row's four 16-byte pieces are
+// stored XOR-swizzled by (row / 2) % 4, so the lanes' 8-byte reads are conflict-free. Leaves every wgmma
+// and copy finished and the CTA synchronized.
+
 template <class T, int kTokenTiles>
-__device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params const& p, uint8_t* smem, int group,
-                                           int wrow0, int block, int count, int c_begin, int c_end, int g, int q) {
+__device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params const& p, uint8_t* smem,
+                                                  int group, int n0, int block, int count, int c_begin, int c_end,
+                                                  int warp, int g, int q) {
   using Op = typename Gmma<T, 8 * kTokenTiles>::Op;
-  constexpr int kHalfBytes = 8 * kTokenTiles * 2 * kTileK;  // one k-tile of the tokens
+  constexpr int kTokens = 8 * kTokenTiles;
+  constexpr int kHalfBytes = kTokens * 2 * kTileK;  // one k-tile of the tokens
+  constexpr int kTokenBytes = 2 * kHalfBytes;
+  constexpr int kCodeBytes = 64 * 64, kScaleOffset = kTokenBytes + kCodeBytes;  // tokens first (1024-aligned)
   constexpr int kStageBytes = kWgmmaStageBytes<kTokenTiles>;
-  const int ktiles = (p.k + kTileK - 1) / kTileK;  // k-tiles of a prepared row (K padded to 64 with zero codes)
+  constexpr int kStages = kWgmmaStages<kTokenTiles>;
+  static_assert(kStageBytes % 1024 == 0, "stages keep the tokens' swizzle atoms aligned");
+  const int ktiles = (p.k + kTileK - 1) / kTileK;
   const int64_t row_bytes = int64_t(ktiles) * (kTileK / 2);
-  const uint8_t* codes[2];
-  const uint8_t* scales[2];
+  const int tid = threadIdx.x;
+  // this thread's copies of a chunk: code pieces tid and tid + 128 (row piece / 4, piece % 4), scale piece tid % 64
+  // (atom tid / 32 % 2, 16-byte line tid % 32) by threads < 64, token pieces as the wgmma loop
+  const uint8_t* csrc[2];
+  uint32_t cdst[2];
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {  // rows past n read row n - 1 (never stored)
-    const int row = min(wrow0 + g + 8 * t, p.n - 1);
-    codes[t] = p.weight + (int64_t(group) * p.n + row) * row_bytes + 8 * q;
-    scales[t] = p.weight_scales + int64_t(group) * p.scale_group_bytes + scale_row_offset(row, p.scale_cols);
+  for (int i = 0; i < 2; ++i) {
+    const int piece = tid + 128 * i, r = piece / 4, pc = piece % 4;
+    csrc[i] = p.weight + (int64_t(group) * p.n + min(n0 + r, p.n - 1)) * row_bytes + 16 * pc;
+    cdst[i] = kTokenBytes + r * 64 + ((pc ^ ((r / 2) % 4)) << 4);
   }
-  auto load = [&](PreparedChunk& w, int c) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kt = 2 * c + h;
-      const bool ok = kt < ktiles;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        w.codes[h][t] = ok ? load_stream8(codes[t] + int64_t(kt) * (kTileK / 2)) : make_uint2(0, 0);
-        w.scales[h][t] = ok ? __ldg(reinterpret_cast<const uint32_t*>(scales[t] + int64_t(kt) * 512)) : 0u;
-      }
-    }
-  };
-  // Thread i copies piece i % 16 (16 bytes: k-tile piece / 8, 16-byte column piece % 8) of tokens i / 16 + 8 j
-  // of every chunk; tokens past the block read its last token (never stored), elements past K are zeros.
-  const int tid = threadIdx.x, piece = tid % 16, trow = tid / 16;
+  const uint8_t* ssrc = p.weight_scales + int64_t(group) * p.scale_group_bytes +
+                        int64_t(n0 / 128) * 128 * p.scale_cols + (tid / 32 % 2) * 512 + (tid % 32) * 16;
+  const uint32_t sdst = kScaleOffset + (tid / 32 % 2) * 512 + (tid % 32) * 16;
+  const int piece = tid % 16, trow = tid / 16;
   const T* xsrc[kTokenTiles];
   uint32_t xdst[kTokenTiles];
 #pragma unroll
   for (int j = 0; j < kTokenTiles; ++j) {
     const int tok = min(trow + 8 * j, count - 1);
     xsrc[j] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 8 * piece;
-    xdst[j] = (piece / 8) * kHalfBytes + (trow + 8 * j) * 128 + (((piece % 8) ^ trow) << 4);  // (trow + 8j) % 8 = trow
+    xdst[j] = (piece / 8) * kHalfBytes + (trow + 8 * j) * 128 + (((piece % 8) ^ trow) << 4);
   }
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  auto copy_tokens = [&](int c, int stage) {
+  auto copy_chunk = [&](int c, int stage) {
     if (c < c_end) {
+      const uint32_t at = smem0 + stage * kStageBytes;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)  // k-tiles past the prepared row: zeros
+        cp_async16(at + cdst[i], csrc[i] + int64_t(c) * (kChunkK / 2), 2 * c + (tid + 128 * i) % 4 / 2 < ktiles);
+      if (tid < 64) cp_async16(at + sdst, ssrc + int64_t(c) * 1024, 2 * c + tid / 32 < ktiles);
       const bool ok = c * kChunkK + 8 * piece < p.k;
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j)
-        cp_async16(smem0 + stage * kStageBytes + xdst[j], xsrc[j] + int64_t(c) * kChunkK, ok);
+      for (int j = 0; j < kTokenTiles; ++j) cp_async16(at + xdst[j], xsrc[j] + int64_t(c) * kChunkK, ok);
     }
     cp_async_commit();  // one group per chunk, empty past the end: the waits count chunks
   };
+  // this lane's words in a stage: rows r_t = 16 warp + g + 8t, k-tile h
+  uint32_t code_at[2][2], scale_at[2][2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const int r = 16 * warp + g + 8 * t, rr = (n0 + r) % 128;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int pc = 2 * h + q / 2;
+      code_at[h][t] = kTokenBytes + r * 64 + ((pc ^ ((r / 2) % 4)) << 4) + 8 * (q % 2);
+      scale_at[h][t] = kScaleOffset + h * 512 + scale_atom_row_offset(rr);
+    }
+  }
+  auto read_chunk = [&](PreparedChunk& w, int stage) {
+    const uint8_t* base = smem + stage * kStageBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        w.codes[h][t] = *reinterpret_cast<const uint2*>(base + code_at[h][t]);
+        w.scales[h][t] = *reinterpret_cast<const uint32_t*>(base + scale_at[h][t]);
+      }
+  };
 
-  PreparedChunk ring[kWgmmaRing];
 #pragma unroll
-  for (int i = 0; i < kWgmmaRing; ++i)
-    if (c_begin + i < c_end) load(ring[i], c_begin + i);
-#pragma unroll
-  for (int s = 0; s < kWgmmaStages - 1; ++s) copy_tokens(c_begin + s, s);
-  uint32_t a[2][4][4];  // the fragments of a chunk's two k-tiles: one decodes while the other's wgmmas run
+  for (int s = 0; s < kStages - 1; ++s) copy_chunk(c_begin + s, s);
+  uint32_t a[2][4][4];
   int stage = 0;
   fence_accumulators(acc);
-  for (int c = c_begin; c < c_end; c += kWgmmaRing) {
-#pragma unroll
-    for (int i = 0; i < kWgmmaRing; ++i) {
-      const int cc = c + i;
-      if (cc < c_end) {
-        cp_async_wait<kWgmmaStages - 2>();  // this thread's copies of chunk cc landed
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the wgmmas (async proxy)
-        __syncthreads();                           // every thread's
-        decode_ktile<T>(ring[i], 0, a[0]);
-        wgmma_ktile<Op, kTokenTiles>(a[0], smem0 + stage * kStageBytes, acc);
-        cute::warpgroup_wait<1>();  // the previous k-tile is done: a[1] and the previous chunk's stage are free
-        copy_tokens(cc + kWgmmaStages - 1, stage == 0 ? kWgmmaStages - 1 : stage - 1);
-        if (2 * cc + 1 < ktiles) {
-          decode_ktile<T>(ring[i], 1, a[1]);
-          wgmma_ktile<Op, kTokenTiles>(a[1], smem0 + stage * kStageBytes + kHalfBytes, acc);
-          cute::warpgroup_wait<1>();  // k-tile 0 is done: a[0] is free
-        } else {
-          cute::warpgroup_wait<0>();  // (the last chunk) the same for the next pass, as ptxas sees the loop
-        }
-        if (cc + kWgmmaRing < c_end) load(ring[i], cc + kWgmmaRing);
-        stage = stage + 1 == kWgmmaStages ? 0 : stage + 1;
-      }
+  for (int c = c_begin; c < c_end; ++c) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of chunk c landed
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the wgmmas (async proxy)
+    __syncthreads();                                               // every thread's
+    PreparedChunk w;
+    read_chunk(w, stage);
+    decode_ktile<T>(w, 0, a[0]);
+    wgmma_ktile<Op, kTokenTiles>(a[0], smem0 + stage * kStageBytes, acc);
+    cute::warpgroup_wait<1>();  // the previous k-tile is done: a[1] and the previous chunk's stage are free
+    copy_chunk(c + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+    if (2 * c + 1 < ktiles) {
+      decode_ktile<T>(w, 1, a[1]);
+      wgmma_ktile<Op, kTokenTiles>(a[1], smem0 + stage * kStageBytes + kHalfBytes, acc);
+      cute::warpgroup_wait<1>();  // k-tile 0 is done: a[0] is free
+    } else {
+      cute::warpgroup_wait<0>();  // (the last chunk) the same for the next pass, as ptxas sees the loop
     }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   cute::warpgroup_wait<0>();
   fence_accumulators(acc);
@@ -762,7 +778,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     float acc[kTokenTiles][4] = {};
     const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
     if constexpr (kWgmma)
-      wgmma_loop<T, kTokenTiles>(acc, p, stages, group, n0 + warp * (8 * kN8PerWarp), block, count, c_begin, c_end, g, q);
+      wgmma_loop<T, kTokenTiles>(acc, p, stages, group, n0, block, count, c_begin, c_end, warp, g, q);
     else
       lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
                                             scale_row + (block - first), c_begin, c_end, g, q);
