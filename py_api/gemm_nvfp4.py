@@ -387,7 +387,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, and up to 64
-    bf16/fp16 tokens where N, K <= 4096, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
+    bf16/fp16 tokens where N * K <= 2^25, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
     GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the

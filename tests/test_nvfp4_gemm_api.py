@@ -151,13 +151,14 @@ def test_skinny_config_and_heuristic():
                      4096: None}
     # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens (stepped
     # loop); 9-16 tokens its wgmma loop (bf16/fp16 activations) or stepped loop (NVFP4 activations) on any
-    # shape; 17-64 bf16/fp16 tokens the wgmma loop where N, K <= 4096; the CUTLASS kernel elsewhere
+    # shape; 17-64 bf16/fp16 tokens the wgmma loop where N * K <= 2^25; the CUTLASS kernel elsewhere
     Ms = (0, 1, 8, 9, 16, 17, 64, 65)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
     w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
     assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
     assert [default_nvfp4_skinny_config(M, 1024, 2048) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
-    for N, K in ((8192, 8192), (4104, 4096), (4096, 4128), (28672, 8192), (2048, 14336)):  # larger: 9-16 only
+    assert [default_nvfp4_skinny_config(M, 6144, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
+    for N, K in ((8192, 8192), (8200, 4096), (4096, 8224), (28672, 8192), (4096, 14336)):  # larger: 9-16 only
         assert [default_nvfp4_skinny_config(M, N, K) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
         assert [default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) for M in Ms] == [
             t1, t1, t1, t2, t2, None, None, None]  # the wgmma loop takes no NVFP4 activations

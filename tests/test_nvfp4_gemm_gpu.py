@@ -388,7 +388,7 @@ def test_skinny_activations(act):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
     """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and its wgmma loop at
-    9-64 tokens where N, K <= 4096 (here 2048 x 1024); SCALEMM_NVFP4_SKINNY=0 keeps
+    9-16 tokens and at 17-64 where N * K <= 2^25 (here 2048 x 1024); SCALEMM_NVFP4_SKINNY=0 keeps
     them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects the tests that need only the kernels
     of --set skinny, and this one runs CUTLASS kernels too.)"""
     import scalemm.gemm_nvfp4 as g

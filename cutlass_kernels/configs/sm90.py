@@ -332,8 +332,7 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
 SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for any shape: the wgmma loop (bf16/fp16 tokens) or
                                  # the stepped loop (NVFP4 tokens), and up to 64 bf16/fp16 tokens the wgmma
-SKINNY_WGMMA_MAX_N = 4096        # loop where N <= this
-SKINNY_WGMMA_MAX_K = 4096        # and K <= this; the CUTLASS kernel elsewhere
+SKINNY_WGMMA_MAX_NK = 1 << 25    # loop where N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
@@ -342,18 +341,20 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     wgmma main loop"):
     - up to 8 tokens the one-tile kernel (stepped loop) beat the CUTLASS kernel on every measured layer shape,
       and its wgmma loop by 1.1-1.3x;
-    - 9-16 tokens with bf16/fp16 activations: the wgmma loop, 0.76-0.87x the CUTLASS kernel's time on
-      4096^2, 8192^2, 14336 x 4096 and 4096 x 14336 and 0.76x the stepped loop's at 4096^2;
+    - 9-16 tokens with bf16/fp16 activations: the wgmma loop, 0.65-0.94x the CUTLASS kernel's time on
+      4096^2, 8192^2, 14336 x 4096, 4096 x 14336, 6144 x 4096 and 1024 x 4096, level at 28672 x 8192, and
+      0.75x the stepped loop's at 4096^2;
     - 9-16 tokens with NVFP4 activations: the stepped loop (it decodes them in registers; the wgmma loop takes
       bf16/fp16 only), 1.32-1.56x of bf16 where the CUTLASS kernel with its decode pass ran 0.85-1.54x;
-    - 17-64 bf16/fp16 tokens with N, K <= 4096: the wgmma loop (at 64 tokens 14.6 us at 4096^2 against the
-      CUTLASS kernel's 19.3); on larger layers the CUTLASS kernel (at 64 tokens 1.14-1.16x faster at
-      14336 x 4096 and 4096 x 14336, level at 8192^2);
+    - 17-64 bf16/fp16 tokens with N * K <= 2^25: the wgmma loop (at 32 / 64 tokens 11.8 / 14.6 us at 4096^2
+      and 14.5 / 18.2 at 6144 x 4096 against the CUTLASS kernel's 17.2 / 18.9 and 18.3 / 20.3); on larger
+      layers the CUTLASS kernel (at 32 tokens within 3% either way, at 64 tokens level at 8192^2 and
+      1.16-1.18x faster at 14336 x 4096, 4096 x 14336 and 28672 x 8192);
     - otherwise above 16 tokens the CUTLASS kernel."""
     wgmma = replace(skinny_config_for_tokens(M), mainloop="wgmma") if 8 < M <= 64 and not nvfp4_activations else None
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         return skinny_config_for_tokens(M)
-    if wgmma is not None and (M <= SKINNY_TWO_TILE_MAX_TOKENS or (N <= SKINNY_WGMMA_MAX_N and K <= SKINNY_WGMMA_MAX_K)):
+    if wgmma is not None and (M <= SKINNY_TWO_TILE_MAX_TOKENS or N * K <= SKINNY_WGMMA_MAX_NK):
         return wgmma
     if M <= SKINNY_TWO_TILE_MAX_TOKENS and nvfp4_activations:
         return skinny_config_for_tokens(M)
