@@ -828,20 +828,28 @@ constexpr int64_t kSplitOverheadChunks = 4;
 // ran 20.1 us with 2.9 CTAs per SM and 25.4 us with 3.9. Without this term the model filled every
 // SM with 4 CTAs and lost up to 1.4x.
 constexpr int64_t kSaturatingCtasPerSmX2 = 5;
+// The same for the wgmma loop, whose CTAs each keep a deep ring of copies in flight: 2 per SM, and its split
+// counts powers of two (H100, splits timed at 16-64 tokens on nine layer shapes, perf/NOTES.md "the wgmma
+// main loop": 8192^2 at 16 tokens ran 22.4 us at 2 splits, ~2 CTAs per SM, 26.4 us at 3, the choice with 2.5
+// and every count, and 5120^2 12.6 us at 4, 15.1 at 3). With both, the choice was within 5% of the best
+// power of two on 22 of 27 points, 6-13% off on the other five (28672 x 8192, and 4096 x 14336 at 32).
+constexpr int64_t kWgmmaSaturatingCtasPerSmX2 = 4;
 
-// How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] that minimises the time of the
-// busiest SM, waves x (chunks per CTA + kSplitOverheadChunks) x max(1, its CTAs / 2.5), where
-// resident[s] CTAs fit on the GPU at once in clusters of s and `sms` is the SM count (0: unknown, no
-// sharing term). Ties go to fewer splits.
-inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t const (&resident)[kMaxSplits + 1]) {
+// How many CTAs split K: the one in [1, min(kMaxSplits, chunks)] (powers_of_two: of those, 1, 2, 4, 8) that
+// minimises the time of the busiest SM, waves x (chunks per CTA + kSplitOverheadChunks) x max(1, its CTAs /
+// (saturating_x2 / 2)), where resident[s] CTAs fit on the GPU at once in clusters of s and `sms` is the SM
+// count (0: unknown, no sharing term). Ties go to fewer splits.
+inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t const (&resident)[kMaxSplits + 1],
+                         int64_t saturating_x2 = kSaturatingCtasPerSmX2, bool powers_of_two = false) {
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= kMaxSplits && s <= chunks; ++s) {
     if (resident[s] <= 0) continue;  // clusters of s CTAs do not fit (or the query failed): not an option
+    if (powers_of_two && (s & (s - 1)) != 0) continue;
     const int64_t fit = resident[s], ctas = tiles * s;
     const int64_t waves = (ctas + fit - 1) / fit, per = (chunks + s - 1) / s;
     const int64_t busiest = sms > 0 ? (std::min(ctas, fit) + sms - 1) / sms : 0;  // CTAs on one SM in a wave
-    const int64_t cost = waves * (per + kSplitOverheadChunks) * std::max(kSaturatingCtasPerSmX2, 2 * busiest);
+    const int64_t cost = waves * (per + kSplitOverheadChunks) * std::max(saturating_x2, 2 * busiest);
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;
@@ -937,7 +945,8 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
       queried[a.device] = true;
     }
     // at most `tokens` groups hold rows: the others' CTAs leave at once
-    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit);
+    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit,
+                           is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
   out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   out.splits = out.per_split > 0 ? int((chunks + out.per_split - 1) / out.per_split) : splits;  // no CTA without chunks
