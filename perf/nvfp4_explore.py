@@ -89,11 +89,11 @@ def point(M, N, K, which="all"):
             if which == "wgmma" and c.mainloop == "lean":
                 continue
             fns[c.label()] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
-            if c.mainloop != "wgmma":  # (bf16/fp16 activations only)
-                fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
         if which == "wgmma":
             cutlass = default_nvfp4_config(M, N, K)
             fns["w4a16"] = lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass)
+            fns["w4a4"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass)  # the bf16 decode pass + W4A16
         return bench(fns, copies)
     cutlass = default_nvfp4_config(M, N, K)  # "w4a16"/"w4a4": the CUTLASS kernel (the default may be the skinny one)
     for w in ws:  # prepare every weight copy for the CUTLASS kernel before the graphs are captured

@@ -204,8 +204,6 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
         return f"{groups} groups are more than 65535"
     if K % 32:
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
-    if config.mainloop == "wgmma" and any(name == "a.qdata" for _, name in tensors):
-        return "its wgmma main loop takes bf16/fp16 activations, not NVFP4 ones (mainloop='stepped' does)"
     if N > 65535 * 64:
         return f"N = {N} is more than 65535 tiles of 64 rows"
     if K > 1 << 30 or M > 1 << 30:
@@ -229,7 +227,15 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     M = a.shape[0]
     x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
     out_dtype = out.dtype if out is not None else out_dtype
-    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4 else a.dtype, out_dtype=out_dtype, activation=activation)
+    # NVFP4 tokens: the mma.sync loops decode them in registers; the wgmma loop takes them decoded exactly to
+    # bf16 (code x block scale) by one pass, alpha_a staying for the epilogue (decoding them in every CTA, as the
+    # mma.sync loops do, ran 1.1-2.4x slower: perf/NOTES.md "the wgmma main loop")
+    decoded = None
+    if x4 and cfg.mainloop == "wgmma":
+        decoded = dequantize_rows_bf16(a, offsets=offsets)
+    x4_kernel = x4 and decoded is None
+    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else (a.dtype if decoded is None else decoded.dtype),
+                              out_dtype=out_dtype, activation=activation)
     device = b.qdata.device
     grouped = offsets is not None
     G = offsets.numel() if grouped else 1
@@ -246,21 +252,22 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     # the wgmma loop reads the prepared byte order of the CUTLASS kernel (its A fragments), the others the quantizer's
     weight = _prepared_weight(b.qdata) if cfg.mainloop == "wgmma" else b.qdata
     args = abi.Nvfp4SkinnyGemmArgs(
-        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(), x=(a.qdata if x4 else a).data_ptr(),
-        x_scales=a.scales.data_ptr() if x4 else None,
-        x_sf_offsets=a.sf_offsets.data_ptr() if (x4 and grouped) else None,
+        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(),
+        x=(decoded if decoded is not None else a.qdata if x4 else a).data_ptr(),
+        x_scales=a.scales.data_ptr() if x4_kernel else None,
+        x_sf_offsets=a.sf_offsets.data_ptr() if (x4_kernel and grouped) else None,
         d=None if out is None else out.data_ptr(),
         offsets=offsets.data_ptr() if grouped else None, groups=G,
         scale_a=scale_a.data_ptr(), scale_a_mode=mode_a, scale_b=b.alpha.data_ptr(), scale_b_mode=mode_b,
         bias=None if bias is None else bias.data_ptr(), bias_mode=mode_bias, n=N, tokens=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
         device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
-    return spec, args
+    return spec, args, decoded  # (decoded: alive until the launch is queued)
 
 
 def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
     """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device)."""
-    spec, args = _skinny_call(a, b, bias, out, cfg, activation, offsets)
+    spec, args, _decoded = _skinny_call(a, b, bias, out, cfg, activation, offsets)
     _skinny_launcher(spec)(ctypes.byref(args))
     return out
 
@@ -294,7 +301,7 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
     why = skinny_problem(M, N, K, config, operands, groups=None if offsets is None else offsets.numel())
     if why:
         raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
-    spec, args = _skinny_call(a, b, None, None, config, epilogue, offsets, out_dtype=out_dtype)
+    spec, args, _decoded = _skinny_call(a, b, None, None, config, epilogue, offsets, out_dtype=out_dtype)
     got = ctypes.c_int64(-1)
     query = abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(args), splits=ctypes.addressof(got))
     _skinny_splits_fn(spec)(ctypes.byref(query))

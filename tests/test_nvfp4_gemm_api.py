@@ -150,20 +150,21 @@ def test_skinny_config_and_heuristic():
                      17: SkinnyConfig(4), 32: SkinnyConfig(4), 33: SkinnyConfig(8), 64: SkinnyConfig(8), 65: None,
                      4096: None}
     # the default (where it beat the CUTLASS kernel on an H100): the skinny kernel up to 8 tokens (stepped
-    # loop); 9-16 tokens its wgmma loop (bf16/fp16 activations) or stepped loop (NVFP4 activations) on any
-    # shape; 17-64 bf16/fp16 tokens the wgmma loop where N * K <= 2^25; the CUTLASS kernel elsewhere
+    # loop); its wgmma loop at 9-16 tokens on any shape, at 17-32 where N * K <= 2^26 and at 33-64 where
+    # N * K <= 2^25; the CUTLASS kernel elsewhere; NVFP4 activations alike (the wgmma loop takes them through
+    # the bf16 decode pass)
     Ms = (0, 1, 8, 9, 16, 17, 64, 65)
     t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
     w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
-    assert [default_nvfp4_skinny_config(M, 4096, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
-    assert [default_nvfp4_skinny_config(M, 1024, 2048) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
-    assert [default_nvfp4_skinny_config(M, 6144, 4096) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
-    for N, K in ((8192, 8192), (8200, 4096), (4096, 8224), (28672, 8192), (4096, 14336)):  # larger: 9-16 only
-        assert [default_nvfp4_skinny_config(M, N, K) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
-        assert [default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) for M in Ms] == [
-            t1, t1, t1, t2, t2, None, None, None]  # the wgmma loop takes no NVFP4 activations
-    assert [default_nvfp4_skinny_config(M, 4096, 4096, nvfp4_activations=True) for M in Ms] == [
-        t1, t1, t1, t2, t2, None, None, None]
+    for x4 in (False, True):
+        assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
+        assert [default_nvfp4_skinny_config(M, 1024, 2048, x4) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
+        assert [default_nvfp4_skinny_config(M, 6144, 4096, x4) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
+        for N, K in ((8192, 8192), (14336, 4096), (8200, 4096), (4096, 8224)):  # N * K in (2^25, 2^26]: to 32
+            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in (9, 16, 17, 32, 33, 64)] == [
+                w2, w2, w4, w4, None, None]
+        for N, K in ((8200, 8192), (28672, 8192), (4096, 16400)):  # larger: 9-16 only
+            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
     # grouped: the skinny kernel up to 4 rows per expert on average (token tiles for 4x the mean), CUTLASS above
     from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_skinny_config as grouped
     assert [grouped(T, 128) for T in (0, 1, 8, 128, 256, 512, 513, 4096)] == [

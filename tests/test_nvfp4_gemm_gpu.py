@@ -246,7 +246,7 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
-SKINNY_LOOPS = ["stepped", "lean", "wgmma"]  # SkinnyConfig.mainloop: the default, the baseline, wgmma (W4A16 only)
+SKINNY_LOOPS = ["stepped", "lean", "wgmma"]  # SkinnyConfig.mainloop: the default, the baseline, wgmma
 MMA_SYNC_LOOPS = ["stepped", "lean"]  # the same loads and MMA order: bit-identical outputs
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
@@ -352,23 +352,28 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
 
 
 @pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (16, "default"), (1, "config"), (7, "config"),
-                                   (16, "config"), (33, "config"), (7, "lean"), (33, "lean")])
+                                   (16, "config"), (33, "config"), (7, "lean"), (33, "lean"), (9, "wgmma"),
+                                   (33, "wgmma"), (64, "wgmma")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
-    """The skinny kernel decodes the NVFP4 activations itself (no bf16 pass)."""
+    """The skinny kernel's mma.sync loops decode the NVFP4 activations themselves (no bf16 pass); its wgmma loop
+    (the default above 8 tokens) takes them from the exact bf16 decode pass, alpha_a in its epilogue."""
     import scalemm.gemm_nvfp4 as g
     N, K = 4096, 2048
     w = _weights(N, K, w_scaling, seed=61)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=62).to(torch.bfloat16), scaling=a_scaling)
     out = _poisoned(M, N, torch.float32)
-    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
+    config = (default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) if via == "default" else
+              skinny_config_for_tokens(M) if via == "config" else replace(skinny_config_for_tokens(M), mainloop=via))
+    passes = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
     if via == "default":  # up to 16 NVFP4 tokens the default is the skinny kernel
-        assert default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) is not None
+        assert config is not None
         scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
     else:
-        scalemm.gemm(a, w, out_dtype=torch.float32, out=out,
-                     config=skinny_config_for_tokens(M) if via == "config" else
-                     replace(skinny_config_for_tokens(M), mainloop=via))
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=config)
+    assert len(passes) == (config.mainloop == "wgmma")  # the decode pass runs for the wgmma loop only
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -509,7 +514,8 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
     ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "skinny"),       # decode routing, 2 rows per expert: the skinny kernel
     ([1, 0, 3, 0, 0, 2, 1, 9], None, "0", "cutlass"),      # ... unless SCALEMM_NVFP4_SKINNY=0
     ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3), "0", "skinny"),  # config= always
-], ids=["ragged", "decode-default", "decode-cutlass", "decode-skinny"])
+    ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 0, "wgmma"), "1", "wgmma"),  # the wgmma loop: after the bf16 pass
+], ids=["ragged", "decode-default", "decode-cutlass", "decode-skinny", "decode-wgmma"])
 def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config, skinny_env, kernel):
     """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Without a config,
     grouped calls take the skinny kernel up to 4 rows per expert on average, the CUTLASS kernel (after a bf16
@@ -525,7 +531,7 @@ def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, confi
     monkeypatch.setenv(g.SKINNY_ENV, skinny_env)
     if kernel == "cutlass":
         monkeypatch.setattr(g, "_gemm_skinny", None)  # must not take the skinny kernel
-    else:
+    elif kernel == "skinny":
         monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
     scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=config)
     assert not out.isnan().any()

@@ -330,34 +330,34 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
 
 
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
-SKINNY_TWO_TILE_MAX_TOKENS = 16  # up to here (two tiles) for any shape: the wgmma loop (bf16/fp16 tokens) or
-                                 # the stepped loop (NVFP4 tokens), and up to 64 bf16/fp16 tokens the wgmma
-SKINNY_WGMMA_MAX_NK = 1 << 25    # loop where N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
+SKINNY_TWO_TILE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
+SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up to 64 tokens where
+SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
 
 
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
     """What a dense NVFP4 GEMM without a config runs: the skinny kernel, or None (the CUTLASS kernel's tiles).
     Measured on an H100 (perf/NOTES.md, "skinny kernel: measured", "the default at 9-16 tokens" and "the
     wgmma main loop"):
-    - up to 8 tokens the one-tile kernel (stepped loop) beat the CUTLASS kernel on every measured layer shape,
-      and its wgmma loop by 1.1-1.3x;
-    - 9-16 tokens with bf16/fp16 activations: the wgmma loop, 0.65-0.94x the CUTLASS kernel's time on
-      4096^2, 8192^2, 14336 x 4096, 4096 x 14336, 6144 x 4096 and 1024 x 4096, level at 28672 x 8192, and
-      0.75x the stepped loop's at 4096^2;
-    - 9-16 tokens with NVFP4 activations: the stepped loop (it decodes them in registers; the wgmma loop takes
-      bf16/fp16 only), 1.32-1.56x of bf16 where the CUTLASS kernel with its decode pass ran 0.85-1.54x;
-    - 17-64 bf16/fp16 tokens with N * K <= 2^25: the wgmma loop (at 32 / 64 tokens 11.8 / 14.6 us at 4096^2
-      and 14.5 / 18.2 at 6144 x 4096 against the CUTLASS kernel's 17.2 / 18.9 and 18.3 / 20.3); on larger
-      layers the CUTLASS kernel (at 32 tokens within 3% either way, at 64 tokens level at 8192^2 and
-      1.16-1.18x faster at 14336 x 4096, 4096 x 14336 and 28672 x 8192);
-    - otherwise above 16 tokens the CUTLASS kernel."""
-    wgmma = replace(skinny_config_for_tokens(M), mainloop="wgmma") if 8 < M <= 64 and not nvfp4_activations else None
+    - up to 8 tokens the one-tile kernel (stepped loop, NVFP4 activations decoded in its registers) beat the
+      CUTLASS kernel on every measured layer shape, and its wgmma loop by 1.1-1.3x;
+    - 9-16 tokens: the wgmma loop on every shape (0.65-0.94x the CUTLASS kernel's time at 16 tokens on seven
+      layer shapes, level at 28672 x 8192; 0.75x the stepped loop's at 4096^2);
+    - 17-32 tokens with N * K <= 2^26 and 33-64 with N * K <= 2^25: the wgmma loop (at 32 / 64 tokens 11.8 /
+      14.6 us at 4096^2 and 14.5 / 18.2 at 6144 x 4096 against the CUTLASS kernel's 17.2 / 18.9 and 18.3 /
+      20.3; at 32 tokens 25.3 us at 8192^2 against 29.4, within 3% at 14336 x 4096 and 4096 x 14336); on
+      larger layers the CUTLASS kernel (at 64 tokens level at 8192^2 and 1.13-1.18x faster at 14336 x 4096,
+      4096 x 14336 and 28672 x 8192);
+    - NVFP4 activations above 8 tokens take the same kernels: the wgmma loop and the CUTLASS kernel both read
+      them decoded exactly to bf16 by one pass (decoding them in every CTA of the wgmma loop ran up to 2x
+      slower than pass + loop; pass + loop against the stepped loop's in-register decode at 16 tokens:
+      0.75x the time at 8192^2, 0.92x at 4096 x 14336, within 3% at 4096^2, 2048 x 4096 and 14336 x 4096);
+    - otherwise the CUTLASS kernel."""
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         return skinny_config_for_tokens(M)
-    if wgmma is not None and (M <= SKINNY_TWO_TILE_MAX_TOKENS or N * K <= SKINNY_WGMMA_MAX_NK):
-        return wgmma
-    if M <= SKINNY_TWO_TILE_MAX_TOKENS and nvfp4_activations:
-        return skinny_config_for_tokens(M)
+    small = N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
+    if M <= 8 * SKINNY_TOKEN_TILES[-1] and (M <= SKINNY_TWO_TILE_MAX_TOKENS or small):
+        return replace(skinny_config_for_tokens(M), mainloop="wgmma")
     return None
 
 
