@@ -81,15 +81,16 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 // weights into a 4-stage shared-memory ring with TMA ("bulk": 1.12-1.18x slower), and each chunk's
 // tokens loaded one chunk early ("ahead": W4A16 1.01-1.06x slower, W4A4 0.97-1.05x; faster only under
 // ncu's cache flush).
-//  kLoopWgmma: wgmma instead of mma.sync, for 9-64 tokens (bf16/fp16 activations only). The CTA streams each
+//  kLoopWgmma: wgmma instead of mma.sync, for 9-64 tokens (bf16/fp16 tokens; NVFP4 ones reach it decoded by the
+//    launcher's exact bf16 pass: decoding them in every CTA here ran up to 2x slower). The CTA streams each
 //    chunk's weights from the prepared copy the CUTLASS kernel reads (scalemm.gemm_nvfp4.prepare_sm90_weight:
 //    lane q's 8 bytes of a row's 64-element k-tile are its wgmma A-fragment elements), the chunk's scale
 //    atoms and its tokens into shared memory (cp.async, a ring of 3-8 chunks); each lane decodes its A
 //    fragments from there, and one wgmma m64 x (8 * kTokenTiles) x 16 per k16 step replaces a warp's
 //    2 * kTokenTiles mma.sync: the MMA work per weight byte no longer grows with the tokens.
-//    Measured (H100, perf/NOTES.md "the wgmma main loop"): at 16 tokens 0.76-0.87x the CUTLASS kernel's time
-//    on four Llama layer shapes and 0.76x the stepped loop's at 4096^2; at 64 tokens level with the CUTLASS
-//    kernel at 8192^2 but 1.14-1.16x at 14336 x 4096 / 4096 x 14336; at 1 token 1.1-1.3x the stepped loop's.
+//    Measured (H100, perf/NOTES.md "the wgmma main loop"): at 16 tokens 0.65-0.94x the CUTLASS kernel's time
+//    on seven layer shapes and 0.75x the stepped loop's at 4096^2; at 64 tokens level with the CUTLASS
+//    kernel at 8192^2 but 1.13-1.18x at 14336 x 4096 / 4096 x 14336; at 1 token 1.1-1.3x the stepped loop's.
 //    Measured and replaced: the same loop with a register ring of 2 chunks instead of shared memory
 //    (1.1-1.5x the time: its warps waited on their loads, and a wgmma waits for all 4 warps of the group),
 //    with two accumulator sets or a ring of 3 chunks (no faster), and with a K order giving each lane two
