@@ -8,7 +8,8 @@ Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
   - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
     codes in the quantizer's byte order, K split over a cluster of CTAs (the default for calls the
     heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off); its
-    wgmma main loop (bf16/fp16 activations, 9-64 tokens) streams W's prepared copy through shared memory;
+    wgmma main loop (by default 9-64 tokens by shape; NVFP4 activations after the bf16 pass) streams W's
+    prepared copy through shared memory;
   - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
@@ -229,12 +230,11 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     out_dtype = out.dtype if out is not None else out_dtype
     # NVFP4 tokens: the mma.sync loops decode them in registers; the wgmma loop takes them decoded exactly to
     # bf16 (code x block scale) by one pass, alpha_a staying for the epilogue (decoding them in every CTA, as the
-    # mma.sync loops do, ran 1.1-2.4x slower: perf/NOTES.md "the wgmma main loop")
-    decoded = None
-    if x4 and cfg.mainloop == "wgmma":
-        decoded = dequantize_rows_bf16(a, offsets=offsets)
-    x4_kernel = x4 and decoded is None
-    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else (a.dtype if decoded is None else decoded.dtype),
+    # mma.sync loops do, took 1.04-1.9x the time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call
+    # that only plans (out None: skinny_splits) runs no pass; the kernel then never reads x.
+    x4_kernel = x4 and cfg.mainloop != "wgmma"
+    decoded = dequantize_rows_bf16(a, offsets=offsets) if x4 and not x4_kernel and out is not None else None
+    spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else torch.bfloat16 if x4 else a.dtype,
                               out_dtype=out_dtype, activation=activation)
     device = b.qdata.device
     grouped = offsets is not None
@@ -393,9 +393,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
                config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
-    config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, and up to 64
-    bf16/fp16 tokens where N * K <= 2^25, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a
-    GemmConfig (the CUTLASS kernel).
+    config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, to 32 where
+    N * K <= 2^26 and to 64 where N * K <= 2^25, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the
+    CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
     CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).

@@ -284,9 +284,9 @@ class SkinnyConfig:
     mainloop (compiled), how the weights stream: "stepped" (the default: a ring of chunks in registers
     with no predicates over the chunks inside K, per-lane pointers stepped once per iteration, whole
     128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
-    loads addressed from the chunk index; 1.01-1.18x the time on an H100), "wgmma" (bf16/fp16 activations
-    only: W's prepared copy, its scales and the tokens streamed through a ring in shared memory, one
-    warpgroup wgmma per k16 step whatever the token count). perf/NOTES.md has the loops that were measured and lost."""
+    loads addressed from the chunk index; 1.01-1.18x the time on an H100), "wgmma" (W's prepared copy, its
+    scales and the bf16/fp16 tokens streamed through a ring in shared memory, one warpgroup wgmma per k16
+    step whatever the token count; NVFP4 activations reach it decoded exactly to bf16 by one pass). perf/NOTES.md has the loops that were measured and lost."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
