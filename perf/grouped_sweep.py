@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
-from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, default_grouped_config,  # noqa: E402
-                                             skinny_config_for_groups)
+from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, SkinnyConfig,  # noqa: E402
+                                             default_grouped_config, skinny_config_for_groups)
 
 E4M3 = torch.float8_e4m3fn
 MODELS = {  # experts, top-k, hidden, expert intermediate
@@ -36,7 +36,8 @@ MODELS = {  # experts, top-k, hidden, expert intermediate
     "llama4-scout": (16, 1, 5120, 8192),
 }
 TOKENS = {"decode": (1, 16, 64), "prefill": (1024, 4096, 16384)}
-NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny")
+NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny", "nvfp4_w4a16_wgmma",
+               "nvfp4_w4a4_wgmma")
 
 
 def _random_e4m3(shape, gen, chunk=16):
@@ -116,9 +117,13 @@ def main():
             fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
             fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
             skinny = skinny_config_for_groups(T, G)
-            if skinny is not None:  # the skinny kernel (config= only: the default is the CUTLASS kernel)
+            if skinny is not None:  # the skinny kernel pinned (the default takes it up to 4 rows per expert),
+                # with its default loop and with the wgmma loop (W4A4: after the bf16 decode pass)
+                wg = SkinnyConfig(skinny.token_tiles, mainloop="wgmma")
                 fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
                 fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=skinny)
+                fns["nvfp4_w4a16_wgmma"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=wg)
+                fns["nvfp4_w4a4_wgmma"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=wg)
         if args.tune:
             for cfg in GROUPED_TUNING_CANDIDATES:
                 fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,

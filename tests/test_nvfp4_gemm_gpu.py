@@ -511,15 +511,17 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
 @pytest.mark.parametrize("a_scaling", ["tensor", "token"])
 @pytest.mark.parametrize("sizes,config,skinny_env,kernel", [
     (SIZES["ragged"], None, "1", "cutlass"),               # 64 rows per expert on average: CUTLASS
-    ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "skinny"),       # decode routing, 2 rows per expert: the skinny kernel
+    ([1, 0, 3, 0, 0, 2, 1, 7], None, "1", "skinny"),       # decode routing, 14 rows: the skinny kernel, stepped
+    ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "wgmma"),        # 16 rows: its wgmma loop, after the bf16 pass
     ([1, 0, 3, 0, 0, 2, 1, 9], None, "0", "cutlass"),      # ... unless SCALEMM_NVFP4_SKINNY=0
     ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3), "0", "skinny"),  # config= always
     ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 0, "wgmma"), "1", "wgmma"),  # the wgmma loop: after the bf16 pass
-], ids=["ragged", "decode-default", "decode-cutlass", "decode-skinny", "decode-wgmma"])
+], ids=["ragged", "decode-default", "decode-default-16", "decode-cutlass", "decode-skinny", "decode-wgmma"])
 def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config, skinny_env, kernel):
     """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Without a config,
-    grouped calls take the skinny kernel up to 4 rows per expert on average, the CUTLASS kernel (after a bf16
-    decode pass over the activations) above; the skinny kernel decodes the activations itself."""
+    grouped calls take the skinny kernel up to 4 rows per expert on average (its stepped loop decoding the
+    activations itself below 16 rows, its wgmma loop after a bf16 decode pass from 16), the CUTLASS kernel
+    (after the pass) above."""
     import scalemm.gemm_nvfp4 as g
     G, N, K = len(sizes), 512, 1024
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=3).reshape(G, N, K).to(torch.bfloat16), scaling="token")
@@ -533,7 +535,11 @@ def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, confi
         monkeypatch.setattr(g, "_gemm_skinny", None)  # must not take the skinny kernel
     elif kernel == "skinny":
         monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the decode pass must not run
+    loops, skinny = [], g._gemm_skinny
+    if kernel == "wgmma":  # the skinny kernel's config (argument 4) says which loop ran
+        monkeypatch.setattr(g, "_gemm_skinny", lambda *args, **kw: (loops.append(args[4].mainloop), skinny(*args, **kw))[1])
     scalemm.grouped_gemm(a, w, None, bias=bias, out_dtype=torch.float32, out=out, config=config)
+    assert loops == (["wgmma"] if kernel == "wgmma" else [])
     assert not out.isnan().any()
     assert _rel_err(out, _exact_grouped(a, w, sizes, N, bias)) <= 1e-5
 
@@ -633,6 +639,40 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, loop
     assert not out[:T].isnan().any(), "unwritten rows"
     assert out[T:].isnan().all(), "rows past the last group were written"
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
+
+
+SPARSE_G = 300  # more groups than a CTA has threads: each scans a run of 3 in find_group
+SPARSE_ENDS = {
+    # a decode step routed to a few of many experts (groups 0, 7, 128, 129, 255 and 299 hold rows)
+    "sparse": [2] + [2] * 6 + [4] + [4] * 120 + [5, 7] + [7] * 125 + [10] + [10] * 43 + [12],
+    # the same count of rows with offsets that break the rules: decreasing, negative, past T (group_bounds' rule)
+    "bad": [3, -1, 2] + [3] * 125 + [8, 100] + [-5] * 169 + [12],
+}
+
+
+@pytest.mark.parametrize("ends", list(SPARSE_ENDS))
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+@pytest.mark.parametrize("x4", [False, True], ids=["w4a16", "w4a4"])
+def test_grouped_skinny_runs_only_the_groups_holding_rows(ends, loop, x4):
+    """The launch runs min(G, T) slots, slot z the z-th group holding rows; with more groups than threads, few
+    of them holding rows, and bad offsets (the rows of each group by scalemm.formats.layout.group_bounds)."""
+    from scalemm.formats.layout import group_bounds
+    G, N, K, T = SPARSE_G, 136, 512, 12
+    assert len(SPARSE_ENDS[ends]) == G
+    offsets = torch.tensor(SPARSE_ENDS[ends], dtype=torch.int32, device="cuda")
+    starts, group_ends = group_bounds(offsets, T)
+    sizes = (group_ends - starts).tolist()
+    assert sum(sizes) == T and sum(1 for m in sizes if m) == (6 if ends == "sparse" else 3)
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=51).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    x = _wide((T, K), seed=52).to(torch.bfloat16)
+    a = scalemm.quantize_nvfp4_grouped(x, _offsets(sizes), scaling="token") if x4 else x
+    out = _poisoned(T, N, torch.float32)
+    if x4:  # the quantized copy's own (valid) offsets give the same groups
+        scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=out, config=SkinnyConfig(1, mainloop=loop))
+    else:
+        scalemm.grouped_gemm(a, w, offsets, out_dtype=torch.float32, out=out, config=SkinnyConfig(1, mainloop=loop))
+    assert not out.isnan().any(), "unwritten rows"
+    assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
 
 
 def test_grouped_skinny_graph_replay_and_bad_offsets():

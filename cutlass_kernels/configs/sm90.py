@@ -373,20 +373,24 @@ def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
 
 
 GROUPED_SKINNY_MAX_ROWS_PER_EXPERT = 4  # grouped calls take the skinny kernel by default up to this mean
+GROUPED_SKINNY_WGMMA_MIN_ROWS = 16  # ... with the wgmma main loop from this many rows (T), the stepped one below
 
 
 def default_nvfp4_grouped_skinny_config(T: int, G: int) -> SkinnyConfig | None:
     """What a grouped NVFP4 GEMM without a config runs at decode: the skinny kernel while the experts
     average at most GROUPED_SKINNY_MAX_ROWS_PER_EXPERT rows (known on the host: T / G), else None (the
-    CUTLASS grouped kernel). H100, perf/grouped_sweep.py over DeepSeek-V3, Qwen3-30B-A3B and Llama-4-Scout
-    experts at 1, 16 and 64 tokens (top-k routed, 0.03-4 rows per expert; perf/NOTES.md): geomean over
-    bf16 _grouped_mm W4A16 1.83x (CUTLASS) -> 2.18x with this rule (min 0.98x -> 1.32x), W4A4 1.69x ->
-    2.01x (min 0.90x -> 1.27x); the CUTLASS kernel won 3 of the 18 points (by 5-43%: the down projections
-    with a single token), the skinny kernel the others by up to 2.7x. At 8 rows per expert the CUTLASS
-    kernel was 1.7x faster (second session)."""
+    CUTLASS grouped kernel); its wgmma main loop from GROUPED_SKINNY_WGMMA_MIN_ROWS rows. H100,
+    perf/grouped_sweep.py --phases decode over DeepSeek-V3, Qwen3-30B-A3B and Llama-4-Scout experts at 1, 16
+    and 64 tokens (top-k routed, T = 1-512 rows, 0.03-4 rows per expert; perf/NOTES.md, twelfth session):
+    with the launch running only the groups holding rows, the stepped loop was faster at T = 1 and 8 (W4A16
+    by 5-37%, W4A4 more: its wgmma path adds the decode pass); from T = 16 the wgmma loop was faster on 10
+    of 12 points (W4A16, by up to 28%; 0.3% and 2.4% slower on the other two; W4A4 9 faster, 1 tied, 2
+    slower by 6% and 10%: Qwen3 at 16 tokens). Earlier (seventh session): at 8 rows per expert the CUTLASS
+    kernel was 1.7x faster than the skinny kernel."""
     if T > GROUPED_SKINNY_MAX_ROWS_PER_EXPERT * max(G, 1):
         return None
-    return skinny_config_for_groups(T, G)
+    cfg = skinny_config_for_groups(T, G)
+    return replace(cfg, mainloop="wgmma") if cfg is not None and T >= GROUPED_SKINNY_WGMMA_MIN_ROWS else cfg
 
 
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:

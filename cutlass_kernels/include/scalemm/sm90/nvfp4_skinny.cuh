@@ -161,6 +161,7 @@ struct Params {
   const int* offsets;            // [G] cumulative row ends on the device, or null: one group of all tokens
   const int* x_sf_offsets;       // kX4 with offsets: scale row of each group's first token
   int64_t scale_group_bytes;     // ceil(n / 128) * 128 * scale_cols
+  int groups;                    // G (with offsets)
 };
 
 // Byte offset of row r's 4 scales in atom column 0 of a 128x4-swizzled scale matrix of scale_cols
@@ -717,8 +718,75 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
   }
 }
 
-// Grid (splits, ceil(n / kTileN), groups), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
-// [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group,
+// Which group a grouped CTA runs. The group's rows are [first, last) by the rule of every grouped kernel
+// (scalemm.formats.layout.group_bounds): ends = running max of the offsets clamped into [0, tokens],
+// first = the previous group's end, so bad offsets give empty or short groups, never overlapping rows or rows
+// outside the scale rows the quantizer laid out. Group j holds rows iff its clamped offset exceeds every
+// earlier one. At most `tokens` groups hold rows, so the launcher runs min(groups, tokens) slots along the
+// grid's z and slot z takes the z-th group holding rows (in group order); a decode step routed to 8 of 256
+// experts launches the CTAs of 8 groups, not of 256. Slots past the last such group get group -1 (and
+// first = last): the CTA leaves, with its whole cluster (the same slot).
+// Each thread scans a run of consecutive groups; two block scans (running max, then the count of groups
+// holding rows before each run) tell the one thread whose run holds the slot's group. All threads call it.
+struct GroupRows {
+  int group, first, last;
+};
+constexpr int kSlotScratch = 2 * kWarps + 3;
+
+// exclusive scan of v over the CTA's kWarps * 32 threads (op max or +, identity 0); uses scratch[0, kWarps)
+template <bool kMax>
+__device__ __forceinline__ int block_exclusive_scan(int v, int* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int u = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc = kMax ? max(inc, u) : inc + u;
+  }
+  if (lane == 31) scratch[warp] = inc;
+  __syncthreads();
+  int before = 0;
+  for (int w = 0; w < warp; ++w) before = kMax ? max(before, scratch[w]) : before + scratch[w];
+  int exc = __shfl_up_sync(0xffffffffu, inc, 1);
+  if (lane == 0) exc = 0;
+  return kMax ? max(before, exc) : before + exc;
+}
+
+__device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, int tokens, int slot, int* scratch) {
+  const int per = (groups + kWarps * 32 - 1) / (kWarps * 32);
+  const int j0 = min(int(threadIdx.x) * per, groups), j1 = min(j0 + per, groups);
+  auto end_of = [&](int j) { return min(max(__ldg(offsets + j), 0), tokens); };
+  int run_max = 0;
+  for (int j = j0; j < j1; ++j) run_max = max(run_max, end_of(j));
+  const int before = block_exclusive_scan<true>(run_max, scratch);  // the end of the group before the run
+  int held = 0;
+  for (int j = j0, e = before; j < j1; ++j) {
+    const int c = end_of(j);
+    if (c > e) ++held, e = c;
+  }
+  const int rank = block_exclusive_scan<false>(held, scratch + kWarps);  // groups holding rows before the run
+  int* result = scratch + 2 * kWarps;
+  if (threadIdx.x == 0) result[0] = -1, result[1] = 0, result[2] = 0;
+  __syncthreads();
+  if (slot >= rank && slot < rank + held) {  // one thread
+    for (int j = j0, e = before, r = rank; j < j1; ++j) {
+      const int c = end_of(j);
+      if (c > e) {
+        if (r == slot) {
+          result[0] = j, result[1] = e, result[2] = c;
+          break;
+        }
+        ++r, e = c;
+      }
+    }
+  }
+  __syncthreads();
+  return {result[0], result[1], result[2]};
+}
+
+// Grid (splits, ceil(n / kTileN), slots), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
+// [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group (dense: one
+// slot, the one group; grouped: find_group),
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
@@ -730,7 +798,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   constexpr bool kWgmma = is_wgmma(kLoop);
   static_assert(!kWgmma || !kX4, "the wgmma loop takes bf16/fp16 tokens (NVFP4 ones: decoded by the launcher's pass)");
   static_assert(!kWgmma || kTokens * kPitch * 4 <= kDynamicSmem<kTokenTiles, kLoop> - 1024, "partials fit the stages");
-  __shared__ int bounds[kWarps];
+  __shared__ int slot_scratch[kSlotScratch];
   // kWgmma: the token stages (dynamic, aligned here to 1024 for the swizzle), the partials after the main loop
   extern __shared__ uint8_t dynamic_smem[];
   uint8_t* stages = nullptr;
@@ -744,24 +812,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     partial = static_partial;
   }
 
-  const int group = blockIdx.z;
-  // the group's rows [first, last), by the rule of every grouped kernel (scalemm.formats.layout.
-  // group_bounds): ends = running max of the offsets clamped into [0, tokens], first = the previous
-  // group's end. Bad offsets thus give empty or short groups, never overlapping rows or rows outside
-  // the scale rows the quantizer laid out. The running max over the earlier groups is one parallel
-  // load round: each thread takes every blockDim-th offset. The same for every CTA of a cluster.
-  int first = 0, last = p.tokens, scale_row = 0;
+  // grouped: blockIdx.z is a slot, run by the slot-th group holding rows (find_group); dense: one group of all
+  int group = 0, first = 0, last = p.tokens, scale_row = 0;
   if (p.offsets != nullptr) {
-    int m = 0;
-    for (int j = threadIdx.x; j < group; j += blockDim.x) m = max(m, min(max(__ldg(p.offsets + j), 0), p.tokens));
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (threadIdx.x % 32 == 0) bounds[threadIdx.x / 32] = m;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) first = max(first, bounds[w]);
-    last = max(first, min(max(__ldg(p.offsets + group), 0), p.tokens));
-    if (kX4) scale_row = __ldg(p.x_sf_offsets + group);
+    const GroupRows found = find_group(p.offsets, p.groups, p.tokens, int(blockIdx.z), slot_scratch);
+    group = found.group, first = found.first, last = found.last;
+    if (kX4 && found.group >= 0) scale_row = __ldg(p.x_sf_offsets + group);
   }
   if (last <= first) return;  // the whole cluster leaves together
 
@@ -856,11 +912,11 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t con
   return best;
 }
 
-// Grid (splits, tiles, groups) in clusters of (splits, 1, 1); `attr` must outlive the config.
-inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t groups, int smem, cudaStream_t stream,
+// Grid (splits, tiles, slots) in clusters of (splits, 1, 1); `attr` must outlive the config.
+inline cudaLaunchConfig_t cluster_config(int splits, int64_t tiles, int64_t slots, int smem, cudaStream_t stream,
                                          cudaLaunchAttribute& attr) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(groups));
+  cfg.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(slots));
   cfg.blockDim = dim3(unsigned(kWarps) * 32, 1, 1);
   cfg.dynamicSmemBytes = size_t(smem);
   cfg.stream = stream;
@@ -945,7 +1001,7 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
       cudaGetLastError();  // a failed query is not this launch's error
       queried[a.device] = true;
     }
-    // at most `tokens` groups hold rows: the others' CTAs leave at once
+    // at most `tokens` groups hold rows: the launch runs that many slots (find_group)
     splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit,
                            is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
@@ -973,10 +1029,12 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
            int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(pl.per_split), static_cast<const int*>(a.offsets),
-           static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols};
+           static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols, int(a.groups)};
   allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, a.groups, kDynamicSmem<kTokenTiles, kLoop>,
+  // grouped: at most `tokens` groups hold rows, one slot each (find_group)
+  const int64_t slots = a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
+  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, kDynamicSmem<kTokenTiles, kLoop>,
                                                 static_cast<cudaStream_t>(a.stream), attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
