@@ -788,7 +788,9 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group (dense: one
 // slot, the one group; grouped: find_group),
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
-template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+// kGrouped: p.offsets is set (the grouped kernel); the dense kernel has no group code at all (with it, dense decode
+// ran 2-4% slower on an H100: ptxas scheduled the main loops differently).
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act, bool kGrouped>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
   constexpr float kUnscale = kX4 ? kDecodeUnscale * kDecodeUnscale : kDecodeUnscale;
@@ -814,7 +816,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
 
   // grouped: blockIdx.z is a slot, run by the slot-th group holding rows (find_group); dense: one group of all
   int group = 0, first = 0, last = p.tokens, scale_row = 0;
-  if (p.offsets != nullptr) {
+  if constexpr (kGrouped) {
     const GroupRows found = find_group(p.offsets, p.groups, p.tokens, int(blockIdx.z), slot_scratch);
     group = found.group, first = found.first, last = found.last;
     if (kX4 && found.group >= 0) scale_row = __ldg(p.x_sf_offsets + group);
@@ -942,8 +944,9 @@ void allow_dynamic_smem(int64_t device) {
   if constexpr (kDynamicSmem<kTokenTiles, kLoop> > 0) {
     static bool done[64] = {};
     if (!done[device]) {
-      cudaFuncSetAttribute(nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem<kTokenTiles, kLoop>);
+      for (auto kernel : {nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>,
+                          nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>})
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem<kTokenTiles, kLoop>);
       done[device] = true;
     }
   }
@@ -978,13 +981,13 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
   const int64_t tiles = (a.n + kTileN - 1) / kTileN, chunks = (a.k + kChunkK - 1) / kChunkK;
   int splits = int(a.splits);
   if (splits == 0) {
-    // [device][cluster size]: CTAs that fit at once (0: that size cannot run), filled on first use;
+    // [grouped][device][cluster size]: CTAs that fit at once (0: that size cannot run), filled on first use;
     // concurrent first calls compute the same values
-    static int64_t resident[64][kMaxSplits + 1] = {};
+    static int64_t resident[2][64][kMaxSplits + 1] = {};
     static int64_t sm_count[64] = {};
-    static bool queried[64] = {};
-    int64_t(&fit)[kMaxSplits + 1] = resident[a.device];
-    if (!queried[a.device]) {
+    static bool queried[2][64] = {};
+    int64_t(&fit)[kMaxSplits + 1] = resident[grouped][a.device];
+    if (!queried[grouped][a.device]) {
       allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
       int sms = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, int(a.device)) != cudaSuccess) sms = 0;
@@ -993,13 +996,14 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, kDynamicSmem<kTokenTiles, kLoop>, nullptr, attr);
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>,
+        if (cudaOccupancyMaxActiveClusters(&clusters, grouped ? nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>
+                                                              : nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>,
                                            &cfg) != cudaSuccess)
           clusters = 0;
         fit[s] = int64_t(clusters) * s;
       }
       cudaGetLastError();  // a failed query is not this launch's error
-      queried[a.device] = true;
+      queried[grouped][a.device] = true;
     }
     // at most `tokens` groups hold rows: the launch runs that many slots (find_group)
     splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit,
@@ -1036,7 +1040,9 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   const int64_t slots = a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
   const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, kDynamicSmem<kTokenTiles, kLoop>,
                                                 static_cast<cudaStream_t>(a.stream), attr);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act>, p);
+  const cudaError_t err =
+      a.offsets != nullptr ? cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>, p)
+                           : cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>, p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
