@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_sweep import bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
-from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, SkinnyConfig,  # noqa: E402
+from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
                                              default_grouped_config, skinny_config_for_groups)
 
 E4M3 = torch.float8_e4m3fn
@@ -119,11 +119,12 @@ def main():
             skinny = skinny_config_for_groups(T, G)
             if skinny is not None:  # the skinny kernel pinned (the default takes it up to 4 rows per expert),
                 # with its default loop and with the wgmma loop (W4A4: after the bf16 decode pass)
-                wg = SkinnyConfig(skinny.token_tiles, mainloop="wgmma")
+                wg = SkinnyConfig(skinny.token_tiles, mainloop="wgmma") if "wgmma" in SKINNY_MAINLOOPS else None
                 fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
                 fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=skinny)
-                fns["nvfp4_w4a16_wgmma"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=wg)
-                fns["nvfp4_w4a4_wgmma"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=wg)
+                if "wgmma" in SKINNY_MAINLOOPS:  # (A/B runs against builds without the wgmma loop)
+                    fns["nvfp4_w4a16_wgmma"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=wg)
+                    fns["nvfp4_w4a4_wgmma"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=wg)
         if args.tune:
             for cfg in GROUPED_TUNING_CANDIDATES:
                 fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,

@@ -641,36 +641,41 @@ def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, loop
     assert _rel_err(out[:T], _exact_grouped(x[:T], w, sizes, N)) <= 1e-5
 
 
-SPARSE_G = 300  # more groups than a CTA has threads: each scans a run of 3 in find_group
-SPARSE_ENDS = {
-    # a decode step routed to a few of many experts (groups 0, 7, 128, 129, 255 and 299 hold rows)
-    "sparse": [2] + [2] * 6 + [4] + [4] * 120 + [5, 7] + [7] * 125 + [10] + [10] * 43 + [12],
+GROUPED_SLOT_CASES = {  # G, T, offsets: more groups than tokens (a compact launch of T slots) or not (slot = group)
+    # a decode step routed to a few of many experts (groups 0, 7, 128, 129, 255 and 299 hold rows); 300 groups:
+    # find_group's lanes scan runs of 10
+    "sparse": (300, 12, [2] + [2] * 6 + [4] + [4] * 120 + [5, 7] + [7] * 125 + [10] + [10] * 43 + [12]),
     # the same count of rows with offsets that break the rules: decreasing, negative, past T (group_bounds' rule)
-    "bad": [3, -1, 2] + [3] * 125 + [8, 100] + [-5] * 169 + [12],
+    "sparse-bad": (300, 12, [3, -1, 2] + [3] * 125 + [8, 100] + [-5] * 169 + [12]),
+    # fewer groups than tokens (slot z = group z), bad offsets
+    "bad": (16, 40, [3, -1, 2, 10, 8, 100, 40, 5, 41, 39, 60, 0, 20, 40, 39, 40]),
 }
 
 
-@pytest.mark.parametrize("ends", list(SPARSE_ENDS))
+@pytest.mark.parametrize("case", list(GROUPED_SLOT_CASES))
 @pytest.mark.parametrize("loop", SKINNY_LOOPS)
 @pytest.mark.parametrize("x4", [False, True], ids=["w4a16", "w4a4"])
-def test_grouped_skinny_runs_only_the_groups_holding_rows(ends, loop, x4):
-    """The launch runs min(G, T) slots, slot z the z-th group holding rows; with more groups than threads, few
-    of them holding rows, and bad offsets (the rows of each group by scalemm.formats.layout.group_bounds)."""
+def test_grouped_skinny_runs_the_groups_holding_rows(case, loop, x4):
+    """The launch runs min(G, T) slots: with G > T slot z takes a group holding rows (find_group), else group z;
+    every group's rows by scalemm.formats.layout.group_bounds, also for offsets that break the rules."""
     from scalemm.formats.layout import group_bounds
-    G, N, K, T = SPARSE_G, 136, 512, 12
-    assert len(SPARSE_ENDS[ends]) == G
-    offsets = torch.tensor(SPARSE_ENDS[ends], dtype=torch.int32, device="cuda")
+    G, T, ends = GROUPED_SLOT_CASES[case]
+    N, K = 136, 512
+    assert len(ends) == G
+    offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
     starts, group_ends = group_bounds(offsets, T)
     sizes = (group_ends - starts).tolist()
-    assert sum(sizes) == T and sum(1 for m in sizes if m) == (6 if ends == "sparse" else 3)
+    assert sum(sizes) == T
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=51).reshape(G, N, K).to(torch.bfloat16), scaling="token")
     x = _wide((T, K), seed=52).to(torch.bfloat16)
-    a = scalemm.quantize_nvfp4_grouped(x, _offsets(sizes), scaling="token") if x4 else x
     out = _poisoned(T, N, torch.float32)
+    cfg = SkinnyConfig(1, mainloop=loop)
     if x4:  # the quantized copy's own (valid) offsets give the same groups
-        scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=out, config=SkinnyConfig(1, mainloop=loop))
+        a = scalemm.quantize_nvfp4_grouped(x, _offsets(sizes), scaling="token")
+        scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=out, config=cfg)
     else:
-        scalemm.grouped_gemm(a, w, offsets, out_dtype=torch.float32, out=out, config=SkinnyConfig(1, mainloop=loop))
+        a = x
+        scalemm.grouped_gemm(a, w, offsets, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any(), "unwritten rows"
     assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
 

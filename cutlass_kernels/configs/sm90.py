@@ -381,12 +381,11 @@ def default_nvfp4_grouped_skinny_config(T: int, G: int) -> SkinnyConfig | None:
     average at most GROUPED_SKINNY_MAX_ROWS_PER_EXPERT rows (known on the host: T / G), else None (the
     CUTLASS grouped kernel); its wgmma main loop from GROUPED_SKINNY_WGMMA_MIN_ROWS rows. H100,
     perf/grouped_sweep.py --phases decode over DeepSeek-V3, Qwen3-30B-A3B and Llama-4-Scout experts at 1, 16
-    and 64 tokens (top-k routed, T = 1-512 rows, 0.03-4 rows per expert; perf/NOTES.md, twelfth session):
-    with the launch running only the groups holding rows, the stepped loop was faster at T = 1 and 8 (W4A16
-    by 5-37%, W4A4 more: its wgmma path adds the decode pass); from T = 16 the wgmma loop was faster on 10
-    of 12 points (W4A16, by up to 28%; 0.3% and 2.4% slower on the other two; W4A4 9 faster, 1 tied, 2
-    slower by 6% and 10%: Qwen3 at 16 tokens). Earlier (seventh session): at 8 rows per expert the CUTLASS
-    kernel was 1.7x faster than the skinny kernel."""
+    and 64 tokens (top-k routed, T = 1-512 rows, 0.03-4 rows per expert; perf/NOTES.md, twelfth session),
+    both loops pinned in one run: the stepped loop was faster at T = 1 and 8 (W4A16 by 3-40%; W4A4 more, its
+    wgmma path adds the decode pass); from T = 16 the wgmma loop was faster on 10 of 12 points (W4A16 by
+    5-22%) and slower on Qwen3 at 16 tokens (2% and 8%; W4A4 5% and 12%). Earlier (seventh session): at 8
+    rows per expert the CUTLASS kernel was 1.7x faster than the skinny kernel."""
     if T > GROUPED_SKINNY_MAX_ROWS_PER_EXPERT * max(G, 1):
         return None
     cfg = skinny_config_for_groups(T, G)

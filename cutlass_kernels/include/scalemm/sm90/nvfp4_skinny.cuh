@@ -162,6 +162,7 @@ struct Params {
   const int* x_sf_offsets;       // kX4 with offsets: scale row of each group's first token
   int64_t scale_group_bytes;     // ceil(n / 128) * 128 * scale_cols
   int groups;                    // G (with offsets)
+  int slot_stride;               // compact grouped launches (fewer slots than groups): find_group's stride
 };
 
 // Byte offset of row r's 4 scales in atom column 0 of a 128x4-swizzled scale matrix of scale_cols
@@ -722,18 +723,25 @@ __device__ __forceinline__ void store_pair(Out* d, Out const (&v)[2]) {
 // (scalemm.formats.layout.group_bounds): ends = running max of the offsets clamped into [0, tokens],
 // first = the previous group's end, so bad offsets give empty or short groups, never overlapping rows or rows
 // outside the scale rows the quantizer laid out. Group j holds rows iff its clamped offset exceeds every
-// earlier one. At most `tokens` groups hold rows, so the launcher runs min(groups, tokens) slots along the
-// grid's z and slot z takes the z-th group holding rows (in group order); a decode step routed to 8 of 256
-// experts launches the CTAs of 8 groups, not of 256. Slots past the last such group get group -1 (and
-// first = last): the CTA leaves, with its whole cluster (the same slot).
-// Each thread scans a run of consecutive groups; two block scans (running max, then the count of groups
-// holding rows before each run) tell the one thread whose run holds the slot's group. All threads call it.
+// earlier one. At most `tokens` groups hold rows, so the launcher runs slots = min(groups, tokens) slots along
+// the grid's z:
+//  - slots == groups: slot z is group z (an empty group's CTAs leave at once, among the others);
+//  - slots < groups (compact): slot z takes the r-th group holding rows, r = z * slot_stride mod slots (the
+//    launcher's stride, coprime to slots, scatters the ranks so the slots left empty are spread over the grid
+//    instead of forming a tail of CTAs that only leave). A decode step routed to 8 of 256 experts launches the
+//    CTAs of 8 slots, not of 256 groups. Slots past the groups holding rows get group -1 (and first = last).
+// A CTA with first == last leaves, with its whole cluster (the same slot). The CTA's threads each take a run of
+// consecutive groups, their offsets loaded at once (kGroupsPerThread: a round of loads, not a chain, up to 512
+// groups); compact launches then scan the runs' maxima and the counts of groups holding rows across the CTA, and
+// the one thread whose run holds the slot's group writes it. All threads call this. (Warp 0 alone, G / 32 dependent
+// loads per lane, ran Qwen3-30B-A3B's grouped decode at 16 tokens 2-6% slower on an H100.)
 struct GroupRows {
   int group, first, last;
 };
-constexpr int kSlotScratch = 2 * kWarps + 3;
+constexpr int kGroupsPerThread = 4;
+constexpr int kGroupScratch = 2 * kWarps + 3;  // two scans' warp partials, then the result (group, first, last)
 
-// exclusive scan of v over the CTA's kWarps * 32 threads (op max or +, identity 0); uses scratch[0, kWarps)
+// exclusive scan of v over the CTA's kWarps * 32 threads (op max or +, identity 0); scratch[0, kWarps)
 template <bool kMax>
 __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -746,40 +754,81 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch) {
   if (lane == 31) scratch[warp] = inc;
   __syncthreads();
   int before = 0;
-  for (int w = 0; w < warp; ++w) before = kMax ? max(before, scratch[w]) : before + scratch[w];
+#pragma unroll
+  for (int w = 0; w < kWarps - 1; ++w)
+    if (w < warp) before = kMax ? max(before, scratch[w]) : before + scratch[w];
   int exc = __shfl_up_sync(0xffffffffu, inc, 1);
   if (lane == 0) exc = 0;
   return kMax ? max(before, exc) : before + exc;
 }
 
-__device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, int tokens, int slot, int* scratch) {
-  const int per = (groups + kWarps * 32 - 1) / (kWarps * 32);
-  const int j0 = min(int(threadIdx.x) * per, groups), j1 = min(j0 + per, groups);
+__device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, int tokens, int slot, int slots,
+                                                int slot_stride, int* scratch) {
+  constexpr int kThreads = kWarps * 32;
+  const int tid = threadIdx.x;
   auto end_of = [&](int j) { return min(max(__ldg(offsets + j), 0), tokens); };
-  int run_max = 0;
-  for (int j = j0; j < j1; ++j) run_max = max(run_max, end_of(j));
-  const int before = block_exclusive_scan<true>(run_max, scratch);  // the end of the group before the run
-  int held = 0;
-  for (int j = j0, e = before; j < j1; ++j) {
-    const int c = end_of(j);
-    if (c > e) ++held, e = c;
-  }
-  const int rank = block_exclusive_scan<false>(held, scratch + kWarps);  // groups holding rows before the run
   int* result = scratch + 2 * kWarps;
-  if (threadIdx.x == 0) result[0] = -1, result[1] = 0, result[2] = 0;
-  __syncthreads();
-  if (slot >= rank && slot < rank + held) {  // one thread
-    for (int j = j0, e = before, r = rank; j < j1; ++j) {
+  if (slots == groups) {  // group `slot`: first = the running max of the offsets before it
+    int m = 0;
+    for (int j0 = 0; j0 < slot; j0 += kThreads * kGroupsPerThread) {
+      int v[kGroupsPerThread];
+#pragma unroll
+      for (int i = 0; i < kGroupsPerThread; ++i) {
+        const int j = j0 + i * kThreads + tid;
+        v[i] = j < slot ? end_of(j) : 0;
+      }
+#pragma unroll
+      for (int i = 0; i < kGroupsPerThread; ++i) m = max(m, v[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (tid % 32 == 0) scratch[tid / 32] = m;
+    __syncthreads();
+    int first = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) first = max(first, scratch[w]);
+    return {slot, first, max(first, end_of(slot))};
+  }
+  const int rank = int(int64_t(slot) * slot_stride % slots);
+  const int per = (groups + kThreads - 1) / kThreads, j0 = min(tid * per, groups), j1 = min(j0 + per, groups);
+  // the run's first clamped offsets, loaded at once (0 past its end: never above a running max); read again (from
+  // L1) after each scan rather than held across it
+  auto load_run = [&](int (&v)[kGroupsPerThread]) {
+#pragma unroll
+    for (int i = 0; i < kGroupsPerThread; ++i) v[i] = j0 + i < j1 ? end_of(j0 + i) : 0;
+  };
+  int v[kGroupsPerThread];
+  load_run(v);
+  int run_max = 0;
+#pragma unroll
+  for (int i = 0; i < kGroupsPerThread; ++i) run_max = max(run_max, v[i]);
+  for (int j = j0 + kGroupsPerThread; j < j1; ++j) run_max = max(run_max, end_of(j));
+  const int before = block_exclusive_scan<true>(run_max, scratch);  // the end of the group before the run
+  // walk the run from `before`: count the groups holding rows, or (find) stop at the one of rank `want`
+  auto walk = [&](int want, bool find) {
+    int v[kGroupsPerThread];
+    load_run(v);
+    int e = before, r = 0;
+#pragma unroll
+    for (int i = 0; i < kGroupsPerThread; ++i) {
+      if (v[i] > e) {
+        if (find && r == want) result[0] = j0 + i, result[1] = e, result[2] = v[i];
+        ++r, e = v[i];
+      }
+    }
+    for (int j = j0 + kGroupsPerThread; j < j1; ++j) {
       const int c = end_of(j);
       if (c > e) {
-        if (r == slot) {
-          result[0] = j, result[1] = e, result[2] = c;
-          break;
-        }
+        if (find && r == want) result[0] = j, result[1] = e, result[2] = c;
         ++r, e = c;
       }
     }
-  }
+    return r;
+  };
+  const int held = walk(0, false);
+  const int base = block_exclusive_scan<false>(held, scratch + kWarps);  // groups holding rows before the run
+  if (rank >= base && rank < base + held) walk(rank - base, true);        // one thread
+  if (tid == kThreads - 1 && rank >= base + held) result[0] = -1, result[1] = 0, result[2] = 0;  // past them all
   __syncthreads();
   return {result[0], result[1], result[2]};
 }
@@ -800,7 +849,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   constexpr bool kWgmma = is_wgmma(kLoop);
   static_assert(!kWgmma || !kX4, "the wgmma loop takes bf16/fp16 tokens (NVFP4 ones: decoded by the launcher's pass)");
   static_assert(!kWgmma || kTokens * kPitch * 4 <= kDynamicSmem<kTokenTiles, kLoop> - 1024, "partials fit the stages");
-  __shared__ int slot_scratch[kSlotScratch];
+  __shared__ int group_scratch[kGroupScratch];
   // kWgmma: the token stages (dynamic, aligned here to 1024 for the swizzle), the partials after the main loop
   extern __shared__ uint8_t dynamic_smem[];
   uint8_t* stages = nullptr;
@@ -814,13 +863,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     partial = static_partial;
   }
 
-  // grouped: blockIdx.z is a slot, run by the slot-th group holding rows (find_group); dense: one group of all
+  // grouped: blockIdx.z is a slot (find_group); dense: one group of all rows. The mma.sync loops read the group again
+  // where they use it (blockIdx.z, or in compact launches the found group from shared memory; group_of_cta) rather
+  // than hold it in a register across the main loop: held, their 128-register kernels ran DeepSeek-V3's grouped
+  // decode ~5% slower (H100). The wgmma loop holds it (the re-reads made it spill).
   int group = 0, first = 0, last = p.tokens, scale_row = 0;
   if constexpr (kGrouped) {
-    const GroupRows found = find_group(p.offsets, p.groups, p.tokens, int(blockIdx.z), slot_scratch);
+    const GroupRows found = find_group(p.offsets, p.groups, p.tokens, int(blockIdx.z), int(gridDim.z), p.slot_stride,
+                                       group_scratch);
     group = found.group, first = found.first, last = found.last;
-    if (kX4 && found.group >= 0) scale_row = __ldg(p.x_sf_offsets + group);
+    if (kX4 && found.group >= 0) scale_row = __ldg(p.x_sf_offsets + found.group);
   }
+  auto group_of_cta = [&]() -> int {
+    if constexpr (kGrouped && !kWgmma)
+      return int(gridDim.z) == p.groups ? int(blockIdx.z) : *reinterpret_cast<volatile const int*>(&group_scratch[2 * kWarps]);
+    return group;
+  };
   if (last <= first) return;  // the whole cluster leaves together
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -835,11 +893,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   for (int block = first; block < last; block += kTokens) {
     const int count = min(kTokens, last - block);
     float acc[kTokenTiles][4] = {};
-    const Lane<T, kX4> lane_src(p, group, row0, block, count, scale_row + (block - first), g, q);
+    const Lane<T, kX4> lane_src(p, group_of_cta(), row0, block, count, scale_row + (block - first), g, q);
     if constexpr (kWgmma)
-      wgmma_loop<T, kTokenTiles>(acc, p, stages, group, n0, block, count, c_begin, c_end, warp, g, q);
+      wgmma_loop<T, kTokenTiles>(acc, p, stages, group_of_cta(), n0, block, count, c_begin, c_end, warp, g, q);
     else
-      lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group, n0 + warp * (8 * kN8PerWarp), block, count,
+      lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group_of_cta(), n0 + warp * (8 * kN8PerWarp), block, count,
                                             scale_row + (block - first), c_begin, c_end, g, q);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
@@ -868,6 +926,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
       }
       const int c0 = n0 + col, row = block + tok;
       if (c0 < p.n) {
+        const int group = group_of_cta();
         Out pair[2] = {epilogue<Out, Act>(sum.x, p, group, row, c0), epilogue<Out, Act>(sum.y, p, group, row, c0 + 1)};
         store_pair(d + int64_t(row) * p.n + c0, pair);
       }
@@ -912,6 +971,17 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t con
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return best;
+}
+
+// find_group's stride for `slots` slots: the first integer from 0.618 * slots up that is coprime to it (so
+// z -> z * stride mod slots is a permutation), 1 for one slot.
+inline int64_t slot_stride(int64_t slots) {
+  if (slots <= 1) return 1;
+  for (int64_t s = std::max<int64_t>(1, slots * 618 / 1000);; ++s) {
+    int64_t a = s, b = slots;
+    while (b != 0) a %= b, std::swap(a, b);
+    if (a == 1) return s;
+  }
 }
 
 // Grid (splits, tiles, slots) in clusters of (splits, 1, 1); `attr` must outlive the config.
@@ -1029,15 +1099,16 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   const Plan pl = plan<T, kX4, Out, kTokenTiles, kLoop, Act>(a);
   if (pl.error != 0 || pl.splits == 0) return pl.error;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN;
+  // grouped: at most `tokens` groups hold rows, one slot each (find_group)
+  const int64_t slots = a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
            static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
            int(a.n), int(a.tokens), int(a.k), int(a.scale_cols), int(pl.per_split), static_cast<const int*>(a.offsets),
-           static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols, int(a.groups)};
+           static_cast<const int*>(a.x_sf_offsets), (a.n + 127) / 128 * 128 * a.scale_cols, int(a.groups),
+           int(slot_stride(slots))};
   allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
   cudaLaunchAttribute attr;
-  // grouped: at most `tokens` groups hold rows, one slot each (find_group)
-  const int64_t slots = a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
   const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, kDynamicSmem<kTokenTiles, kLoop>,
                                                 static_cast<cudaStream_t>(a.stream), attr);
   const cudaError_t err =
