@@ -1,6 +1,7 @@
 """The skinny kernel's split model (choose_splits in include/scalemm/sm90/nvfp4_skinny.cuh), compiled into a
 host program with nvcc and run on the CPU: the launcher's choice for splits = 0 at the layer shapes whose
-every split was timed on an H100 (perf/NOTES.md, "the split model"), where the best split is known."""
+every split was timed on an H100 (perf/NOTES.md, "the split model"), where the best split is known; and the grouped
+launch's slot stride (slot_stride: compact launches map slot z to rank z * stride mod slots)."""
 import subprocess
 
 import pytest
@@ -79,3 +80,40 @@ def test_wgmma_split_model_picks_the_measured_best(choose, M, per_sm):
     shapes = list(best)
     picks = choose([(N // 64, K // 128, 132, per_sm) for N, K in shapes], wgmma=True)
     assert {s: p for s, p in zip(shapes, picks) if p not in best[s]} == {}
+
+
+SLOT_PROGRAM = r"""
+#include <cstdio>
+#include <vector>
+#include "scalemm/sm90/nvfp4_skinny.cuh"
+// For every slot count 1..65535 (the grid's z limit): slot_stride's stride, and whether z -> z * stride mod slots is a
+// permutation of [0, slots) (find_group's slot -> rank map in compact grouped launches).
+int main() {
+  std::vector<char> seen;
+  for (long long slots = 1; slots <= 65535; ++slots) {
+    const long long stride = scalemm::sm90::skinny::slot_stride(slots);
+    seen.assign(slots, 0);
+    long long hit = 0;
+    for (long long z = 0; z < slots; ++z) hit += !seen[z * stride % slots]++;
+    std::printf("%lld %lld %d\n", slots, stride, hit == slots);
+  }
+}
+"""
+
+
+def test_slot_stride_makes_a_permutation(tmp_path):
+    """Compact grouped launches (fewer slots than experts) give slot z the rank z * slot_stride(slots) mod slots:
+    every rank exactly once for every slot count the grid allows, and the stride ~0.618 slots (ranks spread)."""
+    src, exe = tmp_path / "slots.cu", tmp_path / "slots"
+    src.write_text(SLOT_PROGRAM)
+    includes = [f"-I{toolchain.INCLUDE_DIR}"] + [f"-I{i}" for i in toolchain.cutlass_include_dirs()]
+    r = subprocess.run([toolchain.nvcc_path(), "-std=c++17", "-O2", *includes, str(src), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [tuple(int(v) for v in line.split()) for line in
+            subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert len(rows) == 65535
+    assert all(ok for _, _, ok in rows), [s for s, _, ok in rows if not ok][:10]
+    assert rows[0][1] == 1  # one slot
+    assert all(0.54 * s <= st < s for s, st, _ in rows if s >= 8)
+    assert dict((s, st) for s, st, _ in rows)[128] == 79  # 0.618 * 128 -> 79, the first odd stride from there
