@@ -58,9 +58,9 @@ def routed_sizes(tokens, experts, top_k, seed):
     return torch.bincount(choice.reshape(-1), minlength=experts)
 
 
-def points():
+def points(token_counts=TOKENS):
     for model, (E, k, hidden, inter) in MODELS.items():
-        for phase, toks in TOKENS.items():
+        for phase, toks in token_counts.items():
             for tokens in toks:
                 for proj, (N, K) in (("gate_up", (2 * inter, hidden)), ("down", (hidden, inter))):
                     yield model, phase, tokens, proj, E, k, N, K
@@ -73,7 +73,18 @@ def main():
     p.add_argument("--tune", action="store_true", help="also time GROUPED_TUNING_CANDIDATES at every point")
     p.add_argument("--formats", default="fp8,nvfp4", help="fp8, nvfp4 or both: which scalemm contenders to time")
     p.add_argument("--phases", default=None, help=f"only these phases (comma-separated: {', '.join(TOKENS)})")
+    p.add_argument("--decode-tokens", default=None,
+                   help=f"decode token counts instead of {TOKENS['decode']} (comma-separated; routing seeds follow the "
+                        "point index, so other counts give other routings)")
     args = p.parse_args()
+    token_counts = dict(TOKENS)
+    if args.decode_tokens:
+        try:
+            token_counts["decode"] = tuple(int(t) for t in args.decode_tokens.split(","))
+        except ValueError:
+            raise SystemExit(f"--decode-tokens takes comma-separated integers, got {args.decode_tokens!r}")
+        if min(token_counts["decode"]) < 1:
+            raise SystemExit(f"--decode-tokens must be >= 1, got {args.decode_tokens!r}")
     phases = args.phases.split(",") if args.phases else None
     if phases and set(phases) - set(TOKENS):
         raise SystemExit(f"--phases takes {', '.join(TOKENS)}, got {args.phases!r}")
@@ -86,7 +97,7 @@ def main():
     hdr = f"{'model':<15}{'phase':<8}{'tok':>6} {'proj':<8}{'G':>4}{'T':>7}{'N':>6}{'K':>6} {'empty':>5} {'config':<28}{'scalemm':>9}{'torch8':>9}{'bf16':>9} {'speedup':>7}"
     print(hdr + "\n" + "-" * len(hdr))
     rows = []
-    for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points()):
+    for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points(token_counts)):
         if phases and phase not in phases:  # skipped points keep their index: the same routing seeds
             continue
         if args.quick and i % 5:

@@ -597,7 +597,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         if why:
             raise ValueError(f"config={config.label()} cannot run this grouped GEMM: {why}")
     elif config is None and skinny_by_default():  # decode: few rows per expert (default_nvfp4_grouped_skinny_config)
-        skinny = configs.default_nvfp4_grouped_skinny_config(T, G)
+        skinny = configs.default_nvfp4_grouped_skinny_config(T, G, N, K)
         if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
             config = skinny
     if isinstance(config, SkinnyConfig):  # W4A4 included: the kernel decodes the activations itself

@@ -166,12 +166,16 @@ def test_skinny_config_and_heuristic():
         for N, K in ((8200, 8192), (28672, 8192), (4096, 16400)):  # larger: 9-16 only
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
     # grouped: the skinny kernel up to 4 rows per expert on average (token tiles for 4x the mean), CUTLASS above;
-    # the stepped loop below 16 rows, the wgmma loop from 16
+    # the wgmma loop from 24 rows where an expert has >= 2^23 weights or the experts hold 2 rows on average
     from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_skinny_config as grouped
     w1 = SkinnyConfig(1, mainloop="wgmma")
-    assert [grouped(T, 128) for T in (0, 1, 8, 15, 16, 128, 256, 512, 513, 4096)] == [
-        t1, t1, t1, t1, w1, w1, w1, w2, None, None]
-    assert grouped(64, 16) == w2 and grouped(65, 16) is None and grouped(3, 1) == t2 and grouped(16, 4) == w2
+    Ts = (0, 1, 8, 16, 23, 24, 128, 255, 256, 512, 513, 4096)
+    assert [grouped(T, 128, 4096, 7168) for T in Ts] == [t1, t1, t1, t1, t1, w1, w1, w1, w1, w2, None, None]
+    assert [grouped(T, 128, 1536, 2048) for T in Ts] == [t1, t1, t1, t1, t1, t1, t1, t1, w1, w2, None, None]
+    assert grouped(2000, 2048, 4096, 2048) == w1  # 2^23 weights per expert: large
+    assert grouped(2000, 2048, 4096, 2016) == t1 and grouped(4096, 2048, 4096, 2016) == w1  # below: from 2 rows each
+    assert grouped(64, 16, 16384, 5120) == w2 and grouped(65, 16, 16384, 5120) is None
+    assert grouped(3, 1, 64, 64) == t2 and grouped(24, 8, 512, 1024) == w2 and grouped(23, 8, 512, 1024) == t2
     assert SkinnyConfig(2, 5).compiled() == SkinnyConfig(2) and SkinnyConfig(2, 5).label() == "skinny_t2_s5"
     for bad in (dict(token_tiles=3), dict(token_tiles=16), dict(splits=9), dict(splits=-1), dict(splits=True),
                 dict(splits=2.0)):

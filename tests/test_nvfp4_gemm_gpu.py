@@ -511,17 +511,17 @@ def test_grouped_w4a16_matches_exact_dequant(case, w_scaling):
 @pytest.mark.parametrize("a_scaling", ["tensor", "token"])
 @pytest.mark.parametrize("sizes,config,skinny_env,kernel", [
     (SIZES["ragged"], None, "1", "cutlass"),               # 64 rows per expert on average: CUTLASS
-    ([1, 0, 3, 0, 0, 2, 1, 7], None, "1", "skinny"),       # decode routing, 14 rows: the skinny kernel, stepped
-    ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "wgmma"),        # 16 rows: its wgmma loop, after the bf16 pass
+    ([1, 0, 3, 0, 0, 2, 1, 9], None, "1", "skinny"),       # decode routing, 16 rows: the skinny kernel, stepped
+    ([3, 0, 5, 0, 0, 2, 1, 13], None, "1", "wgmma"),       # 24 rows, 3 per expert: its wgmma loop, after the bf16 pass
     ([1, 0, 3, 0, 0, 2, 1, 9], None, "0", "cutlass"),      # ... unless SCALEMM_NVFP4_SKINNY=0
     ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 3), "0", "skinny"),  # config= always
     ([1, 0, 3, 0, 0, 2, 1, 9], SkinnyConfig(2, 0, "wgmma"), "1", "wgmma"),  # the wgmma loop: after the bf16 pass
-], ids=["ragged", "decode-default", "decode-default-16", "decode-cutlass", "decode-skinny", "decode-wgmma"])
+], ids=["ragged", "decode-default", "decode-default-24", "decode-cutlass", "decode-skinny", "decode-wgmma"])
 def test_grouped_w4a4_matches_exact_dequant(monkeypatch, a_scaling, sizes, config, skinny_env, kernel):
     """W4A4 with per-expert bias (the skinny kernel: scale rows at each group's sf_offset). Without a config,
     grouped calls take the skinny kernel up to 4 rows per expert on average (its stepped loop decoding the
-    activations itself below 16 rows, its wgmma loop after a bf16 decode pass from 16), the CUTLASS kernel
-    (after the pass) above."""
+    activations itself; from 24 rows on large experts or 2 rows per expert its wgmma loop, after a bf16 decode
+    pass: default_nvfp4_grouped_skinny_config), the CUTLASS kernel (after the pass) above."""
     import scalemm.gemm_nvfp4 as g
     G, N, K = len(sizes), 512, 1024
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=3).reshape(G, N, K).to(torch.bfloat16), scaling="token")

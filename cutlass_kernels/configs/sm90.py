@@ -373,23 +373,28 @@ def skinny_config_for_groups(T: int, G: int) -> SkinnyConfig | None:
 
 
 GROUPED_SKINNY_MAX_ROWS_PER_EXPERT = 4  # grouped calls take the skinny kernel by default up to this mean
-GROUPED_SKINNY_WGMMA_MIN_ROWS = 16  # ... with the wgmma main loop from this many rows (T), the stepped one below
+GROUPED_SKINNY_WGMMA_MIN_ROWS = 24  # ... with the wgmma main loop from this many rows (T) ...
+GROUPED_SKINNY_WGMMA_MIN_EXPERT = 1 << 23  # ... where an expert has at least this many weights (N * K), or T >= 2 G
 
 
-def default_nvfp4_grouped_skinny_config(T: int, G: int) -> SkinnyConfig | None:
-    """What a grouped NVFP4 GEMM without a config runs at decode: the skinny kernel while the experts
-    average at most GROUPED_SKINNY_MAX_ROWS_PER_EXPERT rows (known on the host: T / G), else None (the
-    CUTLASS grouped kernel); its wgmma main loop from GROUPED_SKINNY_WGMMA_MIN_ROWS rows. H100,
-    perf/grouped_sweep.py --phases decode over DeepSeek-V3, Qwen3-30B-A3B and Llama-4-Scout experts at 1, 16
-    and 64 tokens (top-k routed, T = 1-512 rows, 0.03-4 rows per expert; perf/NOTES.md, twelfth session),
-    both loops pinned in one run: the stepped loop was faster at T = 1 and 8 (W4A16 by 3-40%; W4A4 more, its
-    wgmma path adds the decode pass); from T = 16 the wgmma loop was faster on 10 of 12 points (W4A16 by
-    5-22%) and slower on Qwen3 at 16 tokens (2% and 8%; W4A4 5% and 12%). Earlier (seventh session): at 8
-    rows per expert the CUTLASS kernel was 1.7x faster than the skinny kernel."""
+def default_nvfp4_grouped_skinny_config(T: int, G: int, N: int, K: int) -> SkinnyConfig | None:
+    """What a grouped NVFP4 GEMM without a config runs at decode (T rows over G experts of [N, K]): the skinny
+    kernel while the experts average at most GROUPED_SKINNY_MAX_ROWS_PER_EXPERT rows (known on the host: T / G),
+    else None (the CUTLASS grouped kernel). Its wgmma main loop from GROUPED_SKINNY_WGMMA_MIN_ROWS rows where
+    the experts are large (N * K >= GROUPED_SKINNY_WGMMA_MIN_EXPERT) or hold 2 rows each on average, the stepped
+    loop otherwise: the wgmma loop's CTAs cost more to start and finish (its ring's prologue, a barrier per
+    chunk, for W4A4 the decode pass), which pays off over long weight streams or with more rows per block.
+    H100, perf/grouped_sweep.py --phases decode, both loops pinned in one build, DeepSeek-V3 (N * K = 29M and
+    15M), Qwen3-30B-A3B (3.1M, 1.6M) and Llama-4-Scout (84M, 42M) experts at 1-64 tokens (60 points, T = 1-512;
+    perf/NOTES.md, twelfth session): the stepped loop won every point below 16 rows but two, and at 16 rows on
+    DeepSeek-V3 and Qwen3 (by 2-14%); from 24 rows the wgmma loop won the large experts (by up to 22%) and
+    Qwen3 from T = 2 G; this rule takes the slower loop on 4 of the 60 points (by 3-6%). Earlier (seventh
+    session): at 8 rows per expert the CUTLASS kernel was 1.7x faster than the skinny kernel."""
     if T > GROUPED_SKINNY_MAX_ROWS_PER_EXPERT * max(G, 1):
         return None
     cfg = skinny_config_for_groups(T, G)
-    return replace(cfg, mainloop="wgmma") if cfg is not None and T >= GROUPED_SKINNY_WGMMA_MIN_ROWS else cfg
+    wgmma = T >= GROUPED_SKINNY_WGMMA_MIN_ROWS and (N * K >= GROUPED_SKINNY_WGMMA_MIN_EXPERT or T >= 2 * G)
+    return replace(cfg, mainloop="wgmma") if cfg is not None and wgmma else cfg
 
 
 def skinny_cpp(config: SkinnyConfig, *, act_dtype, out_dtype, activation: str | None) -> dict[str, str]:
