@@ -386,10 +386,12 @@ def default_nvfp4_grouped_skinny_config(T: int, G: int, N: int, K: int) -> Skinn
     chunk, for W4A4 the decode pass), which pays off over long weight streams or with more rows per block.
     H100, perf/grouped_sweep.py --phases decode, both loops pinned in one build, DeepSeek-V3 (N * K = 29M and
     15M), Qwen3-30B-A3B (3.1M, 1.6M) and Llama-4-Scout (84M, 42M) experts at 1-64 tokens (60 points, T = 1-512;
-    perf/NOTES.md, twelfth session): the stepped loop won every point below 16 rows but two, and at 16 rows on
-    DeepSeek-V3 and Qwen3 (by 2-14%); from 24 rows the wgmma loop won the large experts (by up to 22%) and
-    Qwen3 from T = 2 G; this rule takes the slower loop on 4 of the 60 points (by 3-6%). Earlier (seventh
-    session): at 8 rows per expert the CUTLASS kernel was 1.7x faster than the skinny kernel."""
+    perf/NOTES.md, twelfth session): the stepped loop won below 16 rows but on three Llama-4-Scout points, and at
+    16 rows on DeepSeek-V3 and Qwen3 (by 2-14%); from 24 rows the wgmma loop won the large experts (by up to
+    22%) and Qwen3 from T = 2 G. This rule takes the slower loop on 9 of the 60 points (those three by 8-31%,
+    six by 3-7%), the picked loop 1.3% slower than the faster one on geomean (W4A4 1.1%), where "wgmma from 16
+    rows" was 2.2% (W4A4 4.1%). Earlier (seventh session): at 8 rows per expert the CUTLASS kernel was 1.7x
+    faster than the skinny kernel."""
     if T > GROUPED_SKINNY_MAX_ROWS_PER_EXPERT * max(G, 1):
         return None
     cfg = skinny_config_for_groups(T, G)
