@@ -26,15 +26,20 @@ int main() {
 """
 
 
-@pytest.fixture(scope="module")
-def choose(tmp_path_factory):
-    d = tmp_path_factory.mktemp("split_model")
-    src, exe = d / "split_model.cu", d / "split_model"
-    src.write_text(PROGRAM)
+def host_program(folder, name: str, source: str):
+    """`source` (including nvfp4_skinny.cuh) compiled by nvcc into a host executable in `folder`."""
+    src, exe = folder / f"{name}.cu", folder / name
+    src.write_text(source)
     includes = [f"-I{toolchain.INCLUDE_DIR}"] + [f"-I{i}" for i in toolchain.cutlass_include_dirs()]
     r = subprocess.run([toolchain.nvcc_path(), "-std=c++17", "-O1", *includes, str(src), "-o", str(exe)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+    return exe
+
+
+@pytest.fixture(scope="module")
+def choose(tmp_path_factory):
+    exe = host_program(tmp_path_factory.mktemp("split_model"), "split_model", PROGRAM)
 
     def run(cases, wgmma=False):
         text = "".join(f"{t} {c} {s} {p} {int(wgmma)}\n" for t, c, s, p in cases)
@@ -104,12 +109,7 @@ int main() {
 def test_slot_stride_makes_a_permutation(tmp_path):
     """Compact grouped launches (fewer slots than experts) give slot z the rank z * slot_stride(slots) mod slots:
     every rank exactly once for every slot count the grid allows, and the stride ~0.618 slots (ranks spread)."""
-    src, exe = tmp_path / "slots.cu", tmp_path / "slots"
-    src.write_text(SLOT_PROGRAM)
-    includes = [f"-I{toolchain.INCLUDE_DIR}"] + [f"-I{i}" for i in toolchain.cutlass_include_dirs()]
-    r = subprocess.run([toolchain.nvcc_path(), "-std=c++17", "-O2", *includes, str(src), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
+    exe = host_program(tmp_path, "slots", SLOT_PROGRAM)
     rows = [tuple(int(v) for v in line.split()) for line in
             subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()]
     assert len(rows) == 65535
