@@ -837,8 +837,8 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group (dense: one
 // slot, the one group; grouped: find_group),
 // for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
-// kGrouped: p.offsets is set (the grouped kernel); the dense kernel has no group code at all (with it, dense decode
-// ran 2-4% slower on an H100: ptxas scheduled the main loops differently).
+// kGrouped: p.offsets is set (the grouped kernel); the dense kernel has no group code at all (with the group code
+// compiled in, though never run, dense decode ran 2-4% slower on an H100).
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act, bool kGrouped>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) nvfp4_skinny_kernel(const Params p) {
   // value * s * 2^-kDecodeShift per decoded operand: one (W4A16) or two (W4A4) factors to undo, exactly
