@@ -7,10 +7,12 @@ decode (few tokens) and prefill; token counts per expert drawn from a skewed (Zi
 so some experts are hot and some get nothing. Same process, same GPU, CUDA-graph timings
 interleaved in rounds (scalemm.timing.bench). Writes grouped_sweep.json and .png.
 With --formats nvfp4 (on by default) each point also times scalemm.grouped_gemm on stacked NVFP4
-expert weights (the same values as the bf16 anchor's), W4A16 and W4A4, against bf16 _grouped_mm.
+expert weights (the same values as the bf16 anchor's), W4A16 and W4A4, against bf16 _grouped_mm: the default,
+and at decode the skinny kernel pinned with each main loop (*_skinny: stepped, *_wgmma: wgmma).
 
   python perf/grouped_sweep.py --out results/
   python perf/grouped_sweep.py --out results/ --formats nvfp4   # only the NVFP4 contenders (and the torch anchors)
+  python perf/grouped_sweep.py --formats nvfp4 --phases decode --decode-tokens 2,4,8,24   # other decode batches
 """
 from __future__ import annotations
 
