@@ -600,7 +600,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         skinny = configs.default_nvfp4_grouped_skinny_config(T, G, N, K)
         if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
             config = skinny
-    if isinstance(config, SkinnyConfig):  # W4A4 included: the kernel decodes the activations itself
+    if isinstance(config, SkinnyConfig):  # W4A4 too (decoded by the mma.sync loops, or by a pass for wgmma)
         if out is None:
             out = torch.empty((T, N), dtype=out_dtype, device=device)
         if T == 0 or N == 0:

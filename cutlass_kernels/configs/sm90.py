@@ -330,7 +330,7 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
 
 
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
-SKINNY_TWO_TILE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
+SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
 SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up to 64 tokens where
 SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
 
@@ -356,7 +356,7 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         return skinny_config_for_tokens(M)
     small = N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
-    if M <= 8 * SKINNY_TOKEN_TILES[-1] and (M <= SKINNY_TWO_TILE_MAX_TOKENS or small):
+    if M <= 8 * SKINNY_TOKEN_TILES[-1] and (M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small):
         return replace(skinny_config_for_tokens(M), mainloop="wgmma")
     return None
 

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <numeric>
 #include <utility>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -739,7 +740,8 @@ struct GroupRows {
   int group, first, last;
 };
 constexpr int kGroupsPerThread = 4;
-constexpr int kGroupScratch = 2 * kWarps + 3;  // two scans' warp partials, then the result (group, first, last)
+constexpr int kGroupResultAt = 2 * kWarps;             // find_group's scratch: two scans' warp partials, then
+constexpr int kGroupScratch = kGroupResultAt + 3;      // the result (group, first, last)
 
 // exclusive scan of v over the CTA's kWarps * 32 threads (op max or +, identity 0); scratch[0, kWarps)
 template <bool kMax>
@@ -767,7 +769,7 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
   constexpr int kThreads = kWarps * 32;
   const int tid = threadIdx.x;
   auto end_of = [&](int j) { return min(max(__ldg(offsets + j), 0), tokens); };
-  int* result = scratch + 2 * kWarps;
+  int* result = scratch + kGroupResultAt;
   if (slots == groups) {  // group `slot`: first = the running max of the offsets before it
     int m = 0;
     for (int j0 = 0; j0 < slot; j0 += kThreads * kGroupsPerThread) {
@@ -876,7 +878,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   }
   auto group_of_cta = [&]() -> int {
     if constexpr (kGrouped && !kWgmma)
-      return int(gridDim.z) == p.groups ? int(blockIdx.z) : *reinterpret_cast<volatile const int*>(&group_scratch[2 * kWarps]);
+      return int(gridDim.z) == p.groups ? int(blockIdx.z) : *reinterpret_cast<volatile const int*>(&group_scratch[kGroupResultAt]);
     return group;
   };
   if (last <= first) return;  // the whole cluster leaves together
@@ -977,11 +979,15 @@ inline int choose_splits(int64_t tiles, int64_t chunks, int64_t sms, int64_t con
 // z -> z * stride mod slots is a permutation), 1 for one slot.
 inline int64_t slot_stride(int64_t slots) {
   if (slots <= 1) return 1;
-  for (int64_t s = std::max<int64_t>(1, slots * 618 / 1000);; ++s) {
-    int64_t a = s, b = slots;
-    while (b != 0) a %= b, std::swap(a, b);
-    if (a == 1) return s;
-  }
+  int64_t s = std::max<int64_t>(1, slots * 618 / 1000);
+  while (std::gcd(s, slots) != 1) ++s;
+  return s;
+}
+
+// The slots of a launch along the grid's z: grouped, one per group that can hold rows (at most `tokens` do;
+// find_group), dense one.
+inline int64_t launch_slots(Nvfp4SkinnyGemmArgs const& a) {
+  return a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
 }
 
 // Grid (splits, tiles, slots) in clusters of (splits, 1, 1); `attr` must outlive the config.
@@ -1007,6 +1013,13 @@ inline bool leaf_mode_ok(int64_t mode, std::initializer_list<int> allowed) {
   return false;
 }
 
+// The kernel a launch runs: the grouped one (offsets set) or the dense one.
+template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
+auto kernel_for(bool grouped) {
+  return grouped ? nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>
+                 : nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>;
+}
+
 // Lets the kernel have its dynamic shared memory on the current device `device` (over 48 KB needs the
 // opt-in), once per device; not a stream operation, so also safe inside a graph capture.
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
@@ -1014,9 +1027,9 @@ void allow_dynamic_smem(int64_t device) {
   if constexpr (kDynamicSmem<kTokenTiles, kLoop> > 0) {
     static bool done[64] = {};
     if (!done[device]) {
-      for (auto kernel : {nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>,
-                          nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>})
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem<kTokenTiles, kLoop>);
+      for (bool grouped : {false, true})
+        cudaFuncSetAttribute(kernel_for<T, kX4, Out, kTokenTiles, kLoop, Act>(grouped),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSmem<kTokenTiles, kLoop>);
       done[device] = true;
     }
   }
@@ -1066,17 +1079,15 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
         cudaLaunchAttribute attr;
         const cudaLaunchConfig_t cfg = cluster_config(s, 1, 1, kDynamicSmem<kTokenTiles, kLoop>, nullptr, attr);
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, grouped ? nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>
-                                                              : nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>,
-                                           &cfg) != cudaSuccess)
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel_for<T, kX4, Out, kTokenTiles, kLoop, Act>(grouped), &cfg) !=
+            cudaSuccess)
           clusters = 0;
         fit[s] = int64_t(clusters) * s;
       }
       cudaGetLastError();  // a failed query is not this launch's error
       queried[grouped][a.device] = true;
     }
-    // at most `tokens` groups hold rows: the launch runs that many slots (find_group)
-    splits = choose_splits(tiles * std::min<int64_t>(a.groups, a.tokens), chunks, sm_count[a.device], fit,
+    splits = choose_splits(tiles * launch_slots(a), chunks, sm_count[a.device], fit,
                            is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
   out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
@@ -1099,8 +1110,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   const Plan pl = plan<T, kX4, Out, kTokenTiles, kLoop, Act>(a);
   if (pl.error != 0 || pl.splits == 0) return pl.error;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN;
-  // grouped: at most `tokens` groups hold rows, one slot each (find_group)
-  const int64_t slots = a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
+  const int64_t slots = launch_slots(a);
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
            static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
@@ -1111,9 +1121,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, kDynamicSmem<kTokenTiles, kLoop>,
                                                 static_cast<cudaStream_t>(a.stream), attr);
-  const cudaError_t err =
-      a.offsets != nullptr ? cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, true>, p)
-                           : cudaLaunchKernelEx(&cfg, nvfp4_skinny_kernel<T, kX4, Out, kTokenTiles, kLoop, Act, false>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel_for<T, kX4, Out, kTokenTiles, kLoop, Act>(a.offsets != nullptr), p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
