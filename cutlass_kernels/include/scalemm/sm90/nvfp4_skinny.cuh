@@ -913,7 +913,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
         partial[(8 * m + 2 * q + 1) * kPitch + row] = acc[m][2 * h + 1] * kUnscale;
       }
     }
-    cluster.sync();  // every CTA's partials are written (release/acquire across the cluster)
+    // every CTA's partials are written (release/acquire across the cluster; without a split, the CTA's barrier and
+    // its own shared memory: the cluster barriers and DSMEM reads of a 1-CTA cluster made grouped decode up to 1.2x
+    // slower, H100, perf/NOTES.md "the epilogue's barriers")
+    if (splits == 1)
+      __syncthreads();
+    else
+      cluster.sync();
 
     // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
     // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
@@ -921,10 +927,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     for (int e = split * blockDim.x + threadIdx.x; e < count * (kTileN / 2); e += splits * blockDim.x) {
       const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
       float2 sum = make_float2(0.f, 0.f);
-      for (int r = 0; r < splits; ++r) {
-        const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
+      if (splits == 1) {  // this CTA's own partials (0.f +: the same bits as the sum below)
+        const float2 v = *reinterpret_cast<const float2*>(&partial[tok * kPitch + col]);
         sum.x += v.x;
         sum.y += v.y;
+      } else {
+        for (int r = 0; r < splits; ++r) {
+          const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
+          sum.x += v.x;
+          sum.y += v.y;
+        }
       }
       const int c0 = n0 + col, row = block + tok;
       if (c0 < p.n) {
@@ -933,7 +945,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
         store_pair(d + int64_t(row) * p.n + c0, pair);
       }
     }
-    cluster.sync();  // the partials are read before the next block overwrites them or a CTA leaves
+    // the partials are read before the next block overwrites them or a CTA leaves (a CTA's own: its barrier). The
+    // cluster's arrive is relaxed: the reads are done (their sums were stored), and there is nothing to release,
+    // while a release would wait for the output stores above to become visible across the cluster (with the
+    // release: dense decode 1.5-8% slower, H100)
+    if (splits == 1) {
+      __syncthreads();
+    } else {
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+      asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    }
   }
 }
 
