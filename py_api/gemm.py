@@ -20,9 +20,6 @@ from .formats import FP8Tensor, NVFP4Tensor
 __all__ = ["gemm", "gemm_kernel_spec", "resolve_config"]
 
 _RASTER = {"m": 0, "n": 1, "auto": 2}
-# Stream-K partials (<= 132 SMs x 128x256 fp32 tiles) fit with room. Only stream-K kernels take a
-# workspace; it comes from torch's caching allocator, so concurrent streams and graphs are safe.
-_STREAM_K_WORKSPACE_BYTES = 32 << 20
 
 
 def gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype: torch.dtype,
@@ -43,6 +40,23 @@ def _spec(config, fast_accum, out_name, tree):
 @functools.lru_cache(maxsize=None)
 def _launcher(spec: KernelSpec):
     return build(spec).function("scalemm_gemm", [ctypes.POINTER(abi.GemmArgs)])
+
+
+@functools.lru_cache(maxsize=None)
+def _workspace_fn(spec: KernelSpec):
+    return build(spec).function("scalemm_gemm_workspace", [ctypes.POINTER(abi.GemmWorkspaceArgs)])
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_k_workspace_bytes(spec: KernelSpec, m: int, n: int, k: int, device: int, raster: int, swizzle: int) -> int:
+    """The workspace a stream-K launch of `spec` needs in the kernel's problem coordinates, as the kernel computes
+    it (CUTLASS's partial sums and locks for this shape and this GPU's SM count); host only, cached per shape. Only
+    stream-K kernels take a workspace; it comes from torch's caching allocator, so concurrent streams and graphs
+    are safe."""
+    got = ctypes.c_int64(-1)
+    call = abi.GemmArgs(m=m, n=n, k=k, device=device, raster=raster, swizzle=swizzle, splits=1)
+    _workspace_fn(spec)(ctypes.byref(abi.GemmWorkspaceArgs(call=ctypes.addressof(call), bytes=ctypes.addressof(got))))
+    return got.value
 
 
 def _resolve_epilogue(epilogue, out_dtype):
@@ -226,14 +240,15 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         return out
 
     kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
-    cfg, leaves, launch = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
-    _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device)
+    cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
+    _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     return out
 
 
-def _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device) -> None:
+def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
     """Fills abi.GemmArgs for one planned call (leaf inputs checked again against the kernel's
-    leaf order) and launches it on the current stream."""
+    leaf order) and launches it on the current stream; `workspace(m, n, k, device, raster, swizzle)`: the bytes a
+    stream-K kernel asks for (None: no workspace)."""
     args = abi.GemmArgs(k=K, device=device.index, raster=_RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
                         stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, (leaf, length, _) in enumerate(leaves):
@@ -250,11 +265,12 @@ def _launch(cfg, leaves, launch, a, b, out, inputs, M, N, K, device) -> None:
         if not (numel == length or (numel == 1 and (getattr(leaf, "broadcast", False) or length == 1))):
             raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {numel}")
         args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), numel > 1  # one value -> CUTLASS scalar broadcast
-    ws = None
-    if cfg.stream_k:  # only stream-K kernels take a workspace
-        ws = torch.empty(_STREAM_K_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     x, y, args.m, args.n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)  # the kernel's problem coordinates
+    ws = None
+    if workspace is not None:
+        ws = torch.empty(workspace(args.m, args.n, K, args.device, args.raster, args.swizzle), dtype=torch.uint8,
+                         device=device)
+        args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     args.a, args.b, args.d = x.data_ptr(), y.data_ptr(), out.data_ptr()
     launch(ctypes.byref(args))
 
@@ -271,7 +287,8 @@ def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfi
 
 @functools.lru_cache(maxsize=4096)
 def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
-    """Everything about a call that depends only on shapes and options: config, kernel, leaf layout.
+    """Everything about a call that depends only on shapes and options: config, leaf layout, the kernel's launcher
+    and, for stream-K kernels, its workspace query (else None).
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply.
     scalemm.tuned clears it when the tuned configs change (on_reload below)."""
     tree = _resolve_epilogue(epilogue, out_dtype)
@@ -282,7 +299,8 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
     leaves = tuple((leaf, None if isinstance(leaf, epi.Source) else "M" if isinstance(leaf, epi.RowVector)
                     else "N" if isinstance(leaf, epi.ColVector) else "1", _TORCH_DTYPES[getattr(leaf, "dtype", "f32")])
                    for leaf in emitted.leaves)
-    return cfg, leaves, _launcher(spec)
+    workspace = functools.partial(_stream_k_workspace_bytes, spec) if cfg.stream_k else None
+    return cfg, leaves, _launcher(spec), workspace
 
 
 tuned_configs.on_reload(_plan.cache_clear)

@@ -320,14 +320,14 @@ def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device:
     locks for this shape and GPU); host only, cached per shape."""
     got = ctypes.c_int64(-1)
     call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=splits)
-    _gemm_workspace_fn(spec)(ctypes.byref(abi.Nvfp4GemmWorkspaceArgs(call=ctypes.addressof(call),
+    _gemm_workspace_fn(spec)(ctypes.byref(abi.GemmWorkspaceArgs(call=ctypes.addressof(call),
                                                                      bytes=ctypes.addressof(got))))
     return got.value
 
 
 @functools.lru_cache(maxsize=None)
 def _gemm_workspace_fn(spec: KernelSpec):
-    return build(spec).function("scalemm_nvfp4_gemm_workspace", [ctypes.POINTER(abi.Nvfp4GemmWorkspaceArgs)])
+    return build(spec).function("scalemm_nvfp4_gemm_workspace", [ctypes.POINTER(abi.GemmWorkspaceArgs)])
 
 
 @functools.lru_cache(maxsize=None)

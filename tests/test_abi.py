@@ -155,7 +155,7 @@ def _template_launchers() -> dict:
 
 def test_every_template_launcher_takes_one_struct_pointer():
     launchers = _template_launchers()
-    assert len(launchers) == 14
+    assert len(launchers) == 15
     for name, (template, params) in launchers.items():
         m = re.fullmatch(r"scalemm::(\w+) const\* a", params)
         assert m and m[1] in abi.structs, f"{template}: {name}({params}) does not take an abi.h struct by pointer"
@@ -178,6 +178,8 @@ def test_python_declares_each_launcher_with_its_struct(monkeypatch):
     cfg = GemmConfig(128, 128, 128, 1, 1, "cooperative")
     gemm._launcher.__wrapped__(gemm.gemm_kernel_spec(cfg, fast_accum=False, out_dtype=bf16,
                                                      epilogue=epi.scaled(bf16))[0])
+    gemm._workspace_fn.__wrapped__(gemm.gemm_kernel_spec(cfg, fast_accum=False, out_dtype=bf16,
+                                                         epilogue=epi.scaled(bf16))[0])
     grouped._launcher.__wrapped__(grouped.grouped_gemm_kernel_spec(cfg, fast_accum=False, out_dtype=bf16,
                                                                    epilogue=epi.scaled(bf16))[0])
     for name in quantize._ARGS:
@@ -355,9 +357,12 @@ def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
     inputs = {"scale_a": torch.rand(M), "scale_b": torch.rand(1), "bias": torch.randn(N).to(bf16)}
     monkeypatch.setattr(gemm, "_launcher", lambda spec: None)
     monkeypatch.setattr(gemm, "_epilogue_input", lambda leaf, t, dev: t)  # CPU tensors on a device with an index
-    cfg_, leaves, _ = gemm._plan.__wrapped__(M, N, K, False, bf16, None, cfg, device)
+    monkeypatch.setattr(gemm, "_stream_k_workspace_bytes", lambda spec, *call: asked.append(call) or 12345)
+    asked = []
+    cfg_, leaves, _, workspace = gemm._plan.__wrapped__(M, N, K, False, bf16, None, cfg, device)
+    assert (workspace is not None) == cfg.stream_k
     launch = _Capture()
-    gemm._launch(cfg_, leaves, launch, a, b, out, inputs, M, N, K, device)
+    gemm._launch(cfg_, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     name, args = launch.calls[0]
     assert name == "GemmArgs"
     x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)
@@ -366,7 +371,9 @@ def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
     assert [leaf.name for leaf, _, _ in leaves] == ["scale_a", "scale_b", "bias"]
     assert list(args.leaf_ptrs) == [_p(inputs[l.name]) for l, _, _ in leaves] + [None] * (abi.kMaxLeaves - 3)
     assert list(args.leaf_is_vector) == [1, 0, 1] + [0] * (abi.kMaxLeaves - 3)
-    assert (args.workspace is not None, args.workspace_bytes > 0) == (cfg.stream_k, cfg.stream_k)
+    # stream-K: the workspace its kernel asks for, in the kernel's problem coordinates (swap-AB: n, m)
+    assert (args.workspace is not None, args.workspace_bytes) == ((True, 12345) if cfg.stream_k else (False, 0))
+    assert asked == ([(m, n, K, 0, args.raster, args.swizzle)] if cfg.stream_k else [])
     assert (args.device, args.raster, args.swizzle, args.splits, args.stream) == \
         (0, {"m": 0, "n": 1, "auto": 2}[cfg.raster], cfg.swizzle, 1, STREAM)
 

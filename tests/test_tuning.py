@@ -86,7 +86,7 @@ def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
     assert _resolve(64, 4096, 4104) == configs.default_config(64, 4096, 4104)
     # gemm's plan (what it launches) takes it; an explicit config= wins over it
     monkeypatch.setattr(gemm_module, "_launcher", lambda spec: ("launcher", spec.name))
-    cfg, _, launch = gemm_module._plan(40, 4096, 4096, True, BF16, None, None, CUDA0)
+    cfg, _, launch, _ = gemm_module._plan(40, 4096, 4096, True, BF16, None, None, CUDA0)
     assert cfg == TUNED and TUNED.key() in launch[1]
     explicit = GemmConfig(64, 128, 128, 1, 1, "pingpong")
     assert gemm_module._plan(40, 4096, 4096, True, BF16, None, explicit, CUDA0)[0] == explicit

@@ -9,9 +9,15 @@ using Gemm = scalemm::Sm90Gemm<{{ELEMENT_A}}, {{ELEMENT_B}}, {{ELEMENT_D}}, {{LA
                                {{ELEMENT_C}}, {{TILE_SCHEDULER}}>;
 
 // ptrs[i]: device pointer of the i-th epilogue leaf; vec[i]: 1 = vector, 0 = one value.
-extern "C" int scalemm_gemm(scalemm::GemmArgs const* a) {
+static typename Evt::Arguments evt_arguments(scalemm::GemmArgs const* a) {
   void const* const* ptrs = a->leaf_ptrs;
   int64_t const* vec = a->leaf_is_vector;
-  typename Evt::Arguments evt_args = {{EVT_ARGS}};
-  return Gemm::run(*a, evt_args);
+  return {{EVT_ARGS}};
+}
+
+extern "C" int scalemm_gemm(scalemm::GemmArgs const* a) { return Gemm::run(*a, evt_arguments(a)); }
+
+extern "C" int scalemm_gemm_workspace(scalemm::GemmWorkspaceArgs const* a) {
+  auto const* call = static_cast<scalemm::GemmArgs const*>(a->call);
+  return Gemm::workspace_bytes(*call, evt_arguments(call), static_cast<int64_t*>(a->bytes));
 }

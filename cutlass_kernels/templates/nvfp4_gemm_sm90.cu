@@ -15,7 +15,7 @@ static typename Evt::Arguments evt_arguments(scalemm::Nvfp4GemmArgs const* a) {
 
 extern "C" int scalemm_nvfp4_gemm(scalemm::Nvfp4GemmArgs const* a) { return Gemm::run(*a, evt_arguments(a)); }
 
-extern "C" int scalemm_nvfp4_gemm_workspace(scalemm::Nvfp4GemmWorkspaceArgs const* a) {
+extern "C" int scalemm_nvfp4_gemm_workspace(scalemm::GemmWorkspaceArgs const* a) {
   auto const* call = static_cast<scalemm::Nvfp4GemmArgs const*>(a->call);
   return Gemm::workspace_bytes(*call, evt_arguments(call), static_cast<int64_t*>(a->bytes));
 }

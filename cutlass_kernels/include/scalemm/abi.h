@@ -122,10 +122,10 @@ struct Nvfp4GemmArgs {
   void* stream;
 };
 
-// The workspace an NVFP4 GEMM call needs, without launching it (scalemm_nvfp4_gemm_workspace): CUTLASS's
-// stream-K partial sums and locks for that shape on that GPU, 0 for kernels without stream-K.
-struct Nvfp4GemmWorkspaceArgs {
-  void const* call;  // Nvfp4GemmArgs const*: the call (its pointers are not read)
+// The workspace a GEMM call needs, without launching it (scalemm_gemm_workspace, scalemm_nvfp4_gemm_workspace):
+// CUTLASS's stream-K partial sums and locks for that shape on that GPU, 0 for kernels without stream-K.
+struct GemmWorkspaceArgs {
+  void const* call;  // GemmArgs const* (FP8) or Nvfp4GemmArgs const* (NVFP4): the call (its pointers are not read)
   void* bytes;       // int64_t*: receives the workspace size in bytes
 };
 

@@ -69,9 +69,9 @@ struct Sm90Gemm {
   using StrideC = typename Gemm::GemmKernel::StrideC;
   using StrideD = typename Gemm::GemmKernel::StrideD;
 
-  // Runs D = Evt(A B^T) for A [M,K], B [N,K] (problem coordinates of this kernel: GemmArgs'
+  // CUTLASS's arguments for D = Evt(A B^T), A [M,K], B [N,K] (problem coordinates of this kernel: GemmArgs'
   // m, n, k). `c` is the Source operand (M x N, same layout as D) or null when the tree has none.
-  static int run(GemmArgs const& p, typename Evt::Arguments const& evt_args) {
+  static typename Gemm::Arguments arguments(GemmArgs const& p, typename Evt::Arguments const& evt_args) {
     void const* a = p.a;
     void const* b = p.b;
     void const* c = p.c;
@@ -79,11 +79,6 @@ struct Sm90Gemm {
     int const M = int(p.m), N = int(p.n), K = int(p.k);
     int const device = int(p.device), raster_along_n = int(p.raster), swizzle = int(p.swizzle);
     int const splits = int(p.splits);
-    void* workspace = p.workspace;
-    int64_t const workspace_bytes = p.workspace_bytes;
-    cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-    cudaError_t err = cudaSetDevice(device);  // our static cudart tracks its own current device
-    if (err != cudaSuccess) return static_cast<int>(err);
     auto stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, 1));
     auto stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
     auto stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, 1));
@@ -96,7 +91,20 @@ struct Sm90Gemm {
         {evt_args, static_cast<ElementCOrD const*>(c), stride_c, static_cast<ElementD*>(d), stride_d},
         sm90::hardware_info(device)};
     sm90::set_scheduler_options<Kernel, kStreamK>(args, raster_along_n, swizzle, splits);
-    return sm90::launch<Gemm>(args, workspace, workspace_bytes, stream);
+    return args;
+  }
+
+  // The workspace a launch with `p` needs (stream-K: partial sums and locks for this shape on this GPU; else 0).
+  static int workspace_bytes(GemmArgs const& p, typename Evt::Arguments const& evt_args, int64_t* bytes) {
+    *bytes = static_cast<int64_t>(Gemm::get_workspace_size(arguments(p, evt_args)));
+    return 0;
+  }
+
+  static int run(GemmArgs const& p, typename Evt::Arguments const& evt_args) {
+    cudaError_t err = cudaSetDevice(int(p.device));  // our static cudart tracks its own current device
+    if (err != cudaSuccess) return static_cast<int>(err);
+    return sm90::launch<Gemm>(arguments(p, evt_args), p.workspace, p.workspace_bytes,
+                              static_cast<cudaStream_t>(p.stream));
   }
 };
 
