@@ -7,7 +7,8 @@ nothing is written twice. Exposes:
 - ``constants``: name -> int for every ``constexpr int`` and enum entry (``abi.constants["kMaxLeaves"]``),
   also as module attributes (``abi.kMaxLeaves``);
 - one ``ctypes.Structure`` subclass per struct (``abi.Nvfp4GemmArgs``), fields in header order;
-- ``group_table_ints``: the size of the int32 group table the header describes, from its constants.
+- ``group_table_ints``: the size of the int32 group table the header describes, from its constants;
+- ``workspace_bytes``: a GEMM launcher's workspace query (GemmWorkspaceArgs) run on the host.
 
 Callers read the constants at use time (``abi.kLeafPerRow``), never copy them into their own names.
 """
@@ -81,4 +82,12 @@ def group_table_ints(groups: int, tiles: int = 0) -> int:
     return -(-table // per_tile) * per_tile + per_tile * tiles
 
 
-__all__ = ["constants", "structs", "parse", "HEADER", "group_table_ints", *constants, *structs]
+def workspace_bytes(query, call: ctypes.Structure) -> int:
+    """The bytes of workspace the kernel behind `query` (a scalemm_*gemm_workspace function taking
+    GemmWorkspaceArgs) needs for `call` (its launch struct; the pointers in it are not read). Nothing is launched."""
+    got = ctypes.c_int64(-1)
+    query(ctypes.byref(globals()["GemmWorkspaceArgs"](call=ctypes.addressof(call), bytes=ctypes.addressof(got))))
+    return got.value
+
+
+__all__ = ["constants", "structs", "parse", "HEADER", "group_table_ints", "workspace_bytes", *constants, *structs]

@@ -53,10 +53,8 @@ def _stream_k_workspace_bytes(spec: KernelSpec, m: int, n: int, k: int, device: 
     it (CUTLASS's partial sums and locks for this shape and this GPU's SM count); host only, cached per shape. Only
     stream-K kernels take a workspace; it comes from torch's caching allocator, so concurrent streams and graphs
     are safe."""
-    got = ctypes.c_int64(-1)
     call = abi.GemmArgs(m=m, n=n, k=k, device=device, raster=raster, swizzle=swizzle, splits=1)
-    _workspace_fn(spec)(ctypes.byref(abi.GemmWorkspaceArgs(call=ctypes.addressof(call), bytes=ctypes.addressof(got))))
-    return got.value
+    return abi.workspace_bytes(_workspace_fn(spec), call)
 
 
 def _resolve_epilogue(epilogue, out_dtype):

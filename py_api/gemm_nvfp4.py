@@ -318,11 +318,8 @@ def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device:
                           splits: int) -> int:
     """The workspace a stream-K launch of `spec` needs, as the kernel computes it (CUTLASS's partial sums and
     locks for this shape and GPU); host only, cached per shape."""
-    got = ctypes.c_int64(-1)
     call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=splits)
-    _gemm_workspace_fn(spec)(ctypes.byref(abi.GemmWorkspaceArgs(call=ctypes.addressof(call),
-                                                                     bytes=ctypes.addressof(got))))
-    return got.value
+    return abi.workspace_bytes(_gemm_workspace_fn(spec), call)
 
 
 @functools.lru_cache(maxsize=None)

@@ -572,3 +572,20 @@ def test_skinny_gemm_fills_its_args(monkeypatch, fake_stream, grouped, x4):
     assert args["stream"] == STREAM
     real = {k: v for k, v in args.items() if k != "device"}
     abi.structs["Nvfp4SkinnyGemmArgs"](device=0, **real)  # every field exists in the struct
+
+
+def test_workspace_bytes_passes_the_call_and_reads_the_answer():
+    """abi.workspace_bytes hands a launcher's workspace query the call struct's address and returns what the query
+    wrote through `bytes` (the protocol of scalemm_gemm_workspace and scalemm_nvfp4_gemm_workspace)."""
+    seen = []
+
+    def query(ptr):
+        args = ptr._obj
+        call = abi.GemmArgs.from_address(args.call)
+        seen.append((call.m, call.n, call.k))
+        ctypes.c_int64.from_address(args.bytes).value = 4096 * call.m
+        return 0
+
+    call = abi.GemmArgs(m=3, n=64, k=128)
+    assert abi.workspace_bytes(query, call) == 4096 * 3
+    assert seen == [(3, 64, 128)]
