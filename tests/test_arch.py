@@ -63,16 +63,20 @@ def test_configs_package_picks_by_arch():
 
 
 def test_default_config_uses_num_sms():
-    """The large-tile thresholds scale with the SM count (measured on 132): at 132 nothing changes,
-    with fewer SMs the 128x256 tile comes at a smaller M, with more at a larger one."""
+    """The thresholds scale with the SM count (measured on 132) and every waves count uses it: at 132 nothing
+    changes, with fewer SMs the prefill rule starts at a smaller M, with more at a larger one."""
     dc = configs.sm90.default_config
-    assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096) == configs.GemmConfig(128, 192, 128, 2, 1)
-    assert dc(1536, 4096, 4096, num_sms=66).tile_n == 256          # 1536 >= 2048 * 66 / 132
-    assert dc(1024, 2048, 4096, num_sms=132).tile_n == 128         # one wave of 128x128 tiles (128 of them)
-    assert dc(2048, 2048, 4096, num_sms=132).tile_n == 256
-    assert dc(2048, 2048, 4096, num_sms=264).tile_n == 128         # 2048 < 2048 * 2, and 256 tiles fill one wave
-    assert dc(768, 8192, 4096, num_sms=132).schedule == "pingpong"  # M <= 1024: ping-pong 64x256
-    assert dc(768, 8192, 4096, num_sms=66).schedule == "cooperative"  # 768 > 1024 * 66 / 132
+    assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096)
+    assert dc(1000, 2048, 4096, num_sms=132).tile_n == 128         # one wave of 128x128 tiles (128 of them)
+    assert dc(768, 8192, 4096, num_sms=132).tile_m == 64            # below 1024 tokens: ping-pong 64x256
+    assert dc(768, 8192, 4096, num_sms=66).tile_m == 128            # 768 >= 1024 * 66 / 132: the prefill rule
+    assert dc(1536, 8192, 4096, num_sms=264).tile_m == 64           # 1536 < 1024 * 2
+    # the prefill rule's waves count the SMs: at 2048 x 2048 x 4096, 256 tiles of 128x128 are one wave on 264 SMs
+    sm90 = configs.sm90
+    for sms in (66, 132, 264):
+        times = {e[0]: sm90.predicted_prefill_us(*e, 2048, 2048, 4096, sms) for e in sm90.PREFILL_TILE_MODEL}
+        assert dc(2048, 2048, 4096, num_sms=sms) == min(times, key=times.get)
+    assert dc(2048, 2048, 4096, num_sms=264).tile_n == 128
     # decode does not depend on it; full accumulation only through its waves (test_tuning.py)
     for sms in (16, 132, 1000):
         assert dc(16, 4096, 4096, num_sms=sms) == dc(16, 4096, 4096)
@@ -83,13 +87,14 @@ def test_default_config_uses_num_sms():
 
 
 def test_default_config_at_132_sms_is_unchanged():
-    """The heuristic at 132 SMs picks what it picked before num_sms was used (over the sweep's points)."""
+    """The heuristic at 132 SMs picks what it picked before num_sms was used (over the sweep's points), where later
+    rules did not replace it."""
     def old(M, N, K, fast_accum):
         G = configs.GemmConfig
         if not fast_accum and M > 16:  # full accumulation's rules came later (chunked promotion): as it picks
             return configs.default_config(M, N, K, fast_accum=False)
-        if 16 < M <= 128:  # the two-token-tile rules came later (ninth session): as it picks
-            return configs.default_config(M, N, K)
+        if 16 < M <= 128 or M >= 1024:  # the two-token-tile rules (ninth session) and the prefill model (fourteenth)
+            return configs.default_config(M, N, K)  # came later: as it picks
         if M <= 16:
             return G(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
         if M <= 1024 and N >= 5120 and K <= 8192:

@@ -131,11 +131,15 @@ def test_heuristic_is_readable_and_valid():
     assert default_config(128, 4096, 4096).schedule == "pingpong" and default_config(128, 4096, 4096).swap_ab
     assert not default_config(128, 6144, 4096).swap_ab  # 96 64x128 tiles: one wave either way
     big = default_config(8192, 8192, 8192)
-    assert (big.tile_m, big.tile_n, big.schedule) == (128, 256, "cooperative")
+    assert (big.tile_m, big.tile_n, big.schedule) == (128, 192, "pingpong")
     with pytest.raises(ValueError, match="cooperative"):
         GemmConfig(64, 128, 128, schedule="cooperative")
     cpp = big.cpp(fast_accum=True, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
-    assert cpp["MAINLOOP_SCHEDULE"].endswith("CooperativeFP8FastAccum") and cpp["LAYOUT_D"].endswith("RowMajor")
+    assert cpp["MAINLOOP_SCHEDULE"].endswith("PingpongFP8FastAccum") and cpp["LAYOUT_D"].endswith("RowMajor")
+    assert cpp["EPILOGUE_SCHEDULE"] == "cutlass::epilogue::TmaWarpSpecialized"
+    coop = default_config(8192, 8192, 8192, fast_accum=False)
+    cpp = coop.cpp(fast_accum=False, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
+    assert "Cooperative" in cpp["MAINLOOP_SCHEDULE"] and cpp["EPILOGUE_SCHEDULE"].endswith("Cooperative")
 
 
 def test_chunked_promotion_config():

@@ -6,6 +6,7 @@ import scalemm
 from scalemm import epilogues as epi
 from scalemm.__main__ import chunked_promotion_test_configs
 from scalemm.cutlass_kernels import GemmConfig, default_config
+from scalemm.cutlass_kernels.configs.sm90 import PREFILL_TILE_MODEL
 
 pytestmark = pytest.mark.gpu
 E4M3 = torch.float8_e4m3fn
@@ -89,6 +90,35 @@ def test_decode_heuristic_token_tiles(M, N, tile):
     scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, fast_accum=True)
     assert not out.isnan().any()
     assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
+
+
+@pytest.mark.parametrize("cfg", [entry[0] for entry in PREFILL_TILE_MODEL], ids=lambda c: c.key())
+@pytest.mark.parametrize("M,N,K", [(1100, 4096, 4096), (2049, 3088, 1040), (4096, 576, 7168)])
+def test_prefill_tiles_are_correct(cfg, M, N, K):
+    """Every tile the prefill rule can pick (fast accumulation; ping-pong 128 x 128/192 and cooperative 128 x
+    128/192/256 in clusters of 2), with an odd count of M tiles (one cluster half out of bounds), partial N and K
+    tiles and a narrow N: every output written, within the fast-accumulation tolerance, bias and fp32 output
+    included."""
+    a8, b8, sa, sb = _operands(M, N, K, seed=M + N + K)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, fast_accum=True, config=cfg)
+    assert not out.isnan().any()
+    assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
+    out32 = _poisoned(M, N, torch.float32)
+    scalemm.gemm(a8, b8, sa, sb, out=out32, out_dtype=torch.float32, fast_accum=True, config=cfg)
+    assert not out32.isnan().any()
+    assert _rel_err(out32, _reference(a8, b8, sa, sb, None, torch.float32)) <= _fp32_tol(a8, b8, True)
+
+
+def test_prefill_heuristic_runs_its_pick():
+    """scalemm.gemm without config= at 4096 tokens runs what the prefill rule picks (a ping-pong tile here)."""
+    M, N, K = 4096, 4096, 4096
+    assert default_config(M, N, K).schedule == "pingpong"
+    a8, b8, sa, sb = _operands(M, N, K, seed=21)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a8, b8, sa, sb, out=out, fast_accum=True)
+    assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])

@@ -137,3 +137,27 @@ def test_sweep_layers_filter(sweep, monkeypatch, tmp_path):
         ("llama3-8b.o", 1024), ("llama3-8b.o", 4096), ("llama3-8b.o", 16384), ("square", 8192)}
     with pytest.raises(SystemExit, match="matches no point"):
         _run(sweep, monkeypatch, "--out", str(tmp_path), "--layers", "gpt-5")
+
+
+def test_prefill_model_fit_recovers_its_constants(capsys):
+    """perf/fp8_prefill_model.py's fit, on times made up from PREFILL_TILE_MODEL itself: it recovers every kernel's
+    a, b, c, the refitted rule picks what default_config picks, and the summary names the rule's geomean."""
+    path = SWEEP.parent / "fp8_prefill_model.py"
+    spec = importlib.util.spec_from_file_location("fp8_prefill_model_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from scalemm.cutlass_kernels.configs import default_config, sm90
+    rows = []
+    for _, M, N, K in module.points("both", 4e12):
+        us = {e[0].label(): sm90.predicted_prefill_us(*e, M, N, K, 132) for e in sm90.PREFILL_TILE_MODEL}
+        us.update(scalemm=us[default_config(M, N, K).label()], torch_rowwise=100.0, torch_tensorwise=100.0)
+        rows.append({"layer": "x", "M": M, "N": N, "K": K, "us": us})
+    assert len(rows) > 100
+    fitted = module.fit(rows)
+    for cfg, a, b, c in sm90.PREFILL_TILE_MODEL:
+        _, fa, fb, fc = fitted[cfg.label()]
+        assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-5, abs=1e-6)
+        assert fc == pytest.approx(c, rel=1e-5, abs=1e-6)
+    summary = module.summarize(rows, fitted)
+    assert summary["refitted rule"] == summary["rule (scalemm)"] == summary["best kernel of the model"]
+    assert "rule (scalemm)" in capsys.readouterr().out

@@ -663,17 +663,42 @@ def test_full_accumulation_chunks_fit_the_registers():
 
 
 def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
-    """Fast accumulation, where neither ping-pong 64x256 nor 128x256 at 2048+ tokens applies: the cooperative
-    width (128, 192, 256) with the least waves x TILE_COST (the tuner's winners on an H100: 128x256 at 1024 x
-    4096 x 4096, 128x192 at 1024 x 3072 x 4096 and at 4096 x 576 x 7168; 128x128 where one wave suffices)."""
+    """Fast accumulation at 129-1023 tokens, where ping-pong 64x256 does not apply: the cooperative width (128,
+    192, 256) with the least waves x TILE_COST (128x128 where one wave suffices)."""
     def tile_n(M, N, K=4096):
         cfg = configs.default_config(M, N, K)
         assert (cfg.tile_m, cfg.cluster_m, cfg.schedule) == (128, 2, "cooperative")
         return cfg.tile_n
-    assert tile_n(1024, 4096) == 256 and tile_n(1024, 3072) == 192 and tile_n(4096, 576, 7168) == 192
-    assert tile_n(1024, 2048) == 128 and tile_n(1024, 1536) == 128 and tile_n(256, 4096) == 128
-    assert configs.default_config(1024, 6144, 4096).schedule == "pingpong"  # the earlier rules still come first
-    assert configs.default_config(4096, 4096, 4096).tile_n == 256
+    assert tile_n(1000, 4096) == 256 and tile_n(1000, 3072) == 192 and tile_n(512, 3072) == 128
+    assert tile_n(1000, 2048) == 128 and tile_n(1000, 1536) == 128 and tile_n(256, 4096) == 128
+    assert configs.default_config(1000, 6144, 4096).schedule == "pingpong"  # ping-pong 64x256 comes first
+    assert configs.default_config(1000, 6144, 4096).tile_m == 64
+
+
+def test_prefill_rule_takes_the_least_predicted_time():
+    """From 1024 tokens (fast accumulation) the rule is PREFILL_TILE_MODEL's least predicted time: ping-pong tiles
+    where K is short (their epilogue hides behind the other warpgroup's mainloop), the cooperative 128x256 only
+    where its waves fit better; the M tiles count in whole clusters; fewer SMs move the threshold down."""
+    sm90 = configs.sm90
+    model = sm90.PREFILL_TILE_MODEL
+    assert len({e[0] for e in model}) == len(model) and all(sm90.usable(e[0], fast_accum=True) for e in model)
+    for M, N, K in [(1024, 4096, 4096), (4096, 5376, 4096), (8192, 8192, 8192), (16384, 7168, 2048),
+                    (3000, 576, 7168), (2048, 16384, 53248), (1100, 14336, 12288)]:
+        pick = configs.default_config(M, N, K)
+        times = {e[0]: sm90.predicted_prefill_us(*e, M, N, K, 132) for e in model}
+        assert pick in times and times[pick] == min(times.values())
+    # measured winners on an H100 (perf/results/h100/fp8_prefill_pingpong/)
+    assert configs.default_config(16384, 7168, 2048).schedule == "pingpong"       # 0.77x -> 0.98x of torch
+    assert configs.default_config(4096, 5376, 4096).key() == "t128x192x128_c2x1_ping"  # 0.81x -> 1.03x
+    assert configs.default_config(4096, 576, 7168).key() == "t128x192x128_c2x1_coop"   # 1.22x, ping-pong 0.78x
+    assert configs.default_config(1024, 16384, 53248).key() == "t128x256x128_c2x1_coop"
+    # 5 M tiles in clusters of 2 run as 6: 2 waves of 128x128 ping-pong on 6144 / 128 x 6 = 288 tiles, not 240
+    cfg = configs.GemmConfig(128, 128, 128, 2, 1, "pingpong")
+    assert sm90.tile_waves(cfg, 640, 6144, 132) == 3 and sm90.tile_waves(cfg, 512, 6144, 132) == 2
+    assert sm90.tile_waves(configs.GemmConfig(64, 256, 128, 1, 1, "pingpong"), 640, 6144, 132) == 2
+    # below 1024 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
+    assert configs.default_config(1000, 6144, 4096).tile_m == 64
+    assert configs.default_config(900, 6144, 4096, num_sms=114).tile_m == 128
 
 
 def test_grouped_candidates_include_the_widest_full_accumulation_tile():

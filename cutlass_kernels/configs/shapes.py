@@ -34,6 +34,11 @@ MODEL_PRESETS = {
     "llama3-70b": {"hidden": 8192, "intermediate": 28672, "heads": 64, "kv_heads": 8},
     "qwen2.5-7b": {"hidden": 3584, "intermediate": 18944, "heads": 28, "kv_heads": 4},
     "qwen2.5-72b": {"hidden": 8192, "intermediate": 29568, "heads": 64, "kv_heads": 8},
+    "llama3-405b": {"hidden": 16384, "intermediate": 53248, "heads": 128, "kv_heads": 8},
+    "mistral-large-2": {"hidden": 12288, "intermediate": 28672, "heads": 96, "kv_heads": 8, "head_dim": 128},
+    "gemma-3-27b": {"hidden": 5376, "intermediate": 21504, "heads": 32, "kv_heads": 16, "head_dim": 128},
+    # attention projections and one MoE expert's MLP (intermediate = the expert's)
+    "gpt-oss-120b": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64},
 }
 _PRESET_KEYS = {"hidden", "intermediate", "heads", "kv_heads", "head_dim", "name"}
 

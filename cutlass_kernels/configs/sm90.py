@@ -176,6 +176,43 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
     return min(sorted(widths), key=cost)
 
 
+# 1024+ tokens, fast accumulation: each candidate's time as waves x (a x K + b) + c microseconds, where waves =
+# ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is scheduled whole, so an
+# odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to its own times at
+# perf/gemm_sweep.py's 53 prefill points on an H100 (perf/results/h100/fp8_prefill_pingpong/). A ping-pong tile is
+# one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps the tensor cores busy, so
+# its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K cost a. Ping-pong
+# wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its waves fit
+# better. Only the order of the predicted times matters; the absolute values are that GPU's.
+PREFILL_TILE_MODEL = (
+    # (config, a: us per wave per unit of K, b: us per wave, c: us)
+    (GemmConfig(128, 128, 128, 2, 1, "pingpong"), 3.354e-3, 0.306, -0.200),
+    (GemmConfig(128, 192, 128, 2, 1, "pingpong"), 4.772e-3, 0.559, 0.329),
+    (GemmConfig(128, 128, 128, 2, 1, "cooperative"), 3.361e-3, 2.470, -2.333),
+    (GemmConfig(128, 192, 128, 2, 1, "cooperative"), 4.807e-3, 3.307, -3.255),
+    (GemmConfig(128, 256, 128, 2, 1, "cooperative"), 6.329e-3, 4.321, -4.396),
+)
+
+
+def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:
+    """Rounds of `num_sms` tiles an M x N output takes under `config` (unswapped), its M tiles rounded up to whole
+    clusters."""
+    m_tiles = -(-M // config.tile_m)
+    m_tiles = -(-m_tiles // config.cluster_m) * config.cluster_m
+    return -(-(m_tiles * -(-N // config.tile_n)) // num_sms)
+
+
+def predicted_prefill_us(config: GemmConfig, a: float, b: float, c: float, M: int, N: int, K: int,
+                         num_sms: int) -> float:
+    """PREFILL_TILE_MODEL's time for one of its entries."""
+    return tile_waves(config, M, N, num_sms) * (a * K + b) + c
+
+
+def _prefill_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
+    """The PREFILL_TILE_MODEL entry with the least predicted time (ties: the first)."""
+    return min(PREFILL_TILE_MODEL, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
+
+
 # 17-128 tokens, fast accumulation: the time of a tile half as wide along the tokens relative to the full-width one
 # (two token tiles instead of one, so twice the tiles). Fitted to perf/gemm_sweep.py --tune over the sweep's 18 layers
 # at 32, 64 and 128 tokens on an H100 and an H200 (perf/results/h100/fp8_decode_tiles/): two tiles win where one
@@ -214,13 +251,14 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       warpgroup's epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
       the idle SMs it fills.)
     - Fast accumulation from here (full accumulation: the last point):
-    - M <= 1024 with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
-    - Otherwise cooperative 128x256 when M and N are both large; else the cooperative 128 x
-      (128, 192 or 256) tile with the least waves x its TILE_COST (a wider tile only where it saves
-      enough waves), in clusters of 2 along M (TMA multicast of B). From `scalemm.tune` over the
-      sweep's 53 prefill points (H100): the tuner's gains with fast accumulation sat in this branch
-      (1024 tokens at N = 3072-8192: 128x256 or 128x192 over 128x128 by 5-32%; DeepSeek-V3's N = 576
-      at 4096+ tokens: 128x192 by 22-59%).
+    - 1024 tokens or more: the ping-pong 128 x (128, 192) or cooperative 128 x (128, 192, 256) tile (clusters
+      of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost). Ping-pong
+      hides each tile's epilogue behind the other warpgroup's mainloop. H100, same run: 0.99x of
+      torch._scaled_mm rowwise over the sweep's prefill points where the rule it replaced gave 0.94x, and
+      0.99x against 0.88x at 28 held-out points of 2048-8192 tokens (perf/NOTES.md).
+    - 129-1023 tokens with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
+    - Otherwise the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a wider
+      tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
     - Full accumulation at 17-128 tokens: swap-AB cooperative 128 x 32/64 with the chunked promotion (ping-pong
       has one warpgroup in the mainloop, so nothing fills the tensor cores while it promotes).
     - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
@@ -228,9 +266,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (H100, the sweep's 53 prefill points:
       0.99x of torch._scaled_mm rowwise in full accumulation, where CUTLASS's 128x128 / 128x192 gave 0.83x /
       0.88x; perf/NOTES.md). Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
-    - `num_sms`: the M thresholds of the large-tile rules (1024, 2048) were measured on 132 SMs,
-      and what decides them is the number of tiles per SM; they scale with num_sms / 132, so a
-      GPU with fewer SMs (H100 PCIe 114, H20 78, a MIG slice) moves to the larger tiles sooner.
+    - `num_sms`: the M threshold of the prefill rule (1024) was measured on 132 SMs, and what decides
+      it is the number of tiles per SM; it scales with num_sms / 132, so a GPU with fewer SMs (H100 PCIe
+      114, H20 78, a MIG slice) moves to the prefill tiles sooner. The waves of every rule count its SMs.
     """
     _check_sms(num_sms)
     if not fast_accum and 16 < M <= 128:
@@ -248,10 +286,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
         return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"))
-    if M <= 1024 * per_sm and N >= 5120 and K <= 8192:
+    if M >= 1024 * per_sm:
+        return _prefill_config(M, N, K, num_sms)
+    if N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
-    if M >= 2048 * per_sm and N >= 2048:
-        return GemmConfig(128, 256, 128, 2, 1, "cooperative")
     return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
 
 
@@ -480,7 +518,8 @@ TUNING_CANDIDATES = {
               GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=2),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=4),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="m", swizzle=2),
-              GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="n", swizzle=2)],
+              GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="n", swizzle=2),
+              GemmConfig(128, 128, 128, 2, 1, "pingpong"), GemmConfig(128, 192, 128, 2, 1, "pingpong")],
 }
 
 
@@ -500,22 +539,25 @@ def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
 
 
 # The most accumulator registers a tile may need and still compile without spills. 128 everywhere,
-# except the cooperative kernels with full accumulation, whose consumer warpgroups ptxas gives up to
-# 240 registers: there 128x160 and 128x192 (160 / 192 accumulator registers) compile without spills
-# (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too; the grouped fprop and wgrad kernels at 128x192
-# too), and so does 128x256 with the chunked promotion in 2 chunks (128 + 64; dense, grouped fprop and
-# wgrad), while CUTLASS's 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an H100.
-# (The mainloop's own budget, kAccumulatorRegisterBudget in scalemm/sm90/fp8_promotion.hpp, is this.)
+# except where ptxas gives the consumer warpgroups up to 232-240 registers and the kernel keeps one accumulator:
+# - the cooperative kernels with full accumulation: 128x160 and 128x192 (160 / 192 accumulator registers)
+#   compile without spills (ptxas -v, sm_90a, nvcc 13.0: 0 bytes, stream-K too; the grouped fprop and wgrad
+#   kernels at 128x192 too), and so does 128x256 with the chunked promotion in 2 chunks (128 + 64; dense,
+#   grouped fprop and wgrad), while CUTLASS's 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an
+#   H100;
+# - the ping-pong kernels with fast accumulation: 128x192 (one warpgroup's tile, 192 registers) compiles without
+#   spills (the same ptxas check, dense).
+# (The mainloop's own budget, kAccumulatorRegisterBudget in scalemm/sm90/fp8_promotion.hpp, is the 128.)
 MAX_ACCUMULATOR_REGISTERS = 128
-MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL = 192
+MAX_ACCUMULATOR_REGISTERS_WIDE = 192
 
 
 def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     """Whether `config` is worth timing for FP8 in this accumulation mode (no spilling tile, and
     tile_k <= 128 without fast accumulation, which the promotion interval needs; promotion_chunks only
     with full accumulation)."""
-    limit = (MAX_ACCUMULATOR_REGISTERS_COOPERATIVE_FULL if not fast_accum and config.schedule == "cooperative"
-             else MAX_ACCUMULATOR_REGISTERS)
+    wide = (config.schedule == "cooperative") != fast_accum  # cooperative full, or ping-pong fast
+    limit = MAX_ACCUMULATOR_REGISTERS_WIDE if wide else MAX_ACCUMULATOR_REGISTERS
     if fast_accum and config.promotion_chunks:
         return False
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
@@ -544,7 +586,7 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
     stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
-    ping-pong 64x256 and 256x128. With full accumulation the cooperative tiles take scalemm's chunked
+    ping-pong 64x256, 128x128 (2x1, 1x2) and 128x192 (2x1), and cooperative 256x128. With full accumulation the cooperative tiles take scalemm's chunked
     promotion (`full_accumulation`), and CUTLASS's 128x192 stays a candidate. Tiles that would spill in
     this accumulation mode are left out (`usable`)."""
     out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
@@ -564,7 +606,9 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
                 GemmConfig(64, 128, 128, 1, 1, pp),
                 GemmConfig(128, 256, 128, 2, 1, coop), GemmConfig(128, 256, 128, 1, 2, coop),
                 GemmConfig(128, 256, 128, 1, 1, coop, stream_k=True), GemmConfig(64, 256, 128, 1, 1, pp),
-                GemmConfig(256, 128, 128, 2, 1, coop)]
+                GemmConfig(256, 128, 128, 2, 1, coop),
+                GemmConfig(128, 128, 128, 2, 1, pp), GemmConfig(128, 128, 128, 1, 2, pp),
+                GemmConfig(128, 192, 128, 2, 1, pp)]
     if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
         out = [full_accumulation(c) for c in out] + ([GemmConfig(128, 192, 128, 2, 1, coop)] if M > 128 else [])
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
