@@ -37,6 +37,8 @@ def _grouped_cases(name):
             GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2),
             GemmConfig(128, 128, 128, 1, 1, "cooperative", promotion_chunks=1),
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1))]
+        cases += [(GemmConfig(128, n, 128, 1, 1, "pingpong"), True, od, None) for n in (128, 192)
+                  for od in (bf16, torch.float32)]
     return cases
 
 

@@ -140,7 +140,12 @@ def test_grouped_heuristic_and_scale_modes():
                              kLeafPerRow as PER_ROW, kLeafShared as SHARED)  # the modes: abi.h's GroupedLeafMode
     from scalemm.grouped import _scale_a_mode, _scale_b_mode
     assert default_grouped_config(2048, 256, 2048, 7168).swap_ab          # 8 rows per expert: decode form
-    assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256
+    assert default_grouped_config(8 * 4096, 8, 4096, 7168).tile_n == 256    # long K: cooperative 128x256
+    short = default_grouped_config(8 * 4096, 8, 4096, 4096)               # K <= 4096: ping-pong 128x192
+    assert (short.tile_m, short.tile_n, short.schedule) == (128, 192, "pingpong")
+    assert default_grouped_config(32 * 8, 8, 4096, 2048) == short              # from 32 rows per expert
+    assert default_grouped_config(31 * 8, 8, 4096, 2048).tile_m == 64          # below: ping-pong 64x128
+    assert default_grouped_config(48 * 8, 8, 4096, 2048, fast_accum=False).tile_m == 64  # full accumulation: as before
     full = default_grouped_config(8 * 4096, 8, 4096, 7168, fast_accum=False)  # chunked promotion: 128 + 64 registers
     assert (full.tile_n, full.promotion_chunks) == (256, 2)
     from scalemm.cutlass_kernels.configs import GemmConfig, default_wgrad_config

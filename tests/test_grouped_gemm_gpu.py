@@ -84,6 +84,34 @@ def test_grouped_configs_and_per_group_scales(cfg):
     assert _rel(out, ref) <= max(2 * torch_err, 1e-5)
 
 
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 192, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "pingpong")],
+                         ids=lambda c: c.key())
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_grouped_pingpong_prefill_tiles(cfg, out_dtype):
+    """The ping-pong 128-row tiles the fast-accumulation rule picks from 32 rows per expert (128x192) or the tuner
+    may (128x128): empty, one-row, partial and multi-tile groups, a partial 192-wide tile (N = 1088), bias, every
+    row written; and the heuristic's own pick at K <= 4096."""
+    from scalemm.cutlass_kernels.configs import default_grouped_config
+    sizes = torch.tensor([0, 1, 17, 128, 129, 0, 300, 2, 385])
+    a, b, sa, sb, offs = _problem(sizes, 1088, 1040, seed=13)
+    bias = torch.randn(len(sizes), 1088, device="cuda").to(out_dtype)
+    out = torch.full((int(sizes.sum()), 1088), float("nan"), dtype=out_dtype, device="cuda")
+    scalemm.grouped_gemm(a, b, offs, sa, sb, bias=bias, out=out, out_dtype=out_dtype, fast_accum=True, config=cfg)
+    assert not out.isnan().any(), "rows not written"
+    if out_dtype == torch.bfloat16:
+        tol = 4e-3
+    else:  # fp32: at most 2x cuBLASLt's error in the same (fast) accumulation mode
+        one = torch.ones((), device="cuda")
+        theirs = torch._scaled_mm(a[:385], b[3].T, scale_a=one, scale_b=one, out_dtype=torch.float32,
+                                  use_fast_accum=True)
+        tol = max(2 * _rel(theirs, a[:385].double() @ b[3].double().T), 1e-5)
+    ref = _reference(a, b, offs, sa, sb, bias)
+    assert _rel(out, ref) <= tol
+    assert default_grouped_config(int(sizes.sum()), len(sizes), 1088, 1040).schedule == "pingpong"
+    auto = scalemm.grouped_gemm(a, b, offs, sa, sb, bias=bias, out_dtype=out_dtype, fast_accum=True)
+    assert _rel(auto, ref) <= tol
+
+
 def test_grouped_graph_capture_with_changing_offsets():
     G, N, K = 8, 2048, 1024
     sizes = _sizes(G, 1024, seed=5)

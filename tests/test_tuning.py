@@ -415,7 +415,7 @@ def test_cli_dry_run_and_show(fresh_cache, capsys):
     assert main(["tune", "--dry-run", "--accum", "fast", "1,4096,4096", "--grouped", "512,8,4096,7168"]) == 0
     out = capsys.readouterr().out
     assert "1 shapes, 1 grouped -> 2 entries" in out
-    assert "grouped T=512 G=8 N=4096 K=7168 (rows bucket 64) fast: heuristic t64x128x128_c1x1_ping" in out
+    assert "grouped T=512 G=8 N=4096 K=7168 (rows bucket 64) fast: heuristic t128x256x128_c1x1_coop" in out
     assert main(["tune", "--show"]) == 0
     assert "tuned.json: 0 entries" in capsys.readouterr().out
     tuned.store(dict([_entry(64, 4096, 4096, speedup_over_heuristic=1.2, heuristic="h")]))

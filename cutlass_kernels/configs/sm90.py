@@ -457,16 +457,26 @@ def default_nvfp4_grouped_config(T: int, G: int, N: int, K: int) -> GemmConfig:
 
 def default_grouped_config(T: int, G: int, N: int, K: int, *, fast_accum: bool = True) -> GemmConfig:
     """Tile heuristic for grouped (MoE) FP8 GEMMs from the mean rows per expert, T / G (known on
-    the host from shapes alone), from perf/grouped_sweep.py --tune on an H200:
+    the host from shapes alone), from perf/grouped_sweep.py --tune on an H200 and an H100:
       < 2 rows per expert: swap-AB ping-pong 64x16 (the weights stream once, tokens ride along);
-      <= 16: swap-AB cooperative 128x32;  <= 64: ping-pong 64x128;
-      more: cooperative 128x256 (with full accumulation in scalemm's chunked promotion: 1.15-1.20x
-      CUTLASS's 128x128 on MoE training shapes, H100, perf/fp8_full_accum.py --grouped)."""
+      <= 16: swap-AB cooperative 128x32;
+      fast accumulation from 32: ping-pong 128x192 where K <= 4096 (one warpgroup per tile, its epilogue
+        hidden behind the other's mainloop), else cooperative 128x256. H100, the tuner's timings at 42 prefill
+        points of 7 MoE models (perf/results/h100/fp8_grouped_pingpong/): above 64 rows per expert geomean
+        1.374x of torch._scaled_grouped_mm against 1.315x for cooperative 128x256 everywhere (the best
+        candidate per point 1.383x); at 32-64 rows 1.034x against 1.000x for ping-pong 64x128;
+      otherwise up to 64: ping-pong 64x128;
+      more (full accumulation): cooperative 128x256 in scalemm's chunked promotion (1.15-1.20x CUTLASS's 128x128
+        on MoE training shapes, H100, perf/fp8_full_accum.py --grouped)."""
     per_group = T / max(G, 1)
     if per_group < 2:
         return GemmConfig(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
     if per_group <= 16:
         return GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True)
+    if fast_accum and per_group >= 32:
+        if K <= 4096:
+            return GemmConfig(128, 192, 128, 1, 1, "pingpong")
+        return GemmConfig(128, 256, 128, 1, 1, "cooperative")
     if per_group <= 64:
         return GemmConfig(64, 128, 128, 1, 1, "pingpong")
     wide = GemmConfig(128, 256, 128, 1, 1, "cooperative")
@@ -492,6 +502,10 @@ GROUPED_TUNING_CANDIDATES = [
     # between 128 and 256 (with full accumulation grouped_tuning_candidates also adds every cooperative tile
     # with the chunked promotion; chunked 128x192 timed grouped: perf/results/h100/fp8_full_accum/grouped.*)
     GemmConfig(128, 192, 128, 1, 1, "cooperative"),
+    # ping-pong 128-row tiles (one warpgroup's tile each: its epilogue overlaps the other's mainloop; the dense
+    # prefill rule's winners at short K, perf/results/h100/fp8_prefill_pingpong/)
+    GemmConfig(128, 128, 128, 1, 1, "pingpong"), GemmConfig(128, 192, 128, 1, 1, "pingpong"),
+    GemmConfig(128, 128, 128, 2, 1, "pingpong"),
 ]
 
 
@@ -546,7 +560,7 @@ def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
 #   grouped fprop and wgrad), while CUTLASS's 128x256 (256) spills 892 bytes and ran at 0.3x of 128x128 on an
 #   H100;
 # - the ping-pong kernels with fast accumulation: 128x192 (one warpgroup's tile, 192 registers) compiles without
-#   spills (the same ptxas check, dense).
+#   spills (the same ptxas check, dense; the grouped kernel spills 8 bytes, and was measured at that).
 # (The mainloop's own budget, kAccumulatorRegisterBudget in scalemm/sm90/fp8_promotion.hpp, is the 128.)
 MAX_ACCUMULATOR_REGISTERS = 128
 MAX_ACCUMULATOR_REGISTERS_WIDE = 192
