@@ -318,7 +318,8 @@ def test_bad_grouped_shapes(grouped, match):
 
 def test_accumulator_register_limits():
     """Which tiles count as usable (no spills, ptxas -v): 128 accumulator registers, 192 for cooperative
-    tiles with full accumulation (128x192 compiles without spills, 128x256 spills)."""
+    tiles with full accumulation (128x192 compiles without spills, 128x256 spills) and for ping-pong tiles with
+    fast accumulation (a warpgroup's whole 128x192 tile)."""
     coop = lambda n, **kw: GemmConfig(128, n, 128, 2, 1, "cooperative", **kw)  # noqa: E731
     assert configs.sm90.usable(coop(192), fast_accum=False) and configs.sm90.usable(coop(160), fast_accum=False)
     assert not configs.sm90.usable(coop(256), fast_accum=False) and configs.sm90.usable(coop(256), fast_accum=True)
@@ -326,6 +327,10 @@ def test_accumulator_register_limits():
     assert not configs.sm90.usable(GemmConfig(64, 256, 128, 1, 1, "pingpong"), fast_accum=False)
     assert not configs.sm90.usable(GemmConfig(64, 192, 128, 1, 1, "pingpong"), fast_accum=False)  # not compiled
     assert not configs.sm90.usable(GemmConfig(128, 192, 256, 1, 1, "cooperative"), fast_accum=False)  # tile_k
+    pp = lambda n: GemmConfig(128, n, 128, 2, 1, "pingpong")  # noqa: E731
+    assert configs.sm90.usable(pp(192), fast_accum=True) and not configs.sm90.usable(pp(256), fast_accum=True)
+    assert not configs.sm90.usable(pp(128), fast_accum=False)  # CUTLASS's promotion doubles it: 256
+    assert configs.sm90.usable(coop(192), fast_accum=True)  # cooperative, fast: 96 per thread
 
 
 def test_candidates_are_valid_kernels():
