@@ -13,6 +13,7 @@ and at decode the skinny kernel pinned with each main loop (*_skinny: stepped, *
   python perf/grouped_sweep.py --out results/
   python perf/grouped_sweep.py --out results/ --formats nvfp4   # only the NVFP4 contenders (and the torch anchors)
   python perf/grouped_sweep.py --formats nvfp4 --phases decode --decode-tokens 2,4,8,24   # other decode batches
+  python perf/grouped_sweep.py --formats fp8 --phases prefill --models other --tune   # MoE models outside the sweep
 """
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ MODELS = {  # experts, top-k, hidden, expert intermediate
     "qwen3-30b-a3b": (128, 8, 2048, 768),
     "llama4-scout": (16, 1, 5120, 8192),
 }
+# MoE layers outside the sweep (--models other), to check a rule on shapes it was not fitted to
+OTHER_MODELS = {
+    "qwen3-235b-a22b": (128, 8, 4096, 1536),
+    "gpt-oss-120b": (128, 4, 2880, 2880),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+    "deepseek-v2-lite": (64, 6, 2048, 1408),
+}
 TOKENS = {"decode": (1, 16, 64), "prefill": (1024, 4096, 16384)}
 NVFP4_NAMES = ("nvfp4_w4a16", "nvfp4_w4a4", "nvfp4_w4a16_skinny", "nvfp4_w4a4_skinny", "nvfp4_w4a16_wgmma",
                "nvfp4_w4a4_wgmma")
@@ -60,8 +68,8 @@ def routed_sizes(tokens, experts, top_k, seed):
     return torch.bincount(choice.reshape(-1), minlength=experts)
 
 
-def points(token_counts=TOKENS):
-    for model, (E, k, hidden, inter) in MODELS.items():
+def points(token_counts=TOKENS, models=MODELS):
+    for model, (E, k, hidden, inter) in models.items():
         for phase, toks in token_counts.items():
             for tokens in toks:
                 for proj, (N, K) in (("gate_up", (2 * inter, hidden)), ("down", (hidden, inter))):
@@ -75,6 +83,9 @@ def main():
     p.add_argument("--tune", action="store_true", help="also time GROUPED_TUNING_CANDIDATES at every point")
     p.add_argument("--formats", default="fp8,nvfp4", help="fp8, nvfp4 or both: which scalemm contenders to time")
     p.add_argument("--phases", default=None, help=f"only these phases (comma-separated: {', '.join(TOKENS)})")
+    p.add_argument("--models", default="sweep", choices=("sweep", "other"),
+                   help="the sweep's MoE models (DeepSeek-V3, Qwen3-30B-A3B, Llama-4-Scout) or four others (Qwen3-235B-A22B, "
+                        "gpt-oss-120b, Mixtral-8x7B, DeepSeek-V2-Lite)")
     p.add_argument("--decode-tokens", default=None,
                    help=f"decode token counts instead of {TOKENS['decode']} (comma-separated; routing seeds follow the "
                         "point index, so other counts give other routings)")
@@ -99,7 +110,8 @@ def main():
     hdr = f"{'model':<15}{'phase':<8}{'tok':>6} {'proj':<8}{'G':>4}{'T':>7}{'N':>6}{'K':>6} {'empty':>5} {'config':<28}{'scalemm':>9}{'torch8':>9}{'bf16':>9} {'speedup':>7}"
     print(hdr + "\n" + "-" * len(hdr))
     rows = []
-    for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points(token_counts)):
+    models = MODELS if args.models == "sweep" else OTHER_MODELS
+    for i, (model, phase, tokens, proj, E, k, N, K) in enumerate(points(token_counts, models)):
         if phases and phase not in phases:  # skipped points keep their index: the same routing seeds
             continue
         if args.quick and i % 5:
