@@ -1,7 +1,6 @@
 import cProfile, pstats, time, torch, io
 import scalemm
 from scalemm.recipes import FP8Rowwise
-from scalemm import training
 x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
 key = FP8Rowwise().key()
 def q():
