@@ -10,6 +10,7 @@ CUDA-event time of plain Python calls (what a caller sees, host overhead include
 torchao's NVFP4 quantization is timed eagerly too when `import torchao` works.
 
     python perf/quant_bench.py --out DIR [--quick]
+    python perf/quant_bench.py --out DIR --shapes 1x4096,8192x8192 --only token   # some cases, no grouped ones
 
 Writes DIR/quant_bench.json and DIR/quant_bench.png (if matplotlib is there) and prints a table.
 """
@@ -93,14 +94,16 @@ def cases(sq):
     return [
         ("nvfp4 tensor, given amax", lambda x, c: sq.quantize_nvfp4(x, amax=c["amax"][id(x)]), 1),
         ("nvfp4 tensor, fused amax", lambda x, c: sq.quantize_nvfp4(x), 2),
-        ("nvfp4 token", lambda x, c: sq.quantize_nvfp4(x, scaling="token"), 2),
+        ("nvfp4 token", lambda x, c: sq.quantize_nvfp4(x, scaling="token"), 1),  # one kernel: 2nd read cached
         ("nvfp4 row+col, given amax", lambda x, c: sq.quantize_nvfp4(x, amax=c["amax"][id(x)], columnwise=True), 1),
         ("nvfp4 row+col, fused amax", lambda x, c: sq.quantize_nvfp4(x, columnwise=True), 2),
         ("nvfp4 row+col rht", lambda x, c: sq.quantize_nvfp4(x, columnwise=True, rht=True), 2),
         ("nvfp4 sr, given amax", lambda x, c: sq.quantize_nvfp4(
             x, amax=c["amax"][id(x)], stochastic_rounding=True, seed=1, offset=0), 1),
+        ("nvfp4 token sr", lambda x, c: sq.quantize_nvfp4(x, scaling="token", stochastic_rounding=True, seed=1,
+                                                          offset=0), 1),
         ("fp8 tensor", lambda x, c: sq.quantize_fp8(x), 2),
-        ("fp8 token", lambda x, c: sq.quantize_fp8(x, scaling="token"), 2),
+        ("fp8 token", lambda x, c: sq.quantize_fp8(x, scaling="token"), 1),
         ("fp8 row+col tensor", lambda x, c: sq.quantize_fp8(x, columnwise=True), 2),
         ("mxfp8", lambda x, c: sq.quantize_mxfp8(x), 1),
         ("mxfp8 row+col", lambda x, c: sq.quantize_mxfp8(x, columnwise=True), 1),
@@ -225,6 +228,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output directory for JSON and PNG")
     ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
+    ap.add_argument("--shapes", default=None, help="MxK,MxK,...: these input shapes instead of the default ones")
+    ap.add_argument("--only", default=None, help="only the cases whose name contains this text (no grouped cases)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("quant_bench: needs a CUDA GPU", file=sys.stderr)
@@ -233,12 +238,16 @@ def main(argv=None) -> int:
 
     os.makedirs(args.out, exist_ok=True)
     shapes = QUICK_SHAPES if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in mk.split("x")) for mk in args.shapes.split(",")]
     iters, warmup = (30, 5) if args.quick else (100, 10)
     dev = torch.device("cuda")
     results = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                "iters": iters, "rows": []}
     qcases, amax_of = cases(sq)
-    ao_fn, ao_note = torchao_case()
+    if args.only:
+        qcases = [c for c in qcases if args.only in c[0]]
+    ao_fn, ao_note = torchao_case() if not args.only else (None, "not timed (--only)")
     results["torchao"] = ao_note
 
     for M, K in shapes:
@@ -281,7 +290,7 @@ def main(argv=None) -> int:
         del inputs, dsts, ctx
         torch.cuda.empty_cache()
 
-    results["grouped"] = grouped_bench(iters, warmup)
+    results["grouped"] = grouped_bench(iters, warmup) if not args.only else None
 
     with open(os.path.join(args.out, "quant_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -304,7 +313,8 @@ def main(argv=None) -> int:
             if "error" in c:
                 print(f"error {r['M']}x{r['K']} {n}: {c['error']}")
 
-    print_grouped(results["grouped"])
+    if results["grouped"] is not None:
+        print_grouped(results["grouped"])
 
     try:
         import matplotlib

@@ -283,6 +283,42 @@ def test_fp8(monkeypatch, M, K, scaling, dtype):
             assert_fp8_equal(got, want)
 
 
+# --- the rowwise copy with per-token scaling: one kernel (quantize_rows_kernel) -------
+
+def _rows_alone_and_with_columns(quantize, x, **kw):
+    """The rowwise copy quantized alone (per-token rows: the one-kernel path) and next to the columnwise copy (the
+    amax pass, then the tile kernel)."""
+    return quantize(x, scaling="token", **kw), quantize(x, scaling="token", columnwise=True, **kw)
+
+
+@pytest.mark.parametrize("M,K,specials", [(16, 28688, False), (272, 1024, True), (4096, 48, False),
+                                          (128, 4112, True), (16, 16, False)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_token_rows_kernel_matches_the_two_pass_path(monkeypatch, M, K, specials, dtype):
+    """Bit for bit: the one-kernel rowwise copy and the rowwise copy of the stats + tile kernels, FP8 and NVFP4
+    (with and without stochastic rounding), long rows (several blocks per thread), Inf / NaN, every input dtype;
+    outputs poisoned. And both against the reference."""
+    x = make_input(M, K, dtype, seed=M + 3 * K, specials=specials)
+    for alone, both in run_poisoned(monkeypatch, lambda: _rows_alone_and_with_columns(sq.quantize_fp8, x)):
+        assert both.columnwise is not None and alone.columnwise is None
+        assert_fp8_equal(alone, ref.quantize_fp8(x, scaling="token"))
+        assert_same_bytes(alone.data, both.data, "fp8 data")
+        assert_same_bytes(alone.scale_inv, both.scale_inv, "fp8 scale_inv")
+    for sr in (dict(), dict(stochastic_rounding=True, seed=99, offset=7)):
+        pair = run_poisoned(monkeypatch, lambda: _rows_alone_and_with_columns(sq.quantize_nvfp4, x, **sr))
+        for alone, both in pair:
+            assert_nvfp4_equal(alone, ref.quantize_nvfp4(x, scaling="token", **sr))
+            for f in ("qdata", "scales", "alpha", "amax"):
+                assert_same_bytes(getattr(alone, f), getattr(both, f), f"nvfp4 {f} {sr}")
+
+
+def test_fp8_token_rows_specials(monkeypatch):
+    x = make_input(7, 1024, seed=9, specials=True)
+    want = ref.quantize_fp8(x, scaling="token")
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_fp8(x, scaling="token")):
+        assert_fp8_equal(got, want)
+
+
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_fp8_specials(monkeypatch, scaling):
     x = make_input(272, 1024, seed=8, specials=True)

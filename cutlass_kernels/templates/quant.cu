@@ -10,12 +10,17 @@ namespace q = scalemm::quant;
 // Every entry point with an amax first zeroes the non-null amax outputs and fills them from one
 // read of x (launch_amax_stats: tensor amax, tensor amax of the RHT'd columns when rht, per-row
 // amax [M], per-column amax [K], RHT'd if rht), then quantizes: one call from Python, the
-// launches in stream order. Pass all four stats_* null when the amaxes are given.
+// launches in stream order. Pass all four stats_* null when the amaxes are given. Exception: the
+// rowwise copy alone with per-token amaxes to compute is one kernel (quantize_rows_kernel), which
+// writes the amaxes itself.
 
 // NVFP4 rowwise copy (q_row non-null) and/or columnwise copy of x.T (q_col non-null). amax_*:
 // 0-d (token = 0) or per row of that copy (token = 1). alpha_*: S_dec, same shape.
 extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+  if (a->stats_row_amax && a->q_row && !a->q_col && !a->rht && a->row_token)  // per-token rows: one kernel
+    return q::launch_nvfp4_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->stats_row_amax,
+                                           int(a->sr), a->seed, a->offset, a->seed_device, stream);
   if (a->stats_amax || a->stats_amax_rht || a->stats_row_amax || a->stats_col_amax) {
     const int err = q::launch_amax_stats<InT>(a->x, a->m, a->k, a->stats_amax, a->stats_amax_rht,
                                               a->stats_row_amax, a->stats_col_amax, int(a->rht), stream);
@@ -30,6 +35,8 @@ extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
 // two may be the same buffer), then the rowwise and/or columnwise copies.
 extern "C" int scalemm_quantize_fp8(scalemm::QuantizeFp8Args const* a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+  if (a->row_token && a->q_row && !a->q_col)  // per-token rows: one kernel, amax included
+    return q::launch_fp8_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->scale_inv_row, a->amax_row, stream);
   const int err = a->row_token
                       ? q::launch_amax_stats<InT>(a->x, a->m, a->k, nullptr, nullptr, a->q_row ? a->amax_row : nullptr,
                                                   a->q_col ? a->amax_col : nullptr, 0, stream)

@@ -17,6 +17,8 @@
 //    quantizes 16 (or 32) consecutive rows of one column. Every output byte is written by
 //    this kernel, scale padding included: the tile grid covers the padded scale
 //    matrices (rows up to Rp, columns up to Cp) and blocks outside x get scale byte 0.
+// The rowwise copy alone with per-token amaxes to compute takes neither: quantize_rows_kernel
+// reads each row twice (its amax, then its blocks, the second read from L1 / L2) in one launch.
 #pragma once
 
 #include <algorithm>
@@ -397,6 +399,97 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 }
 
 // ---------------------------------------------------------------------------
+// the rowwise copy with per-token scaling in one kernel
+// ---------------------------------------------------------------------------
+// Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise
+// copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..256,
+// whole warps) owns a row, reads it once for its amax (max over the threads: shuffles, then shared memory across
+// the group's warps), and reads it again, now from L1 / L2, to quantize it with quantize_row_block's numerics.
+// Against the stats kernel + memset + tile kernel it saves two launches (decode) and one read of x from memory
+// (prefill), and it writes the same bytes: the amax is a maximum, so the order of the reduction does not matter
+// (max.NaN gives the canonical NaN either way). Every output byte is written as the tile kernel writes it: NVFP4
+// scale rows up to Rp and columns up to Cp (blocks outside x get scale byte 0).
+struct RowsParams {
+  const void* x;
+  int64_t M, K;
+  int64_t rows;  // rows the grid covers: M (FP8), or Rp (NVFP4: the scale matrix's padding rows too)
+  int tpr_log2;  // threads per row = 2^tpr_log2, 5..8
+  uint8_t* q;
+  uint8_t* s;    // NVFP4 swizzled scales (Rp x Cp)
+  float* g;      // [M] NVFP4 alpha = S_dec, FP8 scale_inv
+  float* amax;   // [M] the rows' amax, or nullptr
+  int64_t rp, cp;
+  uint64_t seed, offset;
+  const uint64_t* seed_device;
+};
+
+template <Format F, typename T, bool SR>
+__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParams p) {
+  static_assert(F == Format::kNVFP4 || F == Format::kFP8, "per-token scaling: NVFP4 and FP8");
+  __shared__ float warp_amax[kThreads / 32];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int tpr = 1 << p.tpr_log2, j = t & (tpr - 1);
+  const int64_t m = (int64_t(blockIdx.x) << (8 - p.tpr_log2)) + (t >> p.tpr_log2);
+  const bool row_in = m < p.M;
+  const int64_t blocks = p.K / 16;
+  const T* xr = static_cast<const T*>(p.x) + (row_in ? m * p.K : 0);
+
+  float a = 0.0f;
+  if (row_in) {
+#pragma unroll 4
+    for (int64_t b = j; b < blocks; b += tpr) {
+      Raw8<T> raw[2];
+      load16(raw, xr + 16 * b, true);
+      float v[16];
+      to_float16(raw, v);
+      a = max_nan(a, absmax_nan<16>(v));
+    }
+  }
+#pragma unroll
+  for (int sh = 16; sh > 0; sh >>= 1) a = max_nan(a, __shfl_xor_sync(kFullMask, a, sh));
+  if (tpr > 32) {  // uniform: the group's warps share their maxima
+    if (lane == 0) warp_amax[warp] = a;
+    __syncthreads();
+    const int w0 = warp & ~((tpr >> 5) - 1);
+    a = warp_amax[w0];
+    for (int w = 1; w < (tpr >> 5); ++w) a = max_nan(a, warp_amax[w0 + w]);
+  }
+  constexpr bool kNv = F == Format::kNVFP4;
+  const GlobalScale gs = global_scale<kNv>(a);
+  if (row_in && j == 0) {
+    p.g[m] = kNv ? gs.nv.s_dec : gs.scale_inv;
+    if (p.amax != nullptr) p.amax[m] = a;
+  }
+
+  if constexpr (kNv) {  // every block of the padded scale row; the 4 scales of 4 adjacent lanes are one store
+    const uint64_t seed = sr_seed(p.seed, p.seed_device), offset = sr_offset(p.offset, p.seed_device);
+    for (int64_t b0 = 0; b0 < p.cp; b0 += tpr) {  // uniform trip count: gather4_bytes shuffles the whole warp
+      const int64_t b = b0 + j;
+      const bool in = row_in && b < blocks;
+      float v[16];
+      Raw8<T> raw[2];
+      load16(raw, xr + 16 * (in ? b : 0), in);
+      to_float16(raw, v);
+      uint32_t sb;
+      const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(blocks) + b, seed,
+                                      offset, in, sb);
+      if (in) *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
+      const uint32_t word = gather4_bytes(sb);
+      if ((j & 3) == 0 && m < p.rp && b < p.cp) *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(m, b, p.cp)) = word;
+    }
+  } else if (row_in) {
+#pragma unroll 4
+    for (int64_t b = j; b < blocks; b += tpr) {
+      Raw8<T> raw[2];
+      load16(raw, xr + 16 * b, true);
+      float v[16];
+      to_float16(raw, v);
+      *reinterpret_cast<uint4*>(p.q + m * p.K + 16 * b) = e4m3x16(v, gs.scale);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // host launchers (return 0 or a cudaError_t; CUDA-graph capturable: no allocation, no sync)
 // ---------------------------------------------------------------------------
 
@@ -468,6 +561,38 @@ int launch_tiles_rc(const TileParams& p, cudaStream_t stream) {
 inline int64_t tiles_k_for(Format f, int64_t K, bool col) {
   if (f == Format::kMXFP8 || (f == Format::kNVFP4 && col)) return 2 * ceil_div(K, 128);
   return ceil_div(K, kTileK);
+}
+
+// The rowwise copy with per-token scaling, amax included (quantize_rows_kernel): threads per row the fewest whole
+// warps that give each thread one 16-element block, at most 256 (longer rows: several blocks per thread).
+template <Format F, typename T, bool SR>
+int launch_rows(RowsParams p, cudaStream_t stream) {
+  p.tpr_log2 = 5;
+  while (p.tpr_log2 < 8 && (int64_t(16) << p.tpr_log2) < p.K) ++p.tpr_log2;
+  const int64_t grid = ceil_div(p.rows, int64_t(1) << (8 - p.tpr_log2));
+  if (grid > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
+  if (grid > 0) quantize_rows_kernel<F, T, SR><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int launch_nvfp4_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, uint8_t* s, float* alpha, float* amax,
+                            int sr, uint64_t seed, uint64_t offset, const uint64_t* seed_device, cudaStream_t stream) {
+  if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  RowsParams p{};
+  p.x = x, p.M = M, p.K = K, p.q = q, p.s = s, p.g = alpha, p.amax = amax;
+  p.rp = ceil_div(M, 128) * 128, p.cp = ceil_div(K / 16, 4) * 4, p.rows = p.rp;
+  p.seed = seed, p.offset = offset, p.seed_device = seed_device;
+  return sr ? launch_rows<Format::kNVFP4, T, true>(p, stream) : launch_rows<Format::kNVFP4, T, false>(p, stream);
+}
+
+template <typename T>
+int launch_fp8_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, float* scale_inv, float* amax,
+                          cudaStream_t stream) {
+  if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  RowsParams p{};
+  p.x = x, p.M = M, p.K = K, p.rows = M, p.q = q, p.g = scale_inv, p.amax = amax;
+  return launch_rows<Format::kFP8, T, false>(p, stream);
 }
 
 template <typename T>
