@@ -10,7 +10,7 @@ CUDA-event time of plain Python calls (what a caller sees, host overhead include
 torchao's NVFP4 quantization is timed eagerly too when `import torchao` works.
 
     python perf/quant_bench.py --out DIR [--quick]
-    python perf/quant_bench.py --out DIR --shapes 1x4096,8192x8192 --only token   # some cases, no grouped ones
+    python perf/quant_bench.py --out DIR --shapes 1x4096,8192x8192 --only token   # some shapes and cases
 
 Writes DIR/quant_bench.json and DIR/quant_bench.png (if matplotlib is there) and prints a table.
 """
@@ -147,13 +147,13 @@ def moe_routing_counts(tokens: int, experts: int, topk: int, seed: int = 0, empt
     return counts
 
 
-def grouped_bench(iters: int, warmup: int) -> dict:
+def grouped_bench(iters: int, warmup: int, only: str | None = None, rows: int = GROUPED_SHAPE[0]) -> dict:
     """GB/s of the grouped quantizers vs a copy of x and vs the single-tensor quantizer run once
     per group (that loop reads the offsets on the host: it is the baseline, not capturable)."""
     import scalemm
     import scalemm.quantize as sq
 
-    T, K = GROUPED_SHAPE
+    T, K = rows, GROUPED_SHAPE[1]
     G = GROUPED_EXPERTS
     dev = torch.device("cuda")
     counts = moe_routing_counts(T // 8, G, 8)
@@ -179,7 +179,7 @@ def grouped_bench(iters: int, warmup: int) -> dict:
     cases = [
         ("nvfp4 grouped tensor", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets), 2,
          per_group(lambda xs: sq.quantize_nvfp4(xs))),
-        ("nvfp4 grouped token", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token"), 2,
+        ("nvfp4 grouped token", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token"), 1,
          per_group(lambda xs: sq.quantize_nvfp4(xs, scaling="token"))),
         ("nvfp4 grouped row+wgrad", lambda x: scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True), 3, None),
         ("nvfp4 grouped row+wgrad rht+sr",  # stats, rows, RHT stats, wgrad: 4 reads of x
@@ -187,6 +187,8 @@ def grouped_bench(iters: int, warmup: int) -> dict:
                                                   seed=1), 4, None),
         ("fp8 grouped tensor", lambda x: scalemm.quantize_fp8_grouped(x, offsets), 2,
          per_group(lambda xs: sq.quantize_fp8(xs))),
+        ("fp8 grouped token", lambda x: scalemm.quantize_fp8_grouped(x, offsets, scaling="token"), 1,
+         per_group(lambda xs: sq.quantize_fp8(xs, scaling="token"))),
         ("fp8 grouped row+wgrad", lambda x: scalemm.quantize_fp8_grouped(x, offsets, columnwise=True), 2, None),
         ("fp8 grouped token row+wgrad",
          lambda x: scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True), 2, None),
@@ -194,6 +196,8 @@ def grouped_bench(iters: int, warmup: int) -> dict:
          per_group(lambda xs: sq.quantize_mxfp8(xs))),
     ]
     for name, fn, reads, loop in cases:
+        if only and only not in name:
+            continue
         try:
             res = fn(inputs[0])
             moved = reads * x_bytes + (sum(_nbytes(t) for t in res[:2]) if isinstance(res, tuple) else _nbytes(res))
@@ -229,7 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="output directory for JSON and PNG")
     ap.add_argument("--quick", action="store_true", help="fewer shapes and iterations")
     ap.add_argument("--shapes", default=None, help="MxK,MxK,...: these input shapes instead of the default ones")
-    ap.add_argument("--only", default=None, help="only the cases whose name contains this text (no grouped cases)")
+    ap.add_argument("--only", default=None, help="only the cases whose name contains this text")
+    ap.add_argument("--grouped-rows", type=int, default=GROUPED_SHAPE[0],
+                    help="rows of the grouped input (tokens x top-8; 128: 16 tokens at decode)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("quant_bench: needs a CUDA GPU", file=sys.stderr)
@@ -290,7 +296,7 @@ def main(argv=None) -> int:
         del inputs, dsts, ctx
         torch.cuda.empty_cache()
 
-    results["grouped"] = grouped_bench(iters, warmup) if not args.only else None
+    results["grouped"] = grouped_bench(iters, warmup, args.only, args.grouped_rows)
 
     with open(os.path.join(args.out, "quant_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -313,8 +319,7 @@ def main(argv=None) -> int:
             if "error" in c:
                 print(f"error {r['M']}x{r['K']} {n}: {c['error']}")
 
-    if results["grouped"] is not None:
-        print_grouped(results["grouped"])
+    print_grouped(results["grouped"])
 
     try:
         import matplotlib

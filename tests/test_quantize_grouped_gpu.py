@@ -145,6 +145,7 @@ def test_fp8_grouped_edges(monkeypatch, sizes, scaling):
     counts = torch.tensor(sizes)
     x = make_input(int(counts.sum()), 96, seed=len(sizes))
     check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling)  # per token: the one-kernel rows path
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -153,6 +154,7 @@ def test_fp8_grouped_dtypes_specials(monkeypatch, dtype, scaling):
     counts = routing_counts(500, 8, seed=3, empty=(2,))
     x = make_input(int(counts.sum()), 320, dtype, seed=4, specials=True)
     check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
@@ -164,6 +166,7 @@ def test_fp8_grouped_bad_offsets(monkeypatch, scaling):
     for offs in ([100, 50, 300, 350], [-5, 120, 10_000, 390], [0, 0, 0, 0], [10, 20, 30, 40], [T + 5] * 3):
         check_fp8(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling,
                   columnwise=True)
+        check_fp8(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling)
 
 
 def test_fp8_grouped_columnwise_is_transpose():
@@ -196,6 +199,9 @@ def test_nvfp4_grouped_edges(monkeypatch, sizes, scaling):
     counts = torch.tensor(sizes)
     x = make_input(int(counts.sum()), 48, seed=len(sizes))
     check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling)  # per token: the table + rows kernel path
+    if scaling == "token":
+        check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, stochastic_rounding=True, **SR_KW)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -204,6 +210,7 @@ def test_nvfp4_grouped_dtypes_specials(monkeypatch, dtype, scaling):
     counts = routing_counts(500, 8, seed=3, empty=(5,))
     x = make_input(int(counts.sum()), 4096 + 16, dtype, seed=9, specials=True)
     check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
@@ -213,6 +220,7 @@ def test_nvfp4_grouped_bad_offsets(monkeypatch, scaling):
     for offs in ([100, 50, 300, 350], [-5, 120, 10_000, 390], [0, 0, 0, 0], [10, 20, 30, 40], [T + 5] * 3):
         check_nvfp4(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling,
                     columnwise=True)
+        check_nvfp4(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling)
 
 
 # RHT (columnwise) and stochastic rounding (both copies); a seed past 2^32 and a non-zero offset
@@ -350,6 +358,8 @@ def test_graph_capture_new_offsets():
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up (JIT build) outside the capture
         scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
+        scalemm.quantize_fp8_grouped(x, offsets, scaling="token")
+        scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
         scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
         scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token", columnwise=True, rht=True,
                                        stochastic_rounding=True, **SR_KW)
@@ -360,6 +370,8 @@ def test_graph_capture_new_offsets():
     with torch.cuda.graph(graph):
         f8 = scalemm.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True)
         f8t = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
+        f8r = scalemm.quantize_fp8_grouped(x, offsets, scaling="token")  # the rows kernel reads the offsets
+        nvr = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")  # group table + rows kernel
         nv = scalemm.quantize_nvfp4_grouped(x, offsets, columnwise=True)
         nv_rs = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token", columnwise=True, rht=True,
                                                stochastic_rounding=True, **SR_KW)
@@ -370,6 +382,8 @@ def test_graph_capture_new_offsets():
         torch.cuda.synchronize()
         assert_grouped_fp8_equal(f8, ref.quantize_fp8_grouped(x, offsets, scaling="token", columnwise=True))
         assert_grouped_fp8_equal(f8t, ref.quantize_fp8_grouped(x, offsets, columnwise=True))
+        assert_grouped_fp8_equal(f8r, ref.quantize_fp8_grouped(x, offsets, scaling="token"))
+        assert_grouped_nvfp4_equal(nvr, ref.quantize_nvfp4_grouped(x, offsets, scaling="token"))
         assert_grouped_nvfp4_equal(nv, ref.quantize_nvfp4_grouped(x, offsets, columnwise=True))
         assert_grouped_nvfp4_equal(nv_rs, ref.quantize_nvfp4_grouped(
             x, offsets, scaling="token", columnwise=True, rht=True, stochastic_rounding=True, **SR_KW))

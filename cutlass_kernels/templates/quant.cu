@@ -20,7 +20,8 @@ extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
   if (a->stats_row_amax && a->q_row && !a->q_col && !a->rht && a->row_token)  // per-token rows: one kernel
     return q::launch_nvfp4_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->stats_row_amax,
-                                           int(a->sr), a->seed, a->offset, a->seed_device, stream);
+                                           (a->m + 127) / 128 * 128, q::DenseRows{a->m, nullptr, 0}, int(a->sr),
+                                           a->seed, a->offset, a->seed_device, stream);
   if (a->stats_amax || a->stats_amax_rht || a->stats_row_amax || a->stats_col_amax) {
     const int err = q::launch_amax_stats<InT>(a->x, a->m, a->k, a->stats_amax, a->stats_amax_rht,
                                               a->stats_row_amax, a->stats_col_amax, int(a->rht), stream);

@@ -403,39 +403,70 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 // ---------------------------------------------------------------------------
 // Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise
 // copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..256,
-// whole warps) owns a row, reads it once for its amax (max over the threads: shuffles, then shared memory across
-// the group's warps), and reads it again, now from L1 / L2, to quantize it with quantize_row_block's numerics.
-// Against the stats kernel + memset + tile kernel it saves two launches (decode) and one read of x from memory
-// (prefill), and it writes the same bytes: the amax is a maximum, so the order of the reduction does not matter
-// (max.NaN gives the canonical NaN either way). Every output byte is written as the tile kernel writes it: NVFP4
-// scale rows up to Rp and columns up to Cp (blocks outside x get scale byte 0).
+// whole warps) owns a position of the launch (a row, or a scale row of the grouped NVFP4 layout), reads its row of
+// x once for the amax (max over the threads: shuffles, then shared memory across the group's warps), and reads it
+// again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against the stats kernel +
+// memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it writes the same
+// bytes: the amax is a maximum, so the order of the reduction does not matter (max.NaN gives the canonical NaN
+// either way). Every output byte is written: NVFP4 scale rows at every position (padding rows and columns up to Cp
+// as zero bytes).
+
+// What position c of a launch holds.
+struct RowSlot {
+  int64_t row;    // row of x
+  bool quantize;  // the row is quantized (else, where written, its data is zeros and its amax 0)
+  bool write;     // row < M: its data, decode scale and amax are written here
+};
+
+// Positions are rows. offsets (grouped FP8; else nullptr): int32 [groups] cumulative row ends, clamped to [0, M] as
+// the group table clamps them; rows past the largest end belong to no group (zero data, amax 0). Every warp reads
+// the offsets itself: a few hundred ints against the row it quantizes.
+struct DenseRows {
+  int64_t M;
+  const int* offsets;
+  int groups;
+  __device__ __forceinline__ RowSlot operator()(int64_t c) const {
+    int64_t last = M;
+    if (offsets != nullptr) {
+      last = 0;
+      for (int g = threadIdx.x & 31; g < groups; g += 32)
+        last = max(last, min(max(int64_t(__ldg(offsets + g)), int64_t(0)), M));
+#pragma unroll
+      for (int sh = 16; sh > 0; sh >>= 1) last = max(last, static_cast<int64_t>(__shfl_xor_sync(kFullMask, last, sh)));
+    }
+    return RowSlot{c, c < last, c < M};
+  }
+};
+
+template <class Rows>
 struct RowsParams {
   const void* x;
   int64_t M, K;
-  int64_t rows;  // rows the grid covers: M (FP8), or Rp (NVFP4: the scale matrix's padding rows too)
-  int tpr_log2;  // threads per row = 2^tpr_log2, 5..8
+  int64_t positions;  // FP8: M; NVFP4: the scale rows (Rp, or the grouped layout's), padding rows included
+  int tpr_log2;       // threads per position = 2^tpr_log2, 5..8
   uint8_t* q;
-  uint8_t* s;    // NVFP4 swizzled scales (Rp x Cp)
-  float* g;      // [M] NVFP4 alpha = S_dec, FP8 scale_inv
-  float* amax;   // [M] the rows' amax, or nullptr
-  int64_t rp, cp;
+  uint8_t* s;         // NVFP4 swizzled scales (positions x cp)
+  float* g;           // [M] NVFP4 alpha = S_dec, FP8 scale_inv
+  float* amax;        // [M] the rows' amax, or nullptr
+  int64_t cp;
   uint64_t seed, offset;
   const uint64_t* seed_device;
+  Rows rows;          // position -> RowSlot
 };
 
-template <Format F, typename T, bool SR>
-__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParams p) {
+template <Format F, typename T, bool SR, class Rows>
+__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParams<Rows> p) {
   static_assert(F == Format::kNVFP4 || F == Format::kFP8, "per-token scaling: NVFP4 and FP8");
   __shared__ float warp_amax[kThreads / 32];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int tpr = 1 << p.tpr_log2, j = t & (tpr - 1);
-  const int64_t m = (int64_t(blockIdx.x) << (8 - p.tpr_log2)) + (t >> p.tpr_log2);
-  const bool row_in = m < p.M;
-  const int64_t blocks = p.K / 16;
-  const T* xr = static_cast<const T*>(p.x) + (row_in ? m * p.K : 0);
+  const int64_t c = (int64_t(blockIdx.x) << (8 - p.tpr_log2)) + (t >> p.tpr_log2);
+  const RowSlot r = p.rows(c);  // uniform over the position's threads
+  const int64_t m = r.row, blocks = p.K / 16;
+  const T* xr = static_cast<const T*>(p.x) + (r.quantize ? m * p.K : 0);
 
   float a = 0.0f;
-  if (row_in) {
+  if (r.quantize) {
 #pragma unroll 4
     for (int64_t b = j; b < blocks; b += tpr) {
       Raw8<T> raw[2];
@@ -456,7 +487,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
   }
   constexpr bool kNv = F == Format::kNVFP4;
   const GlobalScale gs = global_scale<kNv>(a);
-  if (row_in && j == 0) {
+  if (r.write && j == 0) {
     p.g[m] = kNv ? gs.nv.s_dec : gs.scale_inv;
     if (p.amax != nullptr) p.amax[m] = a;
   }
@@ -465,19 +496,21 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
     const uint64_t seed = sr_seed(p.seed, p.seed_device), offset = sr_offset(p.offset, p.seed_device);
     for (int64_t b0 = 0; b0 < p.cp; b0 += tpr) {  // uniform trip count: gather4_bytes shuffles the whole warp
       const int64_t b = b0 + j;
-      const bool in = row_in && b < blocks;
+      const bool in = r.quantize && b < blocks;
       float v[16];
       Raw8<T> raw[2];
       load16(raw, xr + 16 * (in ? b : 0), in);
       to_float16(raw, v);
-      uint32_t sb;
-      const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(blocks) + b, seed,
-                                      offset, in, sb);
-      if (in) *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
+      uint32_t sb = 0u;
+      uint2 q = make_uint2(0u, 0u);
+      if (in) q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(blocks) + b, seed,
+                                  offset, in, sb);
+      if (r.write && b < blocks) *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
       const uint32_t word = gather4_bytes(sb);
-      if ((j & 3) == 0 && m < p.rp && b < p.cp) *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(m, b, p.cp)) = word;
+      if ((j & 3) == 0 && c < p.positions && b < p.cp)
+        *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(c, b, p.cp)) = word;
     }
-  } else if (row_in) {
+  } else if (r.quantize) {
 #pragma unroll 4
     for (int64_t b = j; b < blocks; b += tpr) {
       Raw8<T> raw[2];
@@ -486,6 +519,8 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
       to_float16(raw, v);
       *reinterpret_cast<uint4*>(p.q + m * p.K + 16 * b) = e4m3x16(v, gs.scale);
     }
+  } else if (r.write) {  // a row past the last group
+    for (int64_t b = j; b < blocks; b += tpr) *reinterpret_cast<uint4*>(p.q + m * p.K + 16 * b) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -563,35 +598,39 @@ inline int64_t tiles_k_for(Format f, int64_t K, bool col) {
   return ceil_div(K, kTileK);
 }
 
-// The rowwise copy with per-token scaling, amax included (quantize_rows_kernel): threads per row the fewest whole
-// warps that give each thread one 16-element block, at most 256 (longer rows: several blocks per thread).
-template <Format F, typename T, bool SR>
-int launch_rows(RowsParams p, cudaStream_t stream) {
+// The rowwise copy with per-token scaling, amax included (quantize_rows_kernel): threads per position the fewest
+// whole warps that give each thread one 16-element block, at most 256 (longer rows: several blocks per thread).
+template <Format F, typename T, bool SR, class Rows>
+int launch_rows(RowsParams<Rows> p, cudaStream_t stream) {
   p.tpr_log2 = 5;
   while (p.tpr_log2 < 8 && (int64_t(16) << p.tpr_log2) < p.K) ++p.tpr_log2;
-  const int64_t grid = ceil_div(p.rows, int64_t(1) << (8 - p.tpr_log2));
+  const int64_t grid = ceil_div(p.positions, int64_t(1) << (8 - p.tpr_log2));
   if (grid > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
-  if (grid > 0) quantize_rows_kernel<F, T, SR><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+  if (grid > 0) quantize_rows_kernel<F, T, SR, Rows><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
-template <typename T>
+// NVFP4 rows: `positions` scale rows (Rp: dense; the grouped layout's scale rows: grouped), `rows` maps them.
+template <typename T, class Rows>
 int launch_nvfp4_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, uint8_t* s, float* alpha, float* amax,
-                            int sr, uint64_t seed, uint64_t offset, const uint64_t* seed_device, cudaStream_t stream) {
-  if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
-  RowsParams p{};
+                            int64_t positions, Rows rows, int sr, uint64_t seed, uint64_t offset,
+                            const uint64_t* seed_device, cudaStream_t stream) {
+  if (K % 16 != 0 || positions % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  RowsParams<Rows> p{};
   p.x = x, p.M = M, p.K = K, p.q = q, p.s = s, p.g = alpha, p.amax = amax;
-  p.rp = ceil_div(M, 128) * 128, p.cp = ceil_div(K / 16, 4) * 4, p.rows = p.rp;
+  p.positions = positions, p.cp = ceil_div(K / 16, 4) * 4, p.rows = rows;
   p.seed = seed, p.offset = offset, p.seed_device = seed_device;
   return sr ? launch_rows<Format::kNVFP4, T, true>(p, stream) : launch_rows<Format::kNVFP4, T, false>(p, stream);
 }
 
+// offsets / groups: the grouped quantizer's (rows past the last group: zero data), or nullptr / 0.
 template <typename T>
 int launch_fp8_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, float* scale_inv, float* amax,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const int* offsets = nullptr, int groups = 0) {
   if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
-  RowsParams p{};
-  p.x = x, p.M = M, p.K = K, p.rows = M, p.q = q, p.g = scale_inv, p.amax = amax;
+  RowsParams<DenseRows> p{};
+  p.x = x, p.M = M, p.K = K, p.positions = M, p.q = q, p.g = scale_inv, p.amax = amax;
+  p.rows = DenseRows{M, offsets, groups};
   return launch_rows<Format::kFP8, T, false>(p, stream);
 }
 

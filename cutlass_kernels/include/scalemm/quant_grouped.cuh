@@ -3,7 +3,10 @@
 // NVFP4 columnwise in the wgrad layout with scales "grouped along K", MXFP8 rowwise.
 // Numerics: quant_numerics.cuh (bit-exact with py_api/reference/); tile helpers: quant.cuh.
 //
-// The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is:
+// The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is the one
+// below, except for the rowwise copy alone with per-token scaling: FP8 one quantize_rows_kernel of
+// quant.cuh (it clamps the offsets itself), NVFP4 the group table, the tile table, then
+// quantize_rows_kernel over the scale rows (GroupedScaleRows):
 // 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing
 //    (ends[g] = max(ends[g-1], clamp(offsets[g], 0, T))), and writes the position tables
 //    pos_A[g] = sum_{j<g} ceil(m_j / A) * A for A = 16 (wgrad columns), 64 (wgrad scale
@@ -689,6 +692,22 @@ inline int launch_tile_table(const Table& tb, int64_t T, int64_t space, int4* ti
   return static_cast<int>(cudaGetLastError());
 }
 
+// quantize_rows_kernel's positions for the NVFP4 rowwise copy with per-token scaling: the scale rows of the layout
+// grouped along M, looked up in the tile table (one load; a binary search of pos128 per position cost more than the
+// launches it saved at decode sizes), so the group table, the tile table and this one launch write the data, the
+// scales with their padding rows, alpha and amax. A tile's `rows` counts the rows of x from its first position on
+// (map_position's in_group / valid for its positions).
+struct GroupedScaleRows {
+  const int4* tiles;  // tile_table: {first row, rows of x from there, group, unused} per 128 positions
+  int G;
+  __device__ __forceinline__ RowSlot operator()(int64_t c) const {
+    const int4 tile = __ldg(tiles + (c >> 7));
+    const int local = static_cast<int>(c & 127);
+    const bool valid = local < tile.y;
+    return RowSlot{int64_t(tile.x) + local, valid && tile.z < G, valid};
+  }
+};
+
 template <Format F, typename T, bool ROW, bool COL, bool SR = false>
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
@@ -707,6 +726,8 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
                        uint8_t* q_col, int64_t W, float* sinv_col, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || (q_col && W % 16 != 0)) return kBadArgs;
   if (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax) return kBadArgs;
+  if (token && !q_col)  // per-token rows: one kernel (quantize_rows_kernel), no group table, no stats pass
+    return launch_fp8_token_rows<T>(x, T_, K, q_row, sinv_row, row_amax, stream, offsets, G);
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
                                       token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
                                       stream);
@@ -752,6 +773,14 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
   const bool need_g_amax = !token && (q_row || !own_col_amax);  // not for an RHT columnwise-only call
   if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (need_g_amax && !g_amax)) return kBadArgs;
+  if (token && !q_col) {  // per-token rows: the group and tile tables, then one quantize_rows_kernel (no stats pass)
+    group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
+    int e = static_cast<int>(cudaGetLastError());
+    if (!e) e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream);
+    if (e) return e;
+    return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, scale_rows,
+                                      GroupedScaleRows{tile_table(table, G), G}, sr, seed, offset, seed_device, stream);
+  }
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, need_g_amax ? g_amax : nullptr,
                                       token && q_row ? row_amax : nullptr,
                                       own_col_amax && !rht ? col_amax : nullptr, stream);
