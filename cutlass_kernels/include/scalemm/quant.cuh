@@ -422,6 +422,7 @@ struct RowSlot {
 // the group table clamps them; rows past the largest end belong to no group (zero data, amax 0). Every warp reads
 // the offsets itself: a few hundred ints against the row it quantizes.
 struct DenseRows {
+  static constexpr int kMaxThreadsLog2 = 8;  // up to 256 threads per row (H100: fastest from 1 to 16384 rows)
   int64_t M;
   const int* offsets;
   int groups;
@@ -599,11 +600,12 @@ inline int64_t tiles_k_for(Format f, int64_t K, bool col) {
 }
 
 // The rowwise copy with per-token scaling, amax included (quantize_rows_kernel): threads per position the fewest
-// whole warps that give each thread one 16-element block, at most 256 (longer rows: several blocks per thread).
+// whole warps that give each thread one 16-element block, at most 2^Rows::kMaxThreadsLog2 (longer rows: several
+// blocks per thread).
 template <Format F, typename T, bool SR, class Rows>
 int launch_rows(RowsParams<Rows> p, cudaStream_t stream) {
   p.tpr_log2 = 5;
-  while (p.tpr_log2 < 8 && (int64_t(16) << p.tpr_log2) < p.K) ++p.tpr_log2;
+  while (p.tpr_log2 < Rows::kMaxThreadsLog2 && (int64_t(16) << p.tpr_log2) < p.K) ++p.tpr_log2;
   const int64_t grid = ceil_div(p.positions, int64_t(1) << (8 - p.tpr_log2));
   if (grid > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
   if (grid > 0) quantize_rows_kernel<F, T, SR, Rows><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
