@@ -50,16 +50,21 @@ class Node:
     def __add__(self, other): return Compute("add", (self, _node(other)))
     def __radd__(self, other): return Compute("add", (_node(other), self))
 
-    def leaves(self) -> list["Leaf"]:
-        """Leaves that take a pointer, in argument order (depth first, left to right, deduplicated)."""
-        out: list[Leaf] = []
-        def walk(n):
-            if isinstance(n, Leaf) and n.takes_pointer and n not in out:
-                out.append(n)
-            for c in n.children:
-                walk(c)
-        walk(self)
-        return out
+    def leaves(self) -> tuple["Leaf", ...]:
+        """Leaves that take a pointer, in argument order (depth first, left to right, deduplicated).
+        Computed once per node (nodes are immutable) and kept on it: every GEMM call reads them."""
+        cached = self.__dict__.get("_leaves")
+        if cached is None:
+            out: list[Leaf] = []
+            def walk(n):
+                if isinstance(n, Leaf) and n.takes_pointer and n not in out:
+                    out.append(n)
+                for c in n.children:
+                    walk(c)
+            walk(self)
+            cached = tuple(out)
+            object.__setattr__(self, "_leaves", cached)  # not a dataclass field: eq / hash ignore it
+        return cached
 
     def __str__(self) -> str:
         return self.describe()
@@ -175,7 +180,7 @@ def scaled(out_dtype="bf16", *, bias: bool = True, activation: str | None = None
 class Emitted:
     evt_type: str        # a C++ type, referencing `TileShape`
     args_expr: str       # a braced initializer, referencing `ptrs` and `vec`
-    leaves: list         # pointer-taking leaves, in `ptrs` order
+    leaves: tuple        # pointer-taking leaves, in `ptrs` order
     source_dtype: str | None  # dtype of the C operand if the tree reads one
 
 

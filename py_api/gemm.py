@@ -150,7 +150,7 @@ def _check_scale(s, length, name, what, device):
         raise ValueError(f"{name} must hold one value or {length} values ({what}), got shape {tuple(s.shape)}")
     if not s.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
-    return s.reshape(-1)
+    return s if s.dim() == 1 else s.reshape(-1)
 
 
 def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16, epilogue=None,
@@ -217,8 +217,12 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
                              f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
         bias = bias.contiguous()
     tree = _resolve_epilogue(epilogue, out_dtype)
-    inputs = _dense_epilogue_inputs(tree, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias},
-                                    _epilogue_extra(epilogue_inputs, tree), M, N, device)
+    inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+    extra = _epilogue_extra(epilogue_inputs, tree)
+    if not (epilogue is None or isinstance(epilogue, str)):  # a caller's tree: every leaf checked as it reads it
+        inputs = _dense_epilogue_inputs(tree, inputs, extra, M, N, device)
+    # (a preset's leaves are exactly scale_a, scale_b and bias, checked above as the preset reads them; extra is
+    # then empty: _epilogue_extra refuses any other name)
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (M, N) \
                 or out.device != device or not out.is_contiguous():
@@ -244,25 +248,19 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 
 
 def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
-    """Fills abi.GemmArgs for one planned call (leaf inputs checked again against the kernel's
-    leaf order) and launches it on the current stream; `workspace(m, n, k, device, raster, swizzle)`: the bytes a
-    stream-K kernel asks for (None: no workspace)."""
+    """Fills abi.GemmArgs for one planned call and launches it on the current stream. `inputs`: the leaf
+    tensors by name as _dense_epilogue_inputs checked them (the one check); `leaves`: the kernel's leaf order
+    (_plan); `workspace(m, n, k, device, raster, swizzle)`: the bytes a stream-K kernel asks for (None: none)."""
     args = abi.GemmArgs(k=K, device=device.index, raster=_RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
                         stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, (leaf, length, _) in enumerate(leaves):
-        t = _epilogue_input(leaf, inputs.get(leaf.name), device)
+        t = inputs.get(leaf.name)
         if t is None:
             continue
         if length is None:  # the M x N Source operand
-            if t.shape != (M, N):
-                raise ValueError(f"epilogue input {leaf.name!r} must be [{M}, {N}], got {tuple(t.shape)}")
             args.c = t.data_ptr()
-            continue
-        length = M if length == "M" else N if length == "N" else 1
-        numel = t.numel()
-        if not (numel == length or (numel == 1 and (getattr(leaf, "broadcast", False) or length == 1))):
-            raise ValueError(f"epilogue input {leaf.name!r} must hold {length} values, got {numel}")
-        args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), numel > 1  # one value -> CUTLASS scalar broadcast
+        else:  # one value -> CUTLASS scalar broadcast
+            args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), t.numel() > 1
     x, y, args.m, args.n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)  # the kernel's problem coordinates
     ws = None
     if workspace is not None:

@@ -30,7 +30,10 @@ from .arch import configs_for, gpu_info
 from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, GemmConfig, SkinnyConfig,
                                       default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
+from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets
+from .formats.nvfp4 import dequantize_nvfp4_grouped
+from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
 from .jit import KernelSpec, build
@@ -158,10 +161,11 @@ def dequant_kernel_spec() -> KernelSpec:
     return KernelSpec(name="nvfp4_dequant", template="nvfp4_dequant.cu")
 
 
+@functools.lru_cache(maxsize=1024)
 def skinny_kernel_spec(config: SkinnyConfig, *, act_dtype, out_dtype: torch.dtype,
                        activation: str | None = None) -> KernelSpec:
     """act_dtype: torch.bfloat16 / torch.float16 (W4A16) or "nvfp4" (W4A4: the kernel decodes the
-    activations' codes and block scales itself)."""
+    activations' codes and block scales itself). Cached: every decode call asks."""
     act_name = "nvfp4" if act_dtype == "nvfp4" else epi.dtype_name(act_dtype)
     return _skinny_spec(config.compiled(), act_name, epi.dtype_name(out_dtype), activation or "none")
 
@@ -222,7 +226,6 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     [G] on the device). a: bf16/fp16 [M, K] (W4A16) or an NVFP4Tensor / GroupedNVFP4Tensor (W4A4: the
     kernel decodes its codes and scales itself). out: the output, or None to plan a call writing out_dtype
     (d is null)."""
-    from .formats import GroupedNVFP4Tensor, NVFP4Tensor
     K = b.shape[1]
     N = b.group_rows if offsets is not None else b.shape[0]
     M = a.shape[0]
@@ -277,7 +280,6 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
     grouped_gemm with offsets) runs the skinny kernel on CUDA: config.splits, or for splits=0 the
     launcher's choice for this GPU (from the kernel's occupancy and the shape); 0 when there is nothing
     to compute. Nothing is launched. For studies of the split model (perf/nvfp4_explore.py prints it)."""
-    from .formats import GroupedNVFP4Tensor, NVFP4Tensor
     if config is None:
         raise TypeError("config must be a SkinnyConfig, got NoneType")
     _check_options(None, None, epilogue, None, False, out_dtype, config, config_types=(SkinnyConfig,))
@@ -398,7 +400,6 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
-    from .formats import NVFP4Tensor
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
@@ -582,7 +583,6 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     the mainloop: activation_decode, ACTIVATION_DECODES).
     b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
-    from .formats import GroupedNVFP4Tensor
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]
@@ -693,8 +693,6 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
          epilogue_inputs=None, out=None, fast_accum=False, config=None):
     """scalemm.gemm for an NVFP4Tensor weight b [N, K]: validated here, then the CUDA kernel or, for CPU
     tensors, the reference (exact dequantization, fp32 product, the epilogue in fp32)."""
-    from .formats import NVFP4Tensor
-    from .reference import dequantize_nvfp4
     _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config,
                    config_types=(GemmConfig, SkinnyConfig))
     if b.qdata is None or b.rht:
@@ -736,9 +734,6 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
                  out_dtype=torch.bfloat16, epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, config=None):
     """scalemm.grouped_gemm for stacked NVFP4 expert weights b (quantize_nvfp4_stacked): validated here, then
     the CUDA kernel or, for CPU tensors, reference.grouped_gemm_reference on the exact dequantized operands."""
-    from .formats import GroupedNVFP4Tensor, layout
-    from .formats.nvfp4 import dequantize_nvfp4_grouped
-    from .reference import grouped_gemm_reference
     _check_options(scale_a, scale_b, epilogue, epilogue_inputs, fast_accum, out_dtype, config, scale_a_per,
                    scale_b_per, config_types=(GemmConfig, SkinnyConfig))
     _check_grouped_config(config)

@@ -109,7 +109,7 @@ class FP8Linear(torch.nn.Module):
     def _where(self) -> str:
         return f"FP8Linear(in_features={self.in_features}, out_features={self.out_features})"
 
-    def _check(self, x) -> None:
+    def _check(self, x, w, s) -> None:
         where = self._where()
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
@@ -117,7 +117,6 @@ class FP8Linear(torch.nn.Module):
             raise TypeError(f"{where}: x must be bfloat16, float16 or float32, got {x.dtype}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"{where}: expected x[..., {self.in_features}], got shape {tuple(x.shape)}")
-        w, s = self.weight, self.weight_scale_inv
         if not isinstance(w, torch.Tensor) or w.dtype != torch.float8_e4m3fn \
                 or tuple(w.shape) != (self.out_features, self.in_features):
             raise TypeError(f"{where}: weight must be float8_e4m3fn [{self.out_features}, {self.in_features}], got "
@@ -132,16 +131,18 @@ class FP8Linear(torch.nn.Module):
         if torch.is_grad_enabled() and getattr(x, "requires_grad", False):
             raise RuntimeError(f"{self._where()}: an inference module: run it under torch.no_grad() / "
                                "inference_mode()")
-        self._check(x)
-        lead = x.shape[:-1]
-        bias = self.bias.to(x.dtype) if self.bias is not None and self.bias.dtype != x.dtype else self.bias
+        buffers = self._buffers  # one dict read each (nn.Module's attribute lookup of a buffer costs more)
+        w, s, bias = buffers["weight"], buffers["weight_scale_inv"], buffers["bias"]
+        self._check(x, w, s)
+        if bias is not None and bias.dtype != x.dtype:
+            bias = bias.to(x.dtype)
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         try:
-            xq = quantize_fp8(x.reshape(-1, self.in_features).contiguous(), scaling="token")
-            y = gemm(xq.data, self.weight, xq.scale_inv, self.weight_scale_inv, bias=bias, out_dtype=x.dtype,
-                     fast_accum=self.fast_accum)
+            xq = quantize_fp8(x2.contiguous(), scaling="token")
+            y = gemm(xq.data, w, xq.scale_inv, s, bias=bias, out_dtype=x.dtype, fast_accum=self.fast_accum)
         except (TypeError, ValueError) as e:  # e.g. a CUDA layout rule: say which layer
             raise type(e)(f"{self._where()}: {e}") from e
-        return y.reshape(*lead, self.out_features)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

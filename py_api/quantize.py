@@ -55,7 +55,7 @@ def _as_matrix(x, name: str = "x") -> torch.Tensor:
         raise ValueError(f"'{name}' must be contiguous (call .contiguous() first), got strides "
                          f"{tuple(x.stride())} for shape {tuple(x.shape)}")
     check_last_dim(x, name)
-    return x.reshape(-1, x.shape[-1])
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
 
 
 def _check_bool(value, name: str) -> bool:
@@ -256,8 +256,9 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
     dev = x2.device
     token = scaling == "token"
     f32 = torch.float32
-    if token:  # filled by the amax pass the C entry point launches first
-        row_amax = torch.empty((M,), dtype=f32, device=dev) if rowwise else None
+    if token:  # filled by the amax pass the C entry point launches first; the rowwise copy alone is one kernel that
+        # keeps its row amaxes to itself (FP8Tensor holds none), so it gets no buffer for them
+        row_amax = torch.empty((M,), dtype=f32, device=dev) if rowwise and columnwise else None
         col_amax = torch.empty((K,), dtype=f32, device=dev) if columnwise else None
     else:
         row_amax = col_amax = torch.empty((), dtype=f32, device=dev)

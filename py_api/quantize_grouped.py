@@ -119,9 +119,10 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
     dev = x.device
     f32 = torch.float32
     token = scaling == "token"
-    table = _table(G, dev)
+    rows_kernel = token and not columnwise  # one kernel (the C entry point): no group table, no row amax buffer
+    table = None if rows_kernel else _table(G, dev)
     g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
-    row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise else None
+    row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise and not rows_kernel else None
     gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
     W = layout.wgrad_width(T, G)
     q_row = sinv_row = q_col = sinv_col = None
@@ -130,7 +131,7 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
     if columnwise:
         q_col, sinv_col = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "wgrad").values())
     args = abi.QuantizeFp8GroupedArgs(
-        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(), token=int(token),
+        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), gcol_amax=_q._p(gcol_amax), q_row=_q._p(q_row),
         sinv_row=_q._p(sinv_row), q_col=_q._p(q_col), w=W, sinv_col=_q._p(sinv_col), stream=_q._stream(dev))
     _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(ctypes.byref(args))
@@ -164,7 +165,7 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
         cols = grouped_nvfp4_shapes(T, K, G, scaling, "wgrad")
         q_col, s_col, a_col = (_q._empty(*cols[f], dev) for f in ("qdata", "scales", "alpha"))
     args = abi.QuantizeNvfp4GroupedArgs(
-        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=table.data_ptr(), token=int(token),
+        x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), col_amax=_q._p(col_amax), q_row=_q._p(q_row),
         s_row=_q._p(s_row), scale_rows=scale_rows, alpha_row=_q._p(a_row), q_col=_q._p(q_col), w=W,
         s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), offset=offset,

@@ -468,6 +468,13 @@ def test_quantize_fp8_and_mxfp8_fill_their_args(monkeypatch, fake_stream, scalin
     assert (args.row_token, args.col_token, args.stream) == (token, token, STREAM)
 
     launch, names = _quant_capture(monkeypatch, quantize)
+    q = quantize._fp8_cuda(x, scaling, True, False)  # the rowwise copy alone
+    args = launch.args
+    assert (args.q_row, args.scale_inv_row, args.q_col) == (_p(q.data), _p(q.scale_inv), None)
+    # per token it is one kernel that keeps the row amaxes to itself (no buffer); per tensor the 0-d amax is read
+    assert (args.amax_row is None, args.amax_col is None) == (bool(token), bool(token))
+
+    launch, names = _quant_capture(monkeypatch, quantize)
     q = quantize._mxfp8_cuda(x, True, True)
     args = launch.args
     assert names == ["scalemm_quantize_mxfp8"] and type(args).__name__ == "QuantizeMxfp8Args"
@@ -501,6 +508,13 @@ def test_grouped_quantizers_fill_their_args(monkeypatch, fake_stream, scaling):
     assert ((args.g_amax is None), (args.row_amax is None), (args.gcol_amax is None)) == \
         (bool(token), not token, not token)
     assert args.stream == STREAM
+
+    launch, names = _quant_capture(monkeypatch, quantize_grouped)
+    q = quantize_grouped._fp8_grouped_cuda(x, offsets, G, scaling, True, False)  # the rowwise copy alone
+    args = launch.args
+    assert (args.q_row, args.sinv_row, args.q_col, args.gcol_amax) == (_p(q.data), _p(q.scale_inv), None, None)
+    # per token: one kernel (quantize_rows_kernel) that reads neither the group table nor a row amax buffer
+    assert ((args.table is None), (args.g_amax is None), (args.row_amax is None)) == (bool(token), bool(token), True)
 
     launch, names = _quant_capture(monkeypatch, quantize_grouped)
     scale_rows = layout.grouped_scale_rows(T, G)

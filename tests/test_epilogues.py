@@ -42,7 +42,7 @@ def test_activation_and_source_and_scalar_emit():
 
 def test_leaf_root_is_wrapped_in_identity_cast():
     em = epi.emit(Acc(), "bf16")
-    assert "thread::Identity, cutlass::bfloat16_t" in em.evt_type and em.leaves == []
+    assert "thread::Identity, cutlass::bfloat16_t" in em.evt_type and em.leaves == ()
 
 
 def test_bad_trees_raise():

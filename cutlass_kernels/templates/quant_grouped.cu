@@ -10,7 +10,8 @@ namespace qg = scalemm::quant::grouped;
 
 // FP8 e4m3: rowwise [T, K] (q_row, scale_inv [G] or [T]) and/or the wgrad-layout columnwise copy
 // [K, W] (q_col, scale_inv [G] or [G, K]). Amax scratch: g_amax [G] (token = 0), row_amax [T] and
-// gcol_amax [G, K] (token = 1).
+// gcol_amax [G, K] (token = 1). The rowwise copy alone with token = 1 is one kernel that reads neither the
+// table nor row_amax: both may be null there.
 extern "C" int scalemm_quantize_fp8_grouped(scalemm::QuantizeFp8GroupedArgs const* a) {
   return qg::launch_fp8_grouped<InT>(a->x, a->tokens, a->k, a->offsets, int(a->groups), a->table, int(a->token),
                                      a->g_amax, a->row_amax, a->gcol_amax, a->q_row, a->sinv_row, a->q_col, a->w,

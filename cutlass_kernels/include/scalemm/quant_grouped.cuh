@@ -728,9 +728,10 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
                        float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, float* sinv_row,
                        uint8_t* q_col, int64_t W, float* sinv_col, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || (q_col && W % 16 != 0)) return kBadArgs;
-  if (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax) return kBadArgs;
-  if (token && !q_col)  // per-token rows: one kernel (quantize_rows_kernel), no group table, no stats pass
+  if (token && !q_col)  // per-token rows: one kernel (quantize_rows_kernel); no group table, no stats pass, and
+    // row_amax only if given (the kernel keeps each row's amax in registers; null: not written)
     return launch_fp8_token_rows<T>(x, T_, K, q_row, sinv_row, row_amax, stream, offsets, G);
+  if (!table || (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax)) return kBadArgs;
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
                                       token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
                                       stream);
