@@ -403,26 +403,30 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 // ---------------------------------------------------------------------------
 // Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise
 // copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..256,
-// whole warps) owns a position of the launch (a row, or a scale row of the grouped NVFP4 layout), reads its row of
-// x once for the amax (max over the threads: shuffles, then shared memory across the group's warps), and reads it
-// again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against the stats kernel +
-// memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it writes the same
+// whole warps) owns a position of the launch (a row, or a padding scale row of the dense NVFP4 layout), reads its
+// row of x once for the amax (max over the threads: shuffles, then shared memory across the group's warps), and
+// reads it again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against the stats kernel
+// + memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it writes the same
 // bytes: the amax is a maximum, so the order of the reduction does not matter (max.NaN gives the canonical NaN
-// either way). Every output byte is written: NVFP4 scale rows at every position (padding rows and columns up to Cp
-// as zero bytes).
+// either way). Every output byte is written: the dense NVFP4 scale rows at every position (padding rows and columns
+// up to Cp as zero bytes); the grouped layout's scale buffer is zeroed by its launcher first, and each row writes
+// its scale row (Rows::kPaddingZeroed).
 
 // What position c of a launch holds.
 struct RowSlot {
-  int64_t row;    // row of x
-  bool quantize;  // the row is quantized (else, where written, its data is zeros and its amax 0)
-  bool write;     // row < M: its data, decode scale and amax are written here
+  int64_t row;       // row of x
+  bool quantize;     // the row is quantized (else, where written, its data is zeros and its amax 0)
+  bool write;        // row < M: its data, decode scale and amax are written here
+  int64_t scale_row; // NVFP4: the row of the swizzled scale layout its block scales go to
 };
 
-// Positions are rows. offsets (grouped FP8; else nullptr): int32 [groups] cumulative row ends, clamped to [0, M] as
-// the group table clamps them; rows past the largest end belong to no group (zero data, amax 0). Every warp reads
-// the offsets itself: a few hundred ints against the row it quantizes.
+// Positions are rows (NVFP4: the scale rows of the dense layout, Rp = M rounded up to 128; those past M are padding,
+// written as zero scale rows here). offsets (grouped FP8; else nullptr): int32 [groups] cumulative row ends, clamped
+// to [0, M] as the group table clamps them; rows past the largest end belong to no group (zero data, amax 0). Every
+// warp reads the offsets itself: a few hundred ints against the row it quantizes.
 struct DenseRows {
   static constexpr int kMaxThreadsLog2 = 8;  // up to 256 threads per row (H100: fastest from 1 to 16384 rows)
+  static constexpr bool kPaddingZeroed = false;  // every position's scale row is written here, padding as zeros
   int64_t M;
   const int* offsets;
   int groups;
@@ -435,7 +439,7 @@ struct DenseRows {
 #pragma unroll
       for (int sh = 16; sh > 0; sh >>= 1) last = max(last, static_cast<int64_t>(__shfl_xor_sync(kFullMask, last, sh)));
     }
-    return RowSlot{c, c < last, c < M};
+    return RowSlot{c, c < last, c < M, c};
   }
 };
 
@@ -443,10 +447,10 @@ template <class Rows>
 struct RowsParams {
   const void* x;
   int64_t M, K;
-  int64_t positions;  // FP8: M; NVFP4: the scale rows (Rp, or the grouped layout's), padding rows included
+  int64_t positions;  // of the launch: FP8 M; NVFP4 dense Rp (padding rows included), grouped T
   int tpr_log2;       // threads per position = 2^tpr_log2, 5..8
   uint8_t* q;
-  uint8_t* s;         // NVFP4 swizzled scales (positions x cp)
+  uint8_t* s;         // NVFP4 swizzled scales (scale rows x cp)
   float* g;           // [M] NVFP4 alpha = S_dec, FP8 scale_inv
   float* amax;        // [M] the rows' amax, or nullptr
   int64_t cp;
@@ -494,6 +498,9 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
   }
 
   if constexpr (kNv) {  // every block of the padded scale row; the 4 scales of 4 adjacent lanes are one store
+    // Rows::kPaddingZeroed: the launcher zeroed the scales, so only rows write theirs (a position past the rows
+    // returns here: uniform per warp, and no barrier follows)
+    if (Rows::kPaddingZeroed && !r.write) return;
     const uint64_t seed = sr_seed(p.seed, p.seed_device), offset = sr_offset(p.offset, p.seed_device);
     for (int64_t b0 = 0; b0 < p.cp; b0 += tpr) {  // uniform trip count: gather4_bytes shuffles the whole warp
       const int64_t b = b0 + j;
@@ -509,7 +516,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
       if (r.write && b < blocks) *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
       const uint32_t word = gather4_bytes(sb);
       if ((j & 3) == 0 && c < p.positions && b < p.cp)
-        *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(c, b, p.cp)) = word;
+        *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(r.scale_row, b, p.cp)) = word;
     }
   } else if (r.quantize) {
 #pragma unroll 4
@@ -612,12 +619,12 @@ int launch_rows(RowsParams<Rows> p, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-// NVFP4 rows: `positions` scale rows (Rp: dense; the grouped layout's scale rows: grouped), `rows` maps them.
+// NVFP4 rows: `positions` launch positions (dense: Rp scale rows; grouped: the T rows), `rows` maps them.
 template <typename T, class Rows>
 int launch_nvfp4_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, uint8_t* s, float* alpha, float* amax,
                             int64_t positions, Rows rows, int sr, uint64_t seed, uint64_t offset,
                             const uint64_t* seed_device, cudaStream_t stream) {
-  if (K % 16 != 0 || positions % 128 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   RowsParams<Rows> p{};
   p.x = x, p.M = M, p.K = K, p.q = q, p.s = s, p.g = alpha, p.amax = amax;
   p.positions = positions, p.cp = ceil_div(K / 16, 4) * 4, p.rows = rows;

@@ -5,8 +5,8 @@
 //
 // The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is the one
 // below, except for the rowwise copy alone with per-token scaling: FP8 one quantize_rows_kernel of
-// quant.cuh (it clamps the offsets itself), NVFP4 the group table, the tile table, then
-// quantize_rows_kernel over the scale rows (GroupedScaleRows):
+// quant.cuh (it clamps the offsets itself), NVFP4 the group table, then quantize_rows_kernel over the rows after
+// a memset of the scales (GroupedRows) or over the scale rows after the tile table (GroupedScaleRows):
 // 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing
 //    (ends[g] = max(ends[g-1], clamp(offsets[g], 0, T))), and writes the position tables
 //    pos_A[g] = sum_{j<g} ceil(m_j / A) * A for A = 16 (wgrad columns), 64 (wgrad scale
@@ -692,22 +692,43 @@ inline int launch_tile_table(const Table& tb, int64_t T, int64_t space, int4* ti
   return static_cast<int>(cudaGetLastError());
 }
 
-// quantize_rows_kernel's positions for the NVFP4 rowwise copy with per-token scaling: the scale rows of the layout
-// grouped along M, looked up in the tile table (one load; a binary search of pos128 per position cost more than the
-// launches it saved at decode sizes), so the group table, the tile table and this one launch write the data, the
-// scales with their padding rows, alpha and amax. A tile's `rows` counts the rows of x from its first position on
-// (map_position's in_group / valid for its positions).
+// quantize_rows_kernel's positions for the NVFP4 rowwise copy with per-token scaling, two ways (the launcher picks):
+//
+// GroupedScaleRows: the scale rows of the layout grouped along M, looked up in the tile table (one load; a binary
+// search of pos128 per position cost more than the launches it saved), so the group table, the tile table and this
+// one launch write the data, the scales with their padding rows, alpha and amax. A tile's `rows` counts the rows of
+// x from its first position on (map_position's in_group / valid for its positions).
 struct GroupedScaleRows {
-  // up to 128 threads per position: most positions are padding at decode sizes (H100, 64 groups, K = 7168: 128 rows
-  // 33.7 -> 24.6 us against 256 threads, 16384 rows 164 -> 145 us; 64 threads 22.6 / 157)
+  // up to 128 threads per position (H100, 64 groups, K = 7168: 128 rows 33.7 -> 24.6 us against 256 threads, 16384
+  // rows 164 -> 145 us; 64 threads 22.6 / 157)
   static constexpr int kMaxThreadsLog2 = 7;
+  static constexpr bool kPaddingZeroed = false;  // padding scale rows are written here, as zeros
   const int4* tiles;  // tile_table: {first row, rows of x from there, group, unused} per 128 positions
   int G;
   __device__ __forceinline__ RowSlot operator()(int64_t c) const {
     const int4 tile = __ldg(tiles + (c >> 7));
     const int local = static_cast<int>(c & 127);
     const bool valid = local < tile.y;
-    return RowSlot{int64_t(tile.x) + local, valid && tile.z < G, valid};
+    return RowSlot{int64_t(tile.x) + local, valid && tile.z < G, valid, c};
+  }
+};
+
+// GroupedRows: the rows of x. A row's scale row is pos128[g] + (its index in group g), group g found by a binary
+// search of the ends (log2 G loads, L1 hits); rows past the last group keep theirs after pos128[G] (zero data and
+// scales). The launcher zeroes the scale buffer first, so padding scale rows are never visited. Where they
+// outnumber the rows (decode: 33280 scale rows for 512 rows in 256 groups) this is far faster than writing them in
+// the kernel 4 bytes at a time into the swizzled layout (H100, K = 7168: 512 rows in 256 groups 75 -> 16 us per
+// call); with few of them (16384 rows in 64 groups: 24576 scale rows) the searches and the memset cost more
+// (144 -> 158 us), hence GroupedScaleRows there.
+struct GroupedRows {
+  static constexpr int kMaxThreadsLog2 = 7;  // as GroupedScaleRows (not re-measured for this mapping)
+  static constexpr bool kPaddingZeroed = true;
+  Table tb;
+  int64_t T;
+  __device__ __forceinline__ RowSlot operator()(int64_t c) const {
+    const int g = group_of_row(tb, c);
+    const int64_t scale_row = __ldg(tb.pos128 + g) + (c - group_start(tb, g));  // g = G: rows past the last group
+    return RowSlot{c, g < tb.G, c < T, scale_row};
   }
 };
 
@@ -777,11 +798,19 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
   const bool need_g_amax = !token && (q_row || !own_col_amax);  // not for an RHT columnwise-only call
   if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (need_g_amax && !g_amax)) return kBadArgs;
-  if (token && !q_col) {  // per-token rows: the group and tile tables, then one quantize_rows_kernel (no stats pass)
+  if (token && !q_col) {  // per-token rows: the group table, then one quantize_rows_kernel (no stats pass) over
+    // the rows with the scales zeroed first where padding scale rows are at least as many as the rows (GroupedRows),
+    // else over every scale row of the layout after the tile table (GroupedScaleRows)
     group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
     int e = static_cast<int>(cudaGetLastError());
-    if (!e) e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream);
     if (e) return e;
+    if (scale_rows >= 2 * T_) {
+      e = static_cast<int>(cudaMemsetAsync(s_row, 0, static_cast<size_t>(scale_rows * ceil_div(K / 16, 4) * 4), stream));
+      if (e) return e;
+      return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, T_,
+                                        GroupedRows{make_table(table, G), T_}, sr, seed, offset, seed_device, stream);
+    }
+    if ((e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream))) return e;
     return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, scale_rows,
                                       GroupedScaleRows{tile_table(table, G), G}, sr, seed, offset, seed_device, stream);
   }
