@@ -249,8 +249,9 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 
 def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
     """Fills abi.GemmArgs for one planned call and launches it on the current stream. `inputs`: the leaf
-    tensors by name as _dense_epilogue_inputs checked them (the one check); `leaves`: the kernel's leaf order
-    (_plan); `workspace(m, n, k, device, raster, swizzle)`: the bytes a stream-K kernel asks for (None: none)."""
+    tensors by name, already checked by gemm (its own argument checks for a preset's leaves, _dense_epilogue_inputs
+    for a caller's tree); `leaves`: the kernel's leaf order (_plan); `workspace(m, n, k, device, raster, swizzle)`:
+    the bytes a stream-K kernel asks for (None: none)."""
     args = abi.GemmArgs(k=K, device=device.index, raster=_RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
                         stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, (leaf, length, _) in enumerate(leaves):
