@@ -15,9 +15,10 @@ name (e.g. `pip install --target /tmp/old-site <old checkout>` then `mv /tmp/old
 alternating rounds; the table gives both and their ratio. The "C launcher alone" rows call the kernels' extern "C"
 entry points with a prepared struct (no Python checks, no allocation): the floor of an eager call.
 
-Kernels: the quantizers (`python -m scalemm build --set default` has them), the FP8 decode GEMM of
-default_config(1, 4096, 4096) with fast accumulation (FP8Linear's, with its bias, is the same kernel) and the NVFP4
-skinny kernels of one token on 4096 x 4096 (`--set decode` has them).
+Kernels: the quantizers (`python -m scalemm build --set default` has them); the FP8 decode GEMM of
+default_config(1, 4096, 4096) with fast accumulation (FP8Linear's, with its bias, is the same kernel); the NVFP4
+skinny kernels of one token on 4096 x 4096 (`--set decode` has them); the grouped FP8 GEMM the heuristic picks for 64
+rows in 128 experts of 1536 x 2048 with fast accumulation.
 """
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def ops(sm, torch_ops: bool = True):
     lin = sm.nn.FP8Linear.from_linear(linear)
     w4 = sm.quantize_nvfp4(torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16, generator=g), scaling="token")
     x4 = sm.quantize_nvfp4(x1, scaling="token")
+    # MoE decode: 64 rows (8 tokens, top-8) over 128 experts of Qwen3-30B-A3B's gate_up (N = 1536, K = 2048)
+    ag = (torch.randn(64, 2048, device=dev, generator=g) * 4).to(torch.float8_e4m3fn)
+    bg = torch.empty(128, 1536, 2048, device=dev, dtype=torch.float8_e4m3fn)
+    offs = torch.cumsum(torch.bincount(torch.randperm(128, generator=torch.Generator().manual_seed(0))[:64],
+                                       minlength=128), 0).to(torch.int32).to(dev)
+    sag, sbg = torch.rand(64, device=dev, generator=g) + 0.5, torch.rand(128, 1536, device=dev, generator=g) + 0.5
     anchors = {
         "torch.empty": lambda: torch.empty(4096, device=dev),
         "torch mul": lambda: x1.mul(2.0),
@@ -65,6 +72,7 @@ def ops(sm, torch_ops: bool = True):
         "FP8Linear M=1 (quantize + gemm)": lambda: lin(x1),
         "scalemm.gemm nvfp4 W4A16 M=1": lambda: sm.gemm(x1, w4),
         "scalemm.gemm nvfp4 W4A4 M=1": lambda: sm.gemm(x4, w4),
+        "scalemm.grouped_gemm fp8 T=64 G=128": lambda: sm.grouped_gemm(ag, bg, offs, sag, sbg, fast_accum=True),
     }
     if torch_ops:  # the C launchers alone (ctypes call with a prepared struct): what no Python change can remove
         ours.update(_launchers(sm, a8, w8, sa, sb, x1))

@@ -286,9 +286,29 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         out[:last] = res[:last]
         return out
     configs_for(device)  # the capability check, with or without config=
-    cfg = config or resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
-    _launch(cfg, fast_accum, out_dtype, tree, False, a, b, out, offsets, G, T, N, K, inputs, device)
+    leaves, launch = _plan(T, G, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
+    _launch(leaves, launch, False, a, b, out, offsets, G, T, N, K, inputs, device)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(T, G, N, K, fast_accum, out_dtype, epilogue, config, device):
+    """The kernel of a grouped_gemm call (its leaf order and launcher): everything that depends only on shapes and
+    options, so a call does not redo the heuristic and the spec lookup (~15 us of host time on the CPU machine).
+    Keyed on the caller's `epilogue` (None, a name or a tree); scalemm.tuned clears it when the tuned configs
+    change (below)."""
+    cfg = config or resolve_grouped_config(T, G, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    return _kernel(cfg, fast_accum, out_dtype, _resolve_epilogue(epilogue, out_dtype))
+
+
+tuned_configs.on_reload(_plan.cache_clear)
+
+
+def _kernel(cfg, fast_accum, out_dtype, tree, wgrad=False):
+    """(the kernel's leaves in argument order, its launcher) for a config and an epilogue tree."""
+    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
+                                             wgrad=wgrad)
+    return emitted.leaves, _launcher(spec)
 
 
 def resolve_grouped_config(T, G, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:
@@ -308,21 +328,20 @@ def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
                                             out_dtype, per_group=per_group, wgrad=wgrad, accum_dtype=torch.float32)
 
 
-def _launch(cfg, fast_accum, out_dtype, tree, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
-    """Fills abi.GroupedGemmArgs (T: the rows of a; for wgrad W, the columns of dy_t / x_t) and launches."""
-    spec, emitted = grouped_gemm_kernel_spec(cfg, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
-                                             wgrad=wgrad)
+def _launch(leaves, launch, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
+    """Fills abi.GroupedGemmArgs (T: the rows of a; for wgrad W, the columns of dy_t / x_t) and launches the
+    kernel of `leaves` / `launch` (_kernel)."""
     ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
     zeros = torch.zeros(16 * max(N, K), dtype=torch.uint8, device=device) if wgrad else None
     args = abi.GroupedGemmArgs(
         a=a.data_ptr(), b=b.data_ptr(), d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, tokens=T, n=N, k=K,
-        zeros=zeros.data_ptr() if wgrad else None, leaf_count=len(emitted.leaves), workspace=ws.data_ptr(),
+        zeros=zeros.data_ptr() if wgrad else None, leaf_count=len(leaves), workspace=ws.data_ptr(),
         workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
-    for i, leaf in enumerate(emitted.leaves):
+    for i, leaf in enumerate(leaves):
         t, args.leaf_mode[i], args.leaf_group_stride[i] = inputs[leaf.name]
         args.leaf_base[i] = t.data_ptr() if t is not None else None
         args.leaf_elem_bytes[i] = t.element_size() if t is not None else 0
-    _launcher(spec)(ctypes.byref(args))
+    launch(ctypes.byref(args))
 
 
 wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
@@ -465,5 +484,6 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
         return out.copy_(_reference(dy_t, x_t, offsets, tree, inputs, out_dtype, wgrad=True))
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     cfg = config or configs.default_wgrad_config(N, K, fast_accum=fast_accum)
-    _launch(cfg, fast_accum, out_dtype, tree, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
+    leaves, launch = _kernel(cfg, fast_accum, out_dtype, tree, wgrad=True)
+    _launch(leaves, launch, True, dy_t, x_t, out, offsets, G, W, N, K, inputs, device)
     return out

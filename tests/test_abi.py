@@ -392,8 +392,8 @@ def test_grouped_gemm_fills_grouped_gemm_args(monkeypatch, fake_stream, wgrad):
     launch = _Capture()
     monkeypatch.setattr(grouped, "_launcher", lambda spec: launch)
     cfg = GemmConfig(128, 128, 128, 1, 1, "cooperative")
-    grouped._launch(cfg, False, bf16, epi.scaled(bf16, bias=True), wgrad, a, b, out, offsets, G, T, N, K, inputs,
-                    device)
+    leaves, launcher = grouped._kernel(cfg, False, bf16, epi.scaled(bf16, bias=True), wgrad=wgrad)
+    grouped._launch(leaves, launcher, wgrad, a, b, out, offsets, G, T, N, K, inputs, device)
     name, args = launch.calls[0]
     assert name == "GroupedGemmArgs"
     assert (args.a, args.b, args.d, args.offsets) == (a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr())
