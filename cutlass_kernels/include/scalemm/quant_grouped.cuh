@@ -5,8 +5,8 @@
 //
 // The offsets (int32 [G], cumulative row ends) stay on the device. Every launch sequence is the one
 // below, except for the rowwise copy alone with per-token scaling: FP8 one quantize_rows_kernel of
-// quant.cuh (it clamps the offsets itself), NVFP4 the group table, then quantize_rows_kernel over the rows after
-// a memset of the scales (GroupedRows) or over the scale rows after the tile table (GroupedScaleRows):
+// quant.cuh (it clamps the offsets itself), NVFP4 the group table, then quantize_rows_kernel over the rows (the
+// scales zeroed by the table's launch: GroupedRows) or over the scale rows after the tile table (GroupedScaleRows):
 // 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing
 //    (ends[g] = max(ends[g-1], clamp(offsets[g], 0, T))), and writes the position tables
 //    pos_A[g] = sum_{j<g} ceil(m_j / A) * A for A = 16 (wgrad columns), 64 (wgrad scale
@@ -106,7 +106,17 @@ __device__ __forceinline__ int block_scan(int v, Op op, int* warp_sums) {
 __device__ __forceinline__ int round_up(int v, int a) { return (v + a - 1) / a * a; }
 
 // The host guarantees T + 128 * G < 2^31, so every sum here fits in int32.
-__global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* offsets, int G, int T, int* table) {
+// Block 0 writes the table. Blocks 1.. (where launched) zero `zero_bytes` bytes at `zero` (16-byte aligned, a
+// multiple of 16): the grouped NVFP4 rows path's scale buffer, zeroed in the same launch so that the two overlap
+// (a cudaMemsetAsync after this kernel ran one after the other).
+__global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* offsets, int G, int T, int* table,
+                                                                     uint8_t* zero = nullptr, int64_t zero_bytes = 0) {
+  if (blockIdx.x > 0) {
+    const int64_t step = int64_t(gridDim.x - 1) * kSetupThreads * 16;
+    for (int64_t i = (int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x) * 16; i < zero_bytes; i += step)
+      *reinterpret_cast<uint4*>(zero + i) = make_uint4(0u, 0u, 0u, 0u);
+    return;
+  }
   __shared__ int warp_sums[32];
   __shared__ int ends_s[kSetupThreads];
   __shared__ int carry_s[4];
@@ -715,7 +725,7 @@ struct GroupedScaleRows {
 
 // GroupedRows: the rows of x. A row's scale row is pos128[g] + (its index in group g), group g found by a binary
 // search of the ends (log2 G loads, L1 hits); rows past the last group keep theirs after pos128[G] (zero data and
-// scales). The launcher zeroes the scale buffer first, so padding scale rows are never visited. Where they
+// scales). The group table's launch zeroes the scale buffer first, so padding scale rows are never visited. Where they
 // outnumber the rows (decode: 33280 scale rows for 512 rows in 256 groups) this is far faster than writing them in
 // the kernel 4 bytes at a time into the swizzled layout (H100, K = 7168: 512 rows in 256 groups 75 -> 16 us per
 // call); with few of them (16384 rows in 64 groups: 24576 scale rows) the searches and the memset cost more
@@ -798,18 +808,22 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
   const bool need_g_amax = !token && (q_row || !own_col_amax);  // not for an RHT columnwise-only call
   if ((token && q_row && !row_amax) || (own_col_amax && !col_amax) || (need_g_amax && !g_amax)) return kBadArgs;
-  if (token && !q_col) {  // per-token rows: the group table, then one quantize_rows_kernel (no stats pass) over
-    // the rows with the scales zeroed first where padding scale rows are at least as many as the rows (GroupedRows),
-    // else over every scale row of the layout after the tile table (GroupedScaleRows)
-    group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
-    int e = static_cast<int>(cudaGetLastError());
-    if (e) return e;
+  if (token && !q_col) {  // per-token rows: one quantize_rows_kernel (no stats pass) after the group table, over the
+    // rows with the scales zeroed in the table's launch where padding scale rows are at least as many as the rows
+    // (GroupedRows), else over every scale row of the layout after the tile table (GroupedScaleRows)
     if (scale_rows >= 2 * T_) {
-      e = static_cast<int>(cudaMemsetAsync(s_row, 0, static_cast<size_t>(scale_rows * ceil_div(K / 16, 4) * 4), stream));
+      const int64_t bytes = scale_rows * ceil_div(K / 16, 4) * 4;  // whole 512-byte atoms
+      const int64_t zero_blocks = std::min<int64_t>(ceil_div(bytes, 16 * kSetupThreads), 256);
+      group_table_kernel<<<static_cast<unsigned>(1 + zero_blocks), kSetupThreads, 0, stream>>>(
+          offsets, G, static_cast<int>(T_), table, s_row, bytes);
+      const int e = static_cast<int>(cudaGetLastError());
       if (e) return e;
       return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, T_,
                                         GroupedRows{make_table(table, G), T_}, sr, seed, offset, seed_device, stream);
     }
+    group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
+    int e = static_cast<int>(cudaGetLastError());
+    if (e) return e;
     if ((e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream))) return e;
     return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, scale_rows,
                                       GroupedScaleRows{tile_table(table, G), G}, sr, seed, offset, seed_device, stream);
