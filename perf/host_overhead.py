@@ -85,16 +85,9 @@ def _launchers(sm, a8, w8, sa, sb, x1):
     abi, g, q = sm.abi, sys.modules[sm.__name__ + ".gemm"], sys.modules[sm.__name__ + ".quantize"]
     dev = a8.device
     out = torch.empty(1, 4096, dtype=torch.bfloat16, device=dev)
-    cfg, leaves, launch, _ = g._plan(1, 4096, 4096, True, torch.bfloat16, None, None, dev)
-    stream = torch._C._cuda_getCurrentRawStream(dev.index)
-    args = abi.GemmArgs(k=4096, device=dev.index, raster=g._RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
-                        stream=stream)
-    x, y, args.m, args.n = (w8, a8, 4096, 1) if cfg.swap_ab else (a8, w8, 1, 4096)
-    args.a, args.b, args.d = x.data_ptr(), y.data_ptr(), out.data_ptr()
-    for i, (leaf, _, _) in enumerate(leaves):
-        t = {"scale_a": sa, "scale_b": sb}.get(leaf.name)
-        if t is not None:
-            args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), t.numel() > 1
+    cfg, leaves, launch, workspace = g._plan(1, 4096, 4096, True, torch.bfloat16, None, None, dev)
+    args, _ = g._gemm_args(cfg, leaves, workspace, a8, w8, out, {"scale_a": sa, "scale_b": sb}, 1, 4096, 4096, dev)
+    stream = args.stream
     qd = torch.empty(1, 4096, dtype=torch.float8_e4m3fn, device=dev)
     qs = torch.empty(1, device=dev)
     qargs = abi.QuantizeFp8Args(x=x1.data_ptr(), m=1, k=4096, q_row=qd.data_ptr(), scale_inv_row=qs.data_ptr(),

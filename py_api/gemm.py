@@ -248,10 +248,16 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 
 
 def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
-    """Fills abi.GemmArgs for one planned call and launches it on the current stream. `inputs`: the leaf
-    tensors by name, already checked by gemm (its own argument checks for a preset's leaves, _dense_epilogue_inputs
-    for a caller's tree); `leaves`: the kernel's leaf order (_plan); `workspace(m, n, k, device, raster, swizzle)`:
-    the bytes a stream-K kernel asks for (None: none)."""
+    """Launches one planned call on the current stream (arguments: _gemm_args)."""
+    args, ws = _gemm_args(cfg, leaves, workspace, a, b, out, inputs, M, N, K, device)  # noqa: F841 (ws: alive)
+    launch(ctypes.byref(args))
+
+
+def _gemm_args(cfg, leaves, workspace, a, b, out, inputs, M, N, K, device):
+    """abi.GemmArgs for one planned call on the current stream, and the stream-K workspace it points to (None:
+    none; keep it alive until the launch). `inputs`: the leaf tensors by name, already checked by gemm (its own
+    argument checks for a preset's leaves, _dense_epilogue_inputs for a caller's tree); `leaves`: the kernel's leaf
+    order (_plan); `workspace(m, n, k, device, raster, swizzle)`: the bytes a stream-K kernel asks for (None)."""
     args = abi.GemmArgs(k=K, device=device.index, raster=_RASTER[cfg.raster], swizzle=cfg.swizzle, splits=1,
                         stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, (leaf, length, _) in enumerate(leaves):
@@ -269,7 +275,7 @@ def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) 
                          device=device)
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     args.a, args.b, args.d = x.data_ptr(), y.data_ptr(), out.data_ptr()
-    launch(ctypes.byref(args))
+    return args, ws
 
 
 def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfig:

@@ -223,6 +223,14 @@ __device__ __forceinline__ void to_float16(const Raw8<T> (&r)[2], float (&f)[16]
   for (int i = 0; i < 8; ++i) f[i] = a[i], f[8 + i] = b[i];
 }
 
+// 16 consecutive elements at p as floats (zeros where !ok): one block's load where nothing else is in flight
+template <typename T>
+__device__ __forceinline__ void load_floats16(float (&f)[16], const T* p, bool ok) {
+  Raw8<T> raw[2];
+  load16(raw, p, ok);
+  to_float16(raw, f);
+}
+
 __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d, float scale) {
   return e4m3x2_satfinite(__fmul_rn(a, scale), __fmul_rn(b, scale)) |
          (e4m3x2_satfinite(__fmul_rn(c, scale), __fmul_rn(d, scale)) << 16);
@@ -474,10 +482,8 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
   if (r.quantize) {
 #pragma unroll 4
     for (int64_t b = j; b < blocks; b += tpr) {
-      Raw8<T> raw[2];
-      load16(raw, xr + 16 * b, true);
       float v[16];
-      to_float16(raw, v);
+      load_floats16(v, xr + 16 * b, true);
       a = max_nan(a, absmax_nan<16>(v));
     }
   }
@@ -506,9 +512,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
       const int64_t b = b0 + j;
       const bool in = r.quantize && b < blocks;
       float v[16];
-      Raw8<T> raw[2];
-      load16(raw, xr + 16 * (in ? b : 0), in);
-      to_float16(raw, v);
+      load_floats16(v, xr + 16 * (in ? b : 0), in);
       uint32_t sb = 0u;
       uint2 q = make_uint2(0u, 0u);
       if (in) q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(blocks) + b, seed,
@@ -521,10 +525,8 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
   } else if (r.quantize) {
 #pragma unroll 4
     for (int64_t b = j; b < blocks; b += tpr) {
-      Raw8<T> raw[2];
-      load16(raw, xr + 16 * b, true);
       float v[16];
-      to_float16(raw, v);
+      load_floats16(v, xr + 16 * b, true);
       *reinterpret_cast<uint4*>(p.q + m * p.K + 16 * b) = e4m3x16(v, gs.scale);
     }
   } else if (r.write) {  // a row past the last group

@@ -727,9 +727,10 @@ struct GroupedScaleRows {
 // search of the ends (log2 G loads, L1 hits); rows past the last group keep theirs after pos128[G] (zero data and
 // scales). The group table's launch zeroes the scale buffer first, so padding scale rows are never visited. Where they
 // outnumber the rows (decode: 33280 scale rows for 512 rows in 256 groups) this is far faster than writing them in
-// the kernel 4 bytes at a time into the swizzled layout (H100, K = 7168: 512 rows in 256 groups 75 -> 16 us per
-// call); with few of them (16384 rows in 64 groups: 24576 scale rows) the searches and the memset cost more
-// (144 -> 158 us), hence GroupedScaleRows there.
+// the kernel 4 bytes at a time into the swizzled layout (H100, K = 7168: 512 rows in 256 groups 76 -> 13.4 us per
+// call, the zeroing included); with few of them (16384 rows in 64 groups: 24576 scale rows) the searches and the
+// zeroing cost more (144 -> 158 us, measured with a memset in place of the zeroing blocks), hence GroupedScaleRows
+// there.
 struct GroupedRows {
   static constexpr int kMaxThreadsLog2 = 7;  // as GroupedScaleRows (not re-measured for this mapping)
   static constexpr bool kPaddingZeroed = true;
