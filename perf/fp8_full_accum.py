@@ -39,6 +39,10 @@ FULL = {  # label -> config, full accumulation
     "chunked_128x192_pc2": G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2),
     "chunked_128x256": G(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2),
     "chunked_64x256_ping": G(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
+    # two temporaries: a chunk's adds beside the next chunk's wgmmas (promotion_overlap)
+    "chunked_128x128_pc2o": G(128, 128, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
+    "chunked_128x192_pc2o": G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
+    "chunked_128x256_pc4o": G(128, 256, 128, 2, 1, "cooperative", promotion_chunks=4, promotion_overlap=True),
     # at most 128 tokens (the heuristic: ping-pong 64x128, or swap-AB ping-pong 64 x 16/32/64, CUTLASS's promotion)
     "cutlass_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True),
     "chunked_swap_128x64": G(128, 64, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),

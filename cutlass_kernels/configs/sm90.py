@@ -38,6 +38,9 @@ class GemmConfig:
     # the tile's); n >= 1 = scalemm's mainloop promoting N in n slices (scalemm/sm90/fp8_promotion.hpp),
     # which keeps 128x256 tiles within the registers.
     promotion_chunks: int = 0
+    # With promotion_chunks even: two temporaries, so that a chunk's adds run while the next chunk's wgmmas do
+    # (fp8_promotion.hpp; twice the temporaries' registers).
+    promotion_overlap: bool = False
     # Run-time scheduling knobs (not compiled in, not part of the kernel): tile raster order
     # ("auto" = CUTLASS's heuristic, "m", "n") and the swizzle width of the tile order (1, 2, 4, 8).
     raster: str = "auto"
@@ -56,6 +59,8 @@ class GemmConfig:
                 8 * self.promotion_chunks))):
             raise ValueError(f"promotion_chunks={self.promotion_chunks} needs tile_k = 128 and tile_n a multiple of "
                              f"8 x promotion_chunks, got tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
+        if self.promotion_overlap and (self.promotion_chunks < 2 or self.promotion_chunks % 2):
+            raise ValueError(f"promotion_overlap needs an even promotion_chunks >= 2, got {self.promotion_chunks}")
         if self.raster not in ("auto", "m", "n") or self.swizzle not in (1, 2, 4, 8):
             raise ValueError(f"raster must be auto/m/n and swizzle 1/2/4/8, got {self.raster!r}, {self.swizzle}")
 
@@ -63,7 +68,8 @@ class GemmConfig:
         """The compiled kernel's name part (run-time knobs excluded)."""
         s = f"t{self.tile_m}x{self.tile_n}x{self.tile_k}_c{self.cluster_m}x{self.cluster_n}_{self.schedule[:4]}"
         return (s + ("_swap" if self.swap_ab else "") + ("_sk" if self.stream_k else "")
-                + (f"_pc{self.promotion_chunks}" if self.promotion_chunks else ""))
+                + (f"_pc{self.promotion_chunks}" if self.promotion_chunks else "")
+                + ("o" if self.promotion_overlap else ""))
 
     def label(self) -> str:
         """key() plus the run-time knobs when they differ from the defaults (for sweep tables)."""
@@ -86,7 +92,8 @@ class GemmConfig:
         if fp8 and fast_accum:
             mainloop += "FP8FastAccum"
         if self.promotion_chunks:
-            mainloop = f"scalemm::sm90::Fp8ChunkedPromotion<{mainloop}FP8FastAccum, {self.promotion_chunks}>"
+            overlap = ", true" if self.promotion_overlap else ""
+            mainloop = f"scalemm::sm90::Fp8ChunkedPromotion<{mainloop}FP8FastAccum, {self.promotion_chunks}{overlap}>"
         if fp8 and not fast_accum and self.tile_k > 128:
             # CUTLASS promotes FP8 wgmma accumulators to fp32 every 4 MMAs (128 k-elements); a k-tile
             # must hold a divisor of that many MMAs.
@@ -285,7 +292,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
-        return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"))
+        return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"), overlap=True)
     if M >= 1024 * per_sm:
         return _prefill_config(M, N, K, num_sms)
     if N >= 5120 and K <= 8192:
@@ -545,11 +552,11 @@ def accumulator_registers(config: GemmConfig, *, fast_accum: bool) -> int:
     """fp32 accumulator registers per consumer thread: the tile over 128 threads per warpgroup (a
     cooperative tile is split between two warpgroups, a ping-pong warpgroup holds a whole tile), plus,
     without fast accumulation, the promotion's temporary: CUTLASS's is as large as the tile's, scalemm's
-    chunked promotion's one chunk (tile / promotion_chunks)."""
+    chunked promotion's one chunk (tile / promotion_chunks), two with promotion_overlap."""
     per_thread = config.tile_m * config.tile_n // (128 * (2 if config.schedule == "cooperative" else 1))
     if fast_accum:
         return per_thread
-    return per_thread + per_thread // (config.promotion_chunks or 1)
+    return per_thread + (2 if config.promotion_overlap else 1) * per_thread // (config.promotion_chunks or 1)
 
 
 # The most accumulator registers a tile may need and still compile without spills. 128 everywhere,
@@ -577,17 +584,27 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
-def full_accumulation(config: GemmConfig) -> GemmConfig:
+def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfig:
     """The kernel that runs `config`'s tile with full accumulation: cooperative tiles of 128 rows (swap-AB ones
     too) take scalemm's chunked promotion (scalemm/sm90/fp8_promotion.hpp) with the fewest chunks whose
     accumulators fit (up to 128x192: 1, 128x256: 2); ping-pong tiles keep CUTLASS's promotion. On an H100
     (perf/fp8_full_accum.py, 10 prefill shapes) the chunked kernels were bit-identical to CUTLASS's and
     faster: 128x128 1.07x CUTLASS's 128x128, and 128x256, which CUTLASS cannot run, 0.94x of torch rowwise
-    against 0.87x for CUTLASS's best (128x192)."""
+    against 0.87x for CUTLASS's best (128x192).
+    overlap (the dense GEMMs): the unswapped 128x128 and 128x192 tiles in 2 chunks with `promotion_overlap` (one
+    chunk's adds beside the other's wgmmas; 128 / 192 registers): H100, the same 10 shapes, bit-identical and
+    1.03x / 1.013x the time of 1 chunk (perf/results/h100/fp8_promotion_overlap/). 128x256 has no registers for a
+    second temporary of 64, and in 4 chunks with overlap it ran 0.97x of 2 chunks (n64 wgmmas read A twice as
+    often); the grouped kernels were not measured with it."""
     if config.schedule != "cooperative" or config.tile_m != 128 or config.tile_k != 128 or config.promotion_chunks:
         return config
+    if overlap and not config.swap_ab and config.tile_n in OVERLAP_TILE_N:
+        return replace(config, promotion_chunks=2, promotion_overlap=True)
     chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
     return replace(config, promotion_chunks=chunks)
+
+
+OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,

@@ -15,7 +15,8 @@
 // is in its mainloop at a time, so the heuristics (configs.sm90.full_accumulation) use this mainloop
 // for cooperative tiles only (ping-pong compiles and is correct, but leaves the tensor cores idle
 // during the adds). (Keeping chunk c + 1's wgmmas in flight while chunk c is added, with two
-// temporaries, made ptxas serialize every wgmma (C7514, CUDA 13.0): not done.)
+// temporaries, made ptxas serialize every wgmma (C7514, CUDA 13.0) when the last chunk of a k-tile stayed in
+// flight into the next one; `Overlap` does it within each k-tile, which ptxas keeps asynchronous.)
 //
 // Numerics: each output element gets, per k-tile of 128, the wgmma sum of its 4 k32 MMAs added into
 // the fp32 accumulator, in k order: the same operations as CUTLASS's promotion every 4 MMAs, so the
@@ -36,10 +37,11 @@ namespace scalemm::sm90 {
 
 // MAINLOOP_SCHEDULE tag: full FP8 accumulation in `Chunks` slices of N on CUTLASS's fast-accumulation
 // `Schedule` (KernelTmaWarpSpecialized{Cooperative,Pingpong}FP8FastAccum).
-template <class Schedule_, int Chunks_>
+template <class Schedule_, int Chunks_, bool Overlap_ = false>
 struct Fp8ChunkedPromotion {
   using Schedule = Schedule_;
   static constexpr int Chunks = Chunks_;
+  static constexpr bool Overlap = Overlap_;
 };
 
 // The register budget the promotion plans for: accumulators (the tile's and the temporaries) of at
@@ -47,7 +49,7 @@ struct Fp8ChunkedPromotion {
 // (240 registers per consumer thread; 128x192 full accumulation = 96 + 96 does, 128 + 128 does not).
 constexpr int kAccumulatorRegisterBudget = 192;
 
-template <class Base, int Chunks>
+template <class Base, int Chunks, bool Overlap = false>
 struct Fp8ChunkedPromotionMainloop : Base {
   using typename Base::TiledMma;
   using typename Base::TileShape;
@@ -78,8 +80,10 @@ struct Fp8ChunkedPromotionMainloop : Base {
   // Registers per thread: the tile's accumulator and one chunk's temporary.
   static constexpr int kTileRegs = kTileM * kTileN / (kWarpGroups * cutlass::NumThreadsPerWarpGroup);
   static constexpr int kChunkRegs = kTileRegs / Chunks;
-  static_assert(kTileRegs + kChunkRegs <= kAccumulatorRegisterBudget,
-                "tile accumulator + one chunk exceed the register budget: use more chunks");
+  static constexpr int kTemps = Overlap ? 2 : 1;
+  static_assert(kTileRegs + kTemps * kChunkRegs <= kAccumulatorRegisterBudget,
+                "tile accumulator + the chunk temporaries exceed the register budget: use more chunks");
+  static_assert(!Overlap || Chunks % 2 == 0, "overlapped promotion alternates two temporaries: an even chunk count");
 
   // chunk `c` of the tile's accumulator += t. The accumulator's value mode is the wgmma C layout
   // (2, 2, N/8) with N/8 outermost, so chunk c's columns are its values [c * kChunkRegs, (c+1) * kChunkRegs).
@@ -116,6 +120,49 @@ struct Fp8ChunkedPromotionMainloop : Base {
 
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
+    if constexpr (Overlap) {
+      // Chunk c of a k-tile goes to temporary c % 2, and its wgmmas are issued before chunk c - 1's temporary is
+      // added (wait_group 1 retires exactly the older batch): all but the last chunk's adds run beside this
+      // warpgroup's own wgmmas. The last chunk is waited for and added within its k-tile: carrying it in flight
+      // into the next k-tile (across the loop's back edge) made ptxas serialize every wgmma (C7514, CUDA 13.0),
+      // as did a wait skipped on some path.
+      Tensor temp1 = partition_fragment_C(chunk_mma, make_shape(Int<kTileM>{}, Int<kChunkN>{}));
+      auto issue = [&](auto& t, int stage, int c) {
+        warpgroup_fence_operand(t);
+        warpgroup_arrive();
+        chunk_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          cute::gemm(chunk_mma, tCrA(_, 0, kb, stage), tCrB(_, c, kb, stage), t(_, 0, 0));
+          chunk_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+      };
+      auto add = [&](auto& t, int c) {
+        warpgroup_fence_operand(t);
+        promote(accum, t, c);
+      };
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (; k_tile_count > 0; --k_tile_count) {
+        auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+        pipeline.consumer_wait(smem_pipe_read, barrier_token);
+        int const stage = smem_pipe_read.index();
+        issue(temp, stage, 0);
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 1; c < Chunks; ++c) {
+          if (c % 2 == 0) issue(temp, stage, c); else issue(temp1, stage, c);
+          warpgroup_wait<1>();
+          if (c % 2 == 1) add(temp, c - 1); else add(temp1, c - 1);
+        }
+        warpgroup_wait<0>();
+        add(temp1, Chunks - 1);
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+        ++smem_pipe_read;
+      }
+      warpgroup_fence_operand(accum);
+      return;
+    }
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {
       auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
@@ -152,15 +199,15 @@ struct Fp8ChunkedPromotionMainloop : Base {
 // the kernel runs (CUTLASS's own, or the chunked promotion on top of it).
 template <class S>
 struct BuilderSchedule { using type = S; };
-template <class S, int C>
-struct BuilderSchedule<Fp8ChunkedPromotion<S, C>> { using type = S; };
+template <class S, int C, bool O>
+struct BuilderSchedule<Fp8ChunkedPromotion<S, C, O>> { using type = S; };
 template <class S>
 using builder_schedule_t = typename BuilderSchedule<S>::type;
 
 template <class Built, class S>
 struct Mainloop { using type = Built; };
-template <class Built, class S, int C>
-struct Mainloop<Built, Fp8ChunkedPromotion<S, C>> { using type = Fp8ChunkedPromotionMainloop<Built, C>; };
+template <class Built, class S, int C, bool O>
+struct Mainloop<Built, Fp8ChunkedPromotion<S, C, O>> { using type = Fp8ChunkedPromotionMainloop<Built, C, O>; };
 template <class Built, class S>
 using mainloop_t = typename Mainloop<Built, S>::type;
 
