@@ -120,33 +120,34 @@ struct Fp8ChunkedPromotionMainloop : Base {
 
     clear(accum);
     PipelineState smem_pipe_release = smem_pipe_read;
-    if constexpr (Overlap) {
-      // Chunk c of a k-tile goes to temporary c % 2, and its wgmmas are issued before chunk c - 1's temporary is
-      // added (wait_group 1 retires exactly the older batch): all but the last chunk's adds run beside this
-      // warpgroup's own wgmmas. The last chunk is waited for and added within its k-tile: carrying it in flight
-      // into the next k-tile (across the loop's back edge) made ptxas serialize every wgmma (C7514, CUDA 13.0),
-      // as did a wait skipped on some path.
-      Tensor temp1 = partition_fragment_C(chunk_mma, make_shape(Int<kTileM>{}, Int<kChunkN>{}));
-      auto issue = [&](auto& t, int stage, int c) {
-        warpgroup_fence_operand(t);
-        warpgroup_arrive();
-        chunk_mma.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTLASS_PRAGMA_UNROLL
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          cute::gemm(chunk_mma, tCrA(_, 0, kb, stage), tCrB(_, c, kb, stage), t(_, 0, 0));
-          chunk_mma.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-      };
-      auto add = [&](auto& t, int c) {
-        warpgroup_fence_operand(t);
-        promote(accum, t, c);
-      };
-      CUTLASS_PRAGMA_NO_UNROLL
-      for (; k_tile_count > 0; --k_tile_count) {
-        auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-        pipeline.consumer_wait(smem_pipe_read, barrier_token);
-        int const stage = smem_pipe_read.index();
+    // chunk c of k-tile `stage`'s wgmmas into temporary t (one commit group), and t's addition into accum
+    auto issue = [&](auto& t, int stage, int c) {
+      warpgroup_fence_operand(t);
+      warpgroup_arrive();
+      chunk_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        cute::gemm(chunk_mma, tCrA(_, 0, kb, stage), tCrB(_, c, kb, stage), t(_, 0, 0));
+        chunk_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+    };
+    auto add = [&](auto& t, int c) {
+      warpgroup_fence_operand(t);
+      promote(accum, t, c);
+    };
+    // Overlap: chunk c of a k-tile goes to temporary c % 2, and its wgmmas are issued before chunk c - 1's
+    // temporary is added (wait_group 1 retires exactly the older batch): all but the last chunk's adds run beside
+    // this warpgroup's own wgmmas. The last chunk is waited for and added within its k-tile: carrying it in flight
+    // into the next k-tile (across the loop's back edge) made ptxas serialize every wgmma (C7514, CUDA 13.0), as did
+    // a wait skipped on some path. Without Overlap every chunk is waited for before the next one is issued.
+    Tensor temp1 = partition_fragment_C(chunk_mma, make_shape(Int<kTileM>{}, Int<kChunkN>{}));  // Overlap only
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, barrier_token);
+      int const stage = smem_pipe_read.index();
+      if constexpr (Overlap) {
         issue(temp, stage, 0);
         CUTLASS_PRAGMA_UNROLL
         for (int c = 1; c < Chunks; ++c) {
@@ -156,32 +157,13 @@ struct Fp8ChunkedPromotionMainloop : Base {
         }
         warpgroup_wait<0>();
         add(temp1, Chunks - 1);
-        pipeline.consumer_release(smem_pipe_release);
-        ++smem_pipe_release;
-        ++smem_pipe_read;
-      }
-      warpgroup_fence_operand(accum);
-      return;
-    }
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, barrier_token);
-      int const stage = smem_pipe_read.index();
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < Chunks; ++c) {
-        warpgroup_fence_operand(temp);
-        warpgroup_arrive();
-        chunk_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      } else {
         CUTLASS_PRAGMA_UNROLL
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          cute::gemm(chunk_mma, tCrA(_, 0, kb, stage), tCrB(_, c, kb, stage), temp(_, 0, 0));
-          chunk_mma.accumulate_ = GMMA::ScaleOut::One;
+        for (int c = 0; c < Chunks; ++c) {
+          issue(temp, stage, c);
+          warpgroup_wait<0>();
+          add(temp, c);
         }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(temp);
-        promote(accum, temp, c);
       }
       pipeline.consumer_release(smem_pipe_release);  // every wgmma reading this stage is done
       ++smem_pipe_release;
