@@ -584,6 +584,9 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
+OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
+
+
 def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfig:
     """The kernel that runs `config`'s tile with full accumulation: cooperative tiles of 128 rows (swap-AB ones
     too) take scalemm's chunked promotion (scalemm/sm90/fp8_promotion.hpp) with the fewest chunks whose
@@ -592,8 +595,9 @@ def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfi
     faster: 128x128 1.07x CUTLASS's 128x128, and 128x256, which CUTLASS cannot run, 0.94x of torch rowwise
     against 0.87x for CUTLASS's best (128x192).
     overlap (the dense GEMMs): the unswapped 128x128 and 128x192 tiles in 2 chunks with `promotion_overlap` (one
-    chunk's adds beside the other's wgmmas; 128 / 192 registers): H100, the same 10 shapes, bit-identical and
-    1.03x / 1.013x the time of 1 chunk (perf/results/h100/fp8_promotion_overlap/). 128x256 has no registers for a
+    chunk's adds beside the other's wgmmas; 128 / 192 registers): H100, bit-identical and 1.032x / 1.022x faster
+    than 1 chunk over the sweep's 53 prefill points (1.031x / 1.013x on the 10 shapes above;
+    perf/results/h100/fp8_promotion_overlap/). 128x256 has no registers for a
     second temporary of 64, and in 4 chunks with overlap it ran 0.97x of 2 chunks (n64 wgmmas read A twice as
     often); the grouped kernels were not measured with it."""
     if config.schedule != "cooperative" or config.tile_m != 128 or config.tile_k != 128 or config.promotion_chunks:
@@ -602,9 +606,6 @@ def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfi
         return replace(config, promotion_chunks=2, promotion_overlap=True)
     chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
     return replace(config, promotion_chunks=chunks)
-
-
-OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
