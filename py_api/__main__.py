@@ -7,12 +7,22 @@ import sys
 import torch
 
 
-def _gemm_specs(cases, grouped=False):
+def _gemm_specs(cases, grouped=False, calls_with_bias=(False, True)):
+    """The specs of (config, fast_accum, out_dtype, tree) cases; tree None: the preset epilogue, for dense GEMMs
+    as scalemm.gemm compiles it for calls without and/or with a bias (`calls_with_bias`; gemm.bias_leaf), for
+    grouped GEMMs with its bias leaf."""
     from . import epilogues as epi
-    from .gemm import gemm_kernel_spec
+    from .gemm import bias_leaf, gemm_kernel_spec
     from .grouped import grouped_gemm_kernel_spec
     make = grouped_gemm_kernel_spec if grouped else gemm_kernel_spec
-    return [make(cfg, fast_accum=fa, out_dtype=od, epilogue=tree or epi.scaled(od))[0] for cfg, fa, od, tree in cases]
+
+    def trees(tree, fa, od):
+        if tree is not None:
+            return [tree]
+        leaves = (True,) if grouped else sorted({bias_leaf(b, fa) for b in calls_with_bias})
+        return [epi.scaled(od, bias=b) for b in leaves]
+    return [make(cfg, fast_accum=fa, out_dtype=od, epilogue=t)[0] for cfg, fa, od, tree in cases
+            for t in trees(tree, fa, od)]
 
 
 def _grouped_cases(name):
@@ -161,7 +171,9 @@ def kernel_set(name: str):
         nvfp4 = nvfp4_build_set({"tests": "tests", "sweep": "explore", "nvfp4": "all", "all": "all"}[name])
     if name == "nvfp4":
         return nvfp4
-    specs = _gemm_specs(cases) + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4
+    # perf/gemm_sweep.py calls without a bias; the tests and users with and without
+    specs = (_gemm_specs(cases, calls_with_bias=(False,) if name == "sweep" else (False, True))
+             + _gemm_specs(grouped, grouped=True) + wgrad + quant + nvfp4)
     if name == "all":  # + the training layers' kernels (tests/test_train_gpu.py)
         names = {s.name for s in specs}
         specs += [s for s in _train_specs() if s.name not in names]

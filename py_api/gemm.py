@@ -57,11 +57,22 @@ def _stream_k_workspace_bytes(spec: KernelSpec, m: int, n: int, k: int, device: 
     return abi.workspace_bytes(_workspace_fn(spec), call)
 
 
-def _resolve_epilogue(epilogue, out_dtype):
+def bias_leaf(has_bias: bool, fast_accum: bool) -> bool:
+    """Whether a dense FP8 call's preset epilogue has its bias leaf: when the call gives a bias, and with full
+    accumulation always (a null bias there). Without the leaf a cooperative tile's epilogue skips a vector
+    load, a barrier and an add per element (1.7% / 1.0% of a 128x128 / 128x256 tile's time at 4096 tokens);
+    over the sweep's prefill points fast accumulation ran 0.4-0.5% faster in three runs on an H100, while with
+    full accumulation the overlapped 128x128 kernel ran 2.6% slower at 1024 tokens (perf/NOTES.md, "What the
+    cooperative epilogue costs"), so that mode keeps the leaf."""
+    return has_bias or not fast_accum
+
+
+def _resolve_epilogue(epilogue, out_dtype, bias: bool = True):
     """The epilogue tree of a call: an activation name (or None) selects the preset
-    act(scale_a * scale_b * acc + bias); a tree from scalemm.epilogues is used as is."""
+    act(scale_a * scale_b * acc + bias), without its bias leaf when `bias` is False (bias_leaf says when); a
+    tree from scalemm.epilogues is used as is."""
     if epilogue is None or isinstance(epilogue, str):
-        return _preset(epilogue, out_dtype)
+        return _preset(epilogue, out_dtype, bias)
     if isinstance(epilogue, epi.Node):
         return epilogue
     raise TypeError(f"epilogue must be None, an activation name ('relu', 'gelu', 'silu') or an "
@@ -69,8 +80,8 @@ def _resolve_epilogue(epilogue, out_dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def _preset(activation, out_dtype):
-    return epi.scaled(out_dtype, bias=True, activation=activation)
+def _preset(activation, out_dtype, bias: bool = True):
+    return epi.scaled(out_dtype, bias=bias, activation=activation)
 
 
 def _epilogue_input(leaf, t, device):
@@ -216,7 +227,8 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             raise ValueError(f"bias must be a [N] = [{N}] tensor of {out_dtype} on {device}, got "
                              f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
         bias = bias.contiguous()
-    tree = _resolve_epilogue(epilogue, out_dtype)
+    leaf = bias_leaf(bias is not None, fast_accum)
+    tree = _resolve_epilogue(epilogue, out_dtype, bias=leaf)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     extra = _epilogue_extra(epilogue_inputs, tree)
     if not (epilogue is None or isinstance(epilogue, str)):  # a caller's tree: every leaf checked as it reads it
@@ -242,7 +254,7 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         return out
 
     kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
-    cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
+    cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device, leaf)
     _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     return out
 
@@ -289,12 +301,13 @@ def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfi
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device):
+def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, with_bias_leaf=False):
     """Everything about a call that depends only on shapes and options: config, leaf layout, the kernel's launcher
     and, for stream-K kernels, its workspace query (else None).
-    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply.
+    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply, and on whether a
+    preset has its bias leaf (bias_leaf).
     scalemm.tuned clears it when the tuned configs change (on_reload below)."""
-    tree = _resolve_epilogue(epilogue, out_dtype)
+    tree = _resolve_epilogue(epilogue, out_dtype, with_bias_leaf)
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > abi.kMaxLeaves:

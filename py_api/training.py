@@ -365,7 +365,7 @@ def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.b
     a kernel missed here is compiled on first use). Quantization kernels are not included."""
     from . import epilogues as epi
     from .cutlass_kernels.configs import default_config, default_grouped_config, default_wgrad_config
-    from .gemm import _preset, gemm_kernel_spec
+    from .gemm import _preset, bias_leaf, gemm_kernel_spec
     from .gemm_nvfp4 import (default_nvfp4_config, default_nvfp4_grouped_config, dequant_kernel_spec,
                              nvfp4_gemm_kernel_spec, nvfp4_grouped_kernel_spec)
     from .grouped import grouped_gemm_kernel_spec
@@ -376,7 +376,9 @@ def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.b
         if recipe.format == "fp8":
             if experts is None:
                 cfg = default_config(m, n, k, fast_accum=fast, num_sms=num_sms).compiled()
-                specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out, epilogue=_preset(None, out))[0])
+                # no bias (dgrad, wgrad and bias-free layers); a layer's biased fprop compiles on first use
+                specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,
+                                              epilogue=_preset(None, out, bias_leaf(False, fast)))[0])
             elif which == "wgrad":
                 specs.append(grouped_gemm_kernel_spec(default_wgrad_config(m, n, fast_accum=fast), fast_accum=fast,
                                                       out_dtype=out, epilogue=_preset(None, out), wgrad=True)[0])

@@ -167,7 +167,7 @@ def tune(shapes=None, *, model=None, tokens=None, grouped=None, fast_accum=(True
     """
     from .arch import gpu_info, kernel_arch
     from .cutlass_kernels import configs
-    from .gemm import _resolve_epilogue, gemm_kernel_spec
+    from .gemm import _resolve_epilogue, bias_leaf, gemm_kernel_spec
     from .grouped import grouped_gemm_kernel_spec
     from .jit import build_many
 
@@ -185,11 +185,12 @@ def tune(shapes=None, *, model=None, tokens=None, grouped=None, fast_accum=(True
         raise ValueError("nothing to tune: give shapes (M, N, K), a model or grouped (T, G, N, K)")
     work = plan(shapes, grouped=grouped, fast_accum=fast_accum, out_dtype=out_dtype, arch=arch,
                 num_sms=info.num_sms, candidates=candidates)
-    tree = _resolve_epilogue(None, out_dtype)  # the default epilogue the ops compile
-
-    def spec(op, cfg, fa):
-        make = gemm_kernel_spec if op == "gemm" else grouped_gemm_kernel_spec
-        return make(cfg.compiled(), fast_accum=fa, out_dtype=out_dtype, epilogue=tree)[0]
+    def spec(op, cfg, fa):  # the default epilogue the timed calls (no bias) compile
+        if op == "gemm":
+            return gemm_kernel_spec(cfg.compiled(), fast_accum=fa, out_dtype=out_dtype,
+                                    epilogue=_resolve_epilogue(None, out_dtype, bias=bias_leaf(False, fa)))[0]
+        return grouped_gemm_kernel_spec(cfg.compiled(), fast_accum=fa, out_dtype=out_dtype,
+                                        epilogue=_resolve_epilogue(None, out_dtype))[0]
 
     log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
     specs = list(dict.fromkeys(spec(it["op"], c, it["fast_accum"]) for it in work for c in it["candidates"]))

@@ -274,7 +274,7 @@ def test_max_leaves_is_read_from_abi(monkeypatch):
         grouped._epilogue_leaves(tree, {}, {}, 4, 1, 16, torch.device("cpu"))
     monkeypatch.setattr(gemm, "_launcher", lambda spec: None)
     with pytest.raises(ValueError, match="at most 2 inputs"):
-        gemm._plan.__wrapped__(128, 128, 128, False, bf16, None, GemmConfig(), torch.device("cpu"))
+        gemm._plan.__wrapped__(128, 128, 128, False, bf16, None, GemmConfig(), torch.device("cpu"), True)
 
 
 def test_launch_codes_are_read_from_abi(monkeypatch):
@@ -346,6 +346,21 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
+def test_gemm_without_bias_compiles_the_preset_without_its_bias_leaf(monkeypatch):
+    """gemm.bias_leaf: a fast-accumulation call without a bias plans the bias-free preset (two leaves, its own
+    kernel); with a bias, or with full accumulation, the three-leaf preset; a caller's tree is used as given."""
+    assert [gemm.bias_leaf(b, fa) for b in (False, True) for fa in (False, True)] == [True, False, True, True]
+    monkeypatch.setattr(gemm, "_launcher", lambda spec: spec)
+    dev, cfg = torch.device("cpu"), GemmConfig()
+    plain = gemm._plan.__wrapped__(64, 64, 128, True, bf16, None, cfg, dev)
+    biased = gemm._plan.__wrapped__(64, 64, 128, True, bf16, None, cfg, dev, True)
+    assert [leaf.name for leaf, _, _ in plain[1]] == ["scale_a", "scale_b"]
+    assert [leaf.name for leaf, _, _ in biased[1]] == ["scale_a", "scale_b", "bias"]
+    assert plain[2].name != biased[2].name
+    tree = epi.scaled(bf16, bias=True)
+    assert gemm._plan.__wrapped__(64, 64, 128, True, bf16, tree, cfg, dev)[2].name == biased[2].name
+
+
 @pytest.mark.parametrize("cfg", [GemmConfig(128, 128, 128, 1, 1, "cooperative", raster="n", swizzle=4),
                                  GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True)])
 def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
@@ -359,7 +374,7 @@ def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
     monkeypatch.setattr(gemm, "_epilogue_input", lambda leaf, t, dev: t)  # CPU tensors on a device with an index
     monkeypatch.setattr(gemm, "_stream_k_workspace_bytes", lambda spec, *call: asked.append(call) or 12345)
     asked = []
-    cfg_, leaves, _, workspace = gemm._plan.__wrapped__(M, N, K, False, bf16, None, cfg, device)
+    cfg_, leaves, _, workspace = gemm._plan.__wrapped__(M, N, K, False, bf16, None, cfg, device, True)
     assert (workspace is not None) == cfg.stream_k
     launch = _Capture()
     gemm._launch(cfg_, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)

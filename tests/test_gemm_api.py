@@ -70,6 +70,8 @@ def _misaligned(M, K):
     (dict(epilogue_inputs=[torch.ones(4)]), TypeError, r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"),
     (dict(epilogue_inputs={"shfit": torch.ones(4)}), ValueError,
      r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b, bias\)"),
+    (dict(epilogue_inputs={"shfit": torch.ones(4)}, fast_accum=True), ValueError,  # no bias leaf (gemm.bias_leaf)
+     r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b\)"),
     (dict(epilogue_inputs={"scale_a": torch.ones(4)}), ValueError,
      r"epilogue_inputs must not hold 'scale_a': pass it as the scale_a argument"),
 ])
