@@ -61,7 +61,7 @@ def bias_leaf(has_bias: bool, fast_accum: bool) -> bool:
     """Whether a dense FP8 call's preset epilogue has its bias leaf: when the call gives a bias, and with full
     accumulation always (a null bias there). Without the leaf a cooperative tile's epilogue skips a vector
     load, a barrier and an add per element (1.7% / 1.0% of a 128x128 / 128x256 tile's time at 4096 tokens);
-    over the sweep's prefill points fast accumulation ran 0.4-0.5% faster in three runs on an H100, while with
+    over the sweep's prefill points fast accumulation ran 0.4-0.5% faster in four runs on an H100, while with
     full accumulation the overlapped 128x128 kernel ran 2.6% slower at 1024 tokens (perf/NOTES.md, "What the
     cooperative epilogue costs"), so that mode keeps the leaf."""
     return has_bias or not fast_accum
