@@ -254,7 +254,8 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
         return out
 
     kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
-    cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device, leaf)
+    cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device,
+                                           bias is not None)
     _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     return out
 
@@ -301,13 +302,13 @@ def resolve_config(M, N, K, *, fast_accum: bool, out_dtype, device) -> GemmConfi
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, with_bias_leaf=False):
+def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, has_bias=False):
     """Everything about a call that depends only on shapes and options: config, leaf layout, the kernel's launcher
     and, for stream-K kernels, its workspace query (else None).
-    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply, and on whether a
-    preset has its bias leaf (bias_leaf).
+    Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply, and on whether the
+    call gives a bias (a preset's bias leaf: bias_leaf).
     scalemm.tuned clears it when the tuned configs change (on_reload below)."""
-    tree = _resolve_epilogue(epilogue, out_dtype, with_bias_leaf)
+    tree = _resolve_epilogue(epilogue, out_dtype, bias_leaf(has_bias, fast_accum))
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > abi.kMaxLeaves:
