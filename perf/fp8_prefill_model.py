@@ -9,6 +9,14 @@ least predicted time waves x (a x K + b) + c. This script measures what the mode
   python perf/fp8_prefill_model.py --points models               # held-out check: the layers of MODEL_PRESETS'
                                                                  # larger models (not in the sweep) at 1024-16384
   python perf/fp8_prefill_model.py --refit results/fp8_prefill_model.json   # fit from saved timings, no GPU
+  python perf/fp8_prefill_model.py --full --points both --fit    # full accumulation: the TILE_COST_FULL rule
+                                                                 # (above 128 tokens) and its three kernels, each
+                                                                 # also without the preset's bias leaf ("_nobias")
+
+With --full the anchor is torch._scaled_mm rowwise in full accumulation and --fit searches TILE_COST_FULL's two
+relative costs (192 and 256 wide, 128 = 1) on a grid for the best geomean over the run's points. `--clusters
+2x1,1x1` also times the rule's kernels in other cluster shapes (the rule's are 2x1) and prints each against the
+rule's kernel of the same width.
 
 Per point: us of every kernel, the rule's pick ("scalemm") and the anchors; summary: geomean / min over torch
 rowwise for the rule, for the best kernel of the model per point, and (with --fit) how the refitted rule would pick.
@@ -22,6 +30,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,17 +67,86 @@ def fit(rows, num_sms=132):
     return out
 
 
-def summarize(rows, model=None, num_sms=132):
-    from scalemm.cutlass_kernels.configs import sm90
-    labels = [cfg.label() for cfg, *_ in sm90.PREFILL_TILE_MODEL]
+def gm(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
 
-    def gm(xs):
-        return math.exp(sum(map(math.log, xs)) / len(xs))
+
+def full_kernels(widths=()):
+    """{tile width: kernel} of the full-accumulation rule (TILE_COST_FULL's widths), and of other `widths`."""
+    from scalemm.cutlass_kernels.configs import sm90
+    return {n: sm90.full_tile_config(n) for n in (*sm90.TILE_COST_FULL, *widths)}
+
+
+def full_pick(r, cost, num_sms=132, planned_leaf=True):
+    """The full-accumulation rule's kernel label at row r with TILE_COST_FULL = cost; with `planned_leaf`, the
+    variant a call without a bias runs (gemm.bias_leaf: "_nobias" where it drops the leaf), else the one with it."""
+    from scalemm.cutlass_kernels.configs import sm90
+    from scalemm.gemm import bias_leaf
+    cfg = full_kernels()[sm90._tile_n_by_waves(r["M"], r["N"], num_sms, tuple(cost), cost)]
+    return cfg.label() + ("_nobias" if planned_leaf and not bias_leaf(False, False, cfg) else "")
+
+
+def held_out(r) -> bool:
+    return r["layer"].split(".")[0] in HELD_OUT_MODELS
+
+
+def fit_full(rows, num_sms=132):
+    """TILE_COST_FULL (128 = 1) with the best geomean on a grid of 0.01 (the first best in grid order), each pick
+    timed with the bias leaf gemm.bias_leaf plans, fitted to the sweep's rows only where `rows` has any, so that the
+    held-out models' rows check it."""
+    rows = [r for r in rows if not held_out(r)] or rows
+    best = None
+    for i in range(100, 161):
+        for j in range(i, 241):
+            cost = {128: 1.0, 192: i / 100, 256: j / 100}
+            g = gm([r["us"]["torch_rowwise"] / r["us"][full_pick(r, cost, num_sms)] for r in rows])
+            if best is None or g > best[0] + 1e-12:
+                best = (g, cost)
+    print(f"  grid fit: TILE_COST_FULL = {best[1]} (geomean {best[0]:.4f} over {len(rows)} points)")
+    return best[1]
+
+
+def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
+    from scalemm.cutlass_kernels.configs import sm90
+    labels = ([c.label() for c in full_kernels().values()] if full
+              else [cfg.label() for cfg, *_ in sm90.PREFILL_TILE_MODEL])
     ratios = {"rule (scalemm)": [r["us"]["torch_rowwise"] / r["us"]["scalemm"] for r in rows],
               "best kernel of the model": [r["us"]["torch_rowwise"] / min(r["us"][k] for k in labels if r["us"].get(k))
                                            for r in rows],
               "torch per-tensor": [r["us"]["torch_rowwise"] / r["us"]["torch_tensorwise"] for r in rows]}
-    if model:
+    if full:
+        from scalemm.cutlass_kernels.configs import sm90
+        ratios["the rule as planned now"] = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, sm90.TILE_COST_FULL)]
+                                             for r in rows]
+        if baseline:  # other costs, every kernel with its bias leaf (the rule before a change)
+            for name, sel in (("sweep", [r for r in rows if not held_out(r)]), ("held-out", [r for r in rows if held_out(r)]),
+                              ("all", rows)):
+                xs = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, baseline, planned_leaf=False)] for r in sel]
+                if xs:
+                    print(f"  TILE_COST_FULL {baseline}, every bias leaf, {name} ({len(xs)} points): {gm(xs):.3f} "
+                          f"({min(xs):.3f})")
+        if model:
+            ratios["refitted rule"] = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, model)] for r in rows]
+            if any(map(held_out, rows)) and not all(map(held_out, rows)):
+                for name, sel in (("sweep", [r for r in rows if not held_out(r)]),
+                                  ("held-out", [r for r in rows if held_out(r)])):
+                    cols = {"rule (scalemm)": [r["us"]["scalemm"] for r in sel],
+                            "as planned now": [r["us"][full_pick(r, sm90.TILE_COST_FULL)] for r in sel],
+                            "refitted": [r["us"][full_pick(r, model)] for r in sel]}
+                    print(f"  {name} ({len(sel)} points): " + ", ".join(
+                        f"{k} {gm([r['us']['torch_rowwise'] / t for r, t in zip(sel, v)]):.3f} "
+                        f"({min(r['us']['torch_rowwise'] / t for r, t in zip(sel, v)):.3f})" for k, v in cols.items()))
+        for label in labels:  # each kernel without its bias leaf over with it
+            xs = [r["us"][label] / r["us"][label + "_nobias"] for r in rows if r["us"].get(label + "_nobias")]
+            if xs:
+                print(f"  {label}: no bias leaf over bias leaf {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
+        for cfg in full_kernels().values():  # other cluster shapes over the rule's (--clusters), both leaf variants
+            for other in {k.split("_nobias")[0] for r in rows for k in r["us"]} - set(labels):
+                if other.startswith(f"t{cfg.tile_m}x{cfg.tile_n}x") and other.split("_", 2)[2:] == cfg.label().split("_", 2)[2:]:
+                    for v in ("", "_nobias"):
+                        xs = [r["us"][cfg.label() + v] / r["us"][other + v] for r in rows if r["us"].get(other + v)]
+                        print(f"  {other + v} over {cfg.label() + v}: {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
+    elif model:
         def pick(r):
             return min(model.values(), key=lambda e: sm90.predicted_prefill_us(*e, r["M"], r["N"], r["K"], num_sms))
         ratios["refitted rule"] = [r["us"]["torch_rowwise"] / r["us"][pick(r)[0].label()] for r in rows]
@@ -86,30 +164,44 @@ def main():
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--fit", action="store_true", help="fit a, b, c per kernel to this run's times")
     p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json: fit and summarize it, no GPU")
+    p.add_argument("--full", action="store_true", help="full accumulation: the TILE_COST_FULL rule and its kernels")
+    p.add_argument("--clusters", default="2x1", help="with --full: cluster shapes to time the rule's kernels in")
+    p.add_argument("--widths", default="", help="with --full: other tile widths to time (full_tile_config)")
+    p.add_argument("--baseline-costs", default="", help="with --full, e.g. 192=1.28,256=1.70: also summarize the rule "
+                   "with these TILE_COST_FULL values and every kernel's bias leaf")
     p.add_argument("--out", default="results")
     args = p.parse_args()
+    baseline = ({128: 1.0, **{int(k): float(v) for k, v in (kv.split("=") for kv in args.baseline_costs.split(","))}}
+                if args.baseline_costs else None)
     if args.refit:
-        rows = json.load(open(args.refit))["rows"]
-        summarize(rows, fit(rows))
+        saved = json.load(open(args.refit))
+        full = saved.get("full", False)
+        summarize(saved["rows"], (fit_full if full else fit)(saved["rows"]), full=full, baseline=baseline)
         return
     import torch
     from gemm_sweep import time_point
+    from scalemm import epilogues as epi
     from scalemm.cutlass_kernels.configs import default_config, sm90
-    kernels = [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL]
+    variants = (("_nobias", epi.scaled(torch.bfloat16, bias=False)),) if args.full else ()
+    widths = tuple(int(w) for w in args.widths.split(",") if w)
+    kernels = ([replace(k, cluster_m=int(c.split("x")[0]), cluster_n=int(c.split("x")[1]))
+                for c in args.clusters.split(",") for k in full_kernels(widths).values()] if args.full
+               else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL])
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
     for label, M, N, K in points(args.points, args.max_tflop * 1e12):
-        us = time_point(M, N, K, True, configs=kernels, with_bf16=False)
-        pick = default_config(M, N, K).label()
+        us = time_point(M, N, K, not args.full, configs=kernels, with_bf16=False, epilogues=variants)
+        pick = default_config(M, N, K, fast_accum=not args.full).label()
         rows.append({"layer": label, "M": M, "N": N, "K": K, "pick": pick, "us": us})
         base = us["torch_rowwise"]
-        print(f"{label:<32}{M:>6}{N:>7}{K:>6}  rule {pick:<24}{base / us['scalemm']:.3f}  "
-              + " ".join(f"{k}={base / us[k]:.3f}" for k in (c.label() for c in kernels) if us.get(k)), flush=True)
-    summary = summarize(rows, fit(rows) if args.fit else None)
+        print(f"{label:<32}{M:>6}{N:>7}{K:>6}  rule {pick:<28} {base / us['scalemm']:.3f}  "
+              + " ".join(f"{k}={base / v:.3f}" for k, v in us.items() if k.startswith("t1")), flush=True)
+    summary = summarize(rows, ((fit_full if args.full else fit)(rows)) if args.fit else None, full=args.full,
+                        baseline=baseline)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "fp8_prefill_model.json")
-    json.dump({"gpu": torch.cuda.get_device_name(), "points": args.points, "rows": rows, "summary": summary},
-              open(path, "w"), indent=1)
+    path = os.path.join(args.out, "fp8_full_rule.json" if args.full else "fp8_prefill_model.json")
+    json.dump({"gpu": torch.cuda.get_device_name(), "points": args.points, "full": args.full, "rows": rows,
+               "summary": summary}, open(path, "w"), indent=1)
     print(f"wrote {path}")
 
 

@@ -51,10 +51,11 @@ def operands(M, N, K, copies):
     return a, bs, sa, sb
 
 
-def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num_sms=132):
+def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num_sms=132, epilogues=()):
     """Microseconds per call of every contender at one point: scalemm with the heuristic's config
     ("scalemm"), with what scalemm.gemm resolves itself, the tuned cache first ("scalemm_tuned", when
-    `tuned`), with each of `configs`, and the torch anchors."""
+    `tuned`), with each of `configs` (and each of them again with each (suffix, tree) of `epilogues`, as
+    label + suffix), and the torch anchors."""
     copies = l2_copies(N * K)
     a, bs, sa, sb = operands(M, N, K, copies)
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
@@ -68,12 +69,14 @@ def time_point(M, N, K, fast_accum, configs=(), with_bf16=True, tuned=False, num
     if tuned:
         fns["scalemm_tuned"] = lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum)
     for cfg in configs:
-        fn = (lambda c: lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=c))(cfg)
-        try:
-            fn(0)
-            fns[cfg.label()] = fn
-        except Exception as e:  # a candidate that cannot run this shape
-            print(f"  {cfg.label()} failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
+        for suffix, tree in (("", None), *epilogues):
+            fn = (lambda c, t: lambda i: scalemm.gemm(a, bs[i], sa, sb, out=out, fast_accum=fast_accum, config=c,
+                                                      epilogue=t))(cfg, tree)
+            try:
+                fn(0)
+                fns[cfg.label() + suffix] = fn
+            except Exception as e:  # a candidate that cannot run this shape
+                print(f"  {cfg.label() + suffix} failed at {M}x{N}x{K}: {str(e).splitlines()[0]}", file=sys.stderr)
     if with_bf16:
         a16 = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w16 = [b.to(torch.bfloat16) for b in bs]

@@ -16,13 +16,13 @@ def _gemm_specs(cases, grouped=False, calls_with_bias=(False, True)):
     from .grouped import grouped_gemm_kernel_spec
     make = grouped_gemm_kernel_spec if grouped else gemm_kernel_spec
 
-    def trees(tree, fa, od):
+    def trees(cfg, tree, fa, od):
         if tree is not None:
             return [tree]
-        leaves = (True,) if grouped else sorted({bias_leaf(b, fa) for b in calls_with_bias})
+        leaves = (True,) if grouped else sorted({bias_leaf(b, fa, cfg) for b in calls_with_bias})
         return [epi.scaled(od, bias=b) for b in leaves]
     return [make(cfg, fast_accum=fa, out_dtype=od, epilogue=t)[0] for cfg, fa, od, tree in cases
-            for t in trees(tree, fa, od)]
+            for t in trees(cfg, tree, fa, od)]
 
 
 def _grouped_cases(name):

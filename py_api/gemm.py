@@ -13,7 +13,7 @@ from . import epilogues as epi
 from . import tuned as tuned_configs
 from .arch import configs_for, gpu_info, kernel_arch
 from .checks import check_aligned, check_k, check_n, check_options
-from .cutlass_kernels.configs import GemmConfig
+from .cutlass_kernels.configs import GemmConfig, bias_free_full_kernel
 from .jit import KernelSpec, build
 from .formats import FP8Tensor, NVFP4Tensor
 
@@ -57,14 +57,15 @@ def _stream_k_workspace_bytes(spec: KernelSpec, m: int, n: int, k: int, device: 
     return abi.workspace_bytes(_workspace_fn(spec), call)
 
 
-def bias_leaf(has_bias: bool, fast_accum: bool) -> bool:
-    """Whether a dense FP8 call's preset epilogue has its bias leaf: when the call gives a bias, and with full
-    accumulation always (a null bias there). Without the leaf a cooperative tile's epilogue skips a vector
-    load, a barrier and an add per element (1.7% / 1.0% of a 128x128 / 128x256 tile's time at 4096 tokens);
-    over the sweep's prefill points fast accumulation ran 0.4-0.5% faster in four runs on an H100, while with
-    full accumulation the overlapped 128x128 kernel ran 2.6% slower at 1024 tokens (perf/NOTES.md, "What the
-    cooperative epilogue costs"), so that mode keeps the leaf."""
-    return has_bias or not fast_accum
+def bias_leaf(has_bias: bool, fast_accum: bool, config: GemmConfig) -> bool:
+    """Whether a dense FP8 call's preset epilogue has its bias leaf (a null bias when the call gives none): always
+    when the call gives a bias; without one, never with fast accumulation, and with full accumulation except on the
+    kernels measured faster without it (cutlass_kernels.configs.bias_free_full_kernel). Without the leaf a
+    cooperative tile's epilogue skips a vector load, a barrier and an add per element (1.7% / 1.0% of a 128x128 /
+    128x256 tile's time at 4096 tokens); the fast-accumulation prefill rule's picks ran 0.4-0.5% faster without it
+    in four runs on an H100 (perf/NOTES.md, "What the cooperative epilogue costs"; for full accumulation "The
+    full-accumulation rule refitted"). The leaf adds 0, so it changes at most the sign of a zero output."""
+    return has_bias or not (fast_accum or bias_free_full_kernel(config))
 
 
 def _resolve_epilogue(epilogue, out_dtype, bias: bool = True):
@@ -227,8 +228,9 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
             raise ValueError(f"bias must be a [N] = [{N}] tensor of {out_dtype} on {device}, got "
                              f"{getattr(bias, 'dtype', type(bias))} {tuple(getattr(bias, 'shape', ()))}")
         bias = bias.contiguous()
-    leaf = bias_leaf(bias is not None, fast_accum)
-    tree = _resolve_epilogue(epilogue, out_dtype, bias=leaf)
+    # the tree the arguments are checked against and the CPU path evaluates: a preset has a bias leaf when the call
+    # gives a bias (the kernel may add a null one, bias_leaf: it changes at most the sign of a zero)
+    tree = _resolve_epilogue(epilogue, out_dtype, bias=bias is not None)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     extra = _epilogue_extra(epilogue_inputs, tree)
     if not (epilogue is None or isinstance(epilogue, str)):  # a caller's tree: every leaf checked as it reads it
@@ -308,8 +310,8 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, has_bias=Fal
     Keyed on the caller's `epilogue` (None, a name or a tree) so the common case hashes cheaply, and on whether the
     call gives a bias (a preset's bias leaf: bias_leaf).
     scalemm.tuned clears it when the tuned configs change (on_reload below)."""
-    tree = _resolve_epilogue(epilogue, out_dtype, bias_leaf(has_bias, fast_accum))
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
+    tree = _resolve_epilogue(epilogue, out_dtype, bias_leaf(has_bias, fast_accum, cfg))
     spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
     if len(emitted.leaves) > abi.kMaxLeaves:
         raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")

@@ -378,7 +378,7 @@ def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.b
                 cfg = default_config(m, n, k, fast_accum=fast, num_sms=num_sms).compiled()
                 # no bias (dgrad, wgrad and bias-free layers); a layer's biased fprop compiles on first use
                 specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,
-                                              epilogue=_preset(None, out, bias_leaf(False, fast)))[0])
+                                              epilogue=_preset(None, out, bias_leaf(False, fast, cfg)))[0])
             elif which == "wgrad":
                 specs.append(grouped_gemm_kernel_spec(default_wgrad_config(m, n, fast_accum=fast), fast_accum=fast,
                                                       out_dtype=out, epilogue=_preset(None, out), wgrad=True)[0])

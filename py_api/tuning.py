@@ -188,7 +188,7 @@ def tune(shapes=None, *, model=None, tokens=None, grouped=None, fast_accum=(True
     def spec(op, cfg, fa):  # the default epilogue the timed calls (no bias) compile
         if op == "gemm":
             return gemm_kernel_spec(cfg.compiled(), fast_accum=fa, out_dtype=out_dtype,
-                                    epilogue=_resolve_epilogue(None, out_dtype, bias=bias_leaf(False, fa)))[0]
+                                    epilogue=_resolve_epilogue(None, out_dtype, bias=bias_leaf(False, fa, cfg)))[0]
         return grouped_gemm_kernel_spec(cfg.compiled(), fast_accum=fa, out_dtype=out_dtype,
                                         epilogue=_resolve_epilogue(None, out_dtype))[0]
 

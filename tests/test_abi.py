@@ -22,6 +22,7 @@ import importlib
 
 from scalemm import abi, epilogues as epi
 from scalemm.cutlass_kernels import GemmConfig
+from scalemm.cutlass_kernels.configs.sm90 import full_accumulation, full_tile_config
 from scalemm.jit import describe_status, toolchain
 
 # the modules (scalemm.gemm, the attribute, is the function of the same name)
@@ -346,19 +347,37 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
-def test_gemm_without_bias_compiles_the_preset_without_its_bias_leaf(monkeypatch):
-    """gemm.bias_leaf: a fast-accumulation call without a bias plans the bias-free preset (two leaves, its own
-    kernel); with a bias, or with full accumulation, the three-leaf preset; a caller's tree is used as given."""
-    assert [gemm.bias_leaf(b, fa) for b in (False, True) for fa in (False, True)] == [True, False, True, True]
+FULL_128 = full_tile_config(128)  # the full-accumulation rule's kernels (cutlass_kernels.configs.sm90)
+FULL_WIDE = (full_tile_config(192), full_tile_config(256))
+
+
+def test_bias_leaf_rule():
+    """gemm.bias_leaf: a call with a bias always has the leaf; without one, fast accumulation never, full
+    accumulation only on the kernels not measured faster without it (the 128-wide prefill tile, swap-AB)."""
+    swap_full = full_accumulation(GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True))
+    for cfg in (GemmConfig(), FULL_128, *FULL_WIDE, swap_full):
+        assert gemm.bias_leaf(True, True, cfg) and gemm.bias_leaf(True, False, cfg)
+        assert not gemm.bias_leaf(False, True, cfg)
+    assert gemm.bias_leaf(False, False, FULL_128) and gemm.bias_leaf(False, False, swap_full)
+    assert not any(gemm.bias_leaf(False, False, cfg) for cfg in FULL_WIDE)
+    assert [c.tile_n for c in FULL_WIDE] == [192, 256] and FULL_128.promotion_chunks  # the kernels the rule names
+
+
+@pytest.mark.parametrize("fast_accum, cfg, leafless", [(True, GemmConfig(), True), (False, FULL_WIDE[1], True),
+                                                       (False, FULL_128, False)])
+def test_gemm_without_bias_plans_the_preset_bias_leaf_says(monkeypatch, fast_accum, cfg, leafless):
+    """Without a bias the call plans the bias-free preset (two leaves, its own kernel) where bias_leaf says so,
+    else the three-leaf preset with a null bias; with a bias always the three-leaf one; a caller's tree is used
+    as given."""
     monkeypatch.setattr(gemm, "_launcher", lambda spec: spec)
-    dev, cfg = torch.device("cpu"), GemmConfig()
-    plain = gemm._plan.__wrapped__(64, 64, 128, True, bf16, None, cfg, dev)
-    biased = gemm._plan.__wrapped__(64, 64, 128, True, bf16, None, cfg, dev, True)
-    assert [leaf.name for leaf, _, _ in plain[1]] == ["scale_a", "scale_b"]
+    dev = torch.device("cpu")
+    plain = gemm._plan.__wrapped__(256, 256, 128, fast_accum, bf16, None, cfg, dev)
+    biased = gemm._plan.__wrapped__(256, 256, 128, fast_accum, bf16, None, cfg, dev, True)
+    assert [leaf.name for leaf, _, _ in plain[1]] == ["scale_a", "scale_b"] + ([] if leafless else ["bias"])
     assert [leaf.name for leaf, _, _ in biased[1]] == ["scale_a", "scale_b", "bias"]
-    assert plain[2].name != biased[2].name
+    assert (plain[2].name != biased[2].name) == leafless
     tree = epi.scaled(bf16, bias=True)
-    assert gemm._plan.__wrapped__(64, 64, 128, True, bf16, tree, cfg, dev)[2].name == biased[2].name
+    assert gemm._plan.__wrapped__(256, 256, 128, fast_accum, bf16, tree, cfg, dev)[2].name == biased[2].name
 
 
 @pytest.mark.parametrize("cfg", [GemmConfig(128, 128, 128, 1, 1, "cooperative", raster="n", swizzle=4),

@@ -68,9 +68,11 @@ def _misaligned(M, K):
     (dict(fast_accum=True, config=GemmConfig(128, 256, 128, 2, 1, "cooperative", promotion_chunks=2)), ValueError,
      r"config.promotion_chunks = 2 is scalemm's full-accumulation mainloop: use it with fast_accum=False"),
     (dict(epilogue_inputs=[torch.ones(4)]), TypeError, r"epilogue_inputs must be a dict \{leaf name: tensor\}, got list"),
-    (dict(epilogue_inputs={"shfit": torch.ones(4)}), ValueError,
+    (dict(epilogue_inputs={"shfit": torch.ones(4)}, bias=torch.ones(16, dtype=torch.bfloat16)), ValueError,
      r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b, bias\)"),
-    (dict(epilogue_inputs={"shfit": torch.ones(4)}, fast_accum=True), ValueError,  # no bias leaf (gemm.bias_leaf)
+    (dict(epilogue_inputs={"shfit": torch.ones(4)}, fast_accum=True), ValueError,  # no bias, no bias leaf
+     r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b\)"),
+    (dict(epilogue_inputs={"shfit": torch.ones(4)}), ValueError,  # full accumulation: the same
      r"epilogue_inputs\['shfit'\] is not a leaf of the epilogue tree \(its leaves: scale_a, scale_b\)"),
     (dict(epilogue_inputs={"scale_a": torch.ones(4)}), ValueError,
      r"epilogue_inputs must not hold 'scale_a': pass it as the scale_a argument"),

@@ -20,7 +20,8 @@ from types import ModuleType
 from . import sm90
 from .shapes import (DECODE_M, MODEL_LINEAR_SHAPES, MODEL_PRESETS, PREFILL_M, load_model, model_gemm_shapes,
                      model_linear_shapes, sweep_points)
-from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmConfig, default_build_set,
+from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmConfig, bias_free_full_kernel,
+                   default_build_set,
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
                    default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, nvfp4_decodes_activations, sweep_configs,
                    tuning_candidates,
@@ -44,7 +45,7 @@ def for_arch(arch: str) -> ModuleType:
                                   f"{', '.join(_ARCHS)})") from None
 
 
-__all__ = ["for_arch", "archs", "sm90", "GemmConfig", "default_config", "default_grouped_config",
+__all__ = ["for_arch", "archs", "sm90", "GemmConfig", "bias_free_full_kernel", "default_config", "default_grouped_config",
            "default_wgrad_config", "default_nvfp4_config", "default_nvfp4_grouped_config", "default_build_set",
            "nvfp4_cpp", "nvfp4_decodes_activations", "SkinnyConfig", "SKINNY_DEFAULT_MAINLOOP", "SKINNY_MAINLOOPS", "default_nvfp4_skinny_config", "default_nvfp4_grouped_skinny_config", "skinny_config_for_groups", "skinny_config_for_tokens", "skinny_cpp", "tuning_candidates", "grouped_tuning_candidates", "TUNING_CANDIDATES", "GROUPED_TUNING_CANDIDATES", "ELEMENTS",
            "MODEL_LINEAR_SHAPES", "MODEL_PRESETS", "DECODE_M", "PREFILL_M", "sweep_points", "sweep_configs",

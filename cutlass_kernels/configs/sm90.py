@@ -169,10 +169,13 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
 # efficiency (first fitted to scalemm.tune's winners over the sweep's prefill points on an H100, with
 # CUTLASS's full accumulation); 256: 2x the work at ~1.15x.
 TILE_COST = {128: 1.0, 192: 1.34, 256: 1.74}
-# The same for full accumulation with the chunked promotion (full_accumulation), fitted to
-# `perf/fp8_full_accum.py --sweep` on an H100 (the 53 prefill points, each tile width timed): the rule's picks
-# reach 0.994x of torch rowwise where the best width at every point would reach 0.996x.
-TILE_COST_FULL = {128: 1.0, 192: 1.28, 256: 1.70}
+# The same for full accumulation above 128 tokens (full_tile_config: the chunked promotion, 128 and 192 wide in two
+# overlapped chunks), fitted on an H100 by `perf/fp8_prefill_model.py --full --points both --fit`: a grid search on the
+# sweep's 53 prefill points, checked on 61 points of four models outside the sweep, all in one run (with the bias
+# leaf as gemm.bias_leaf now plans it, none on the 192 and 256 wide kernels): sweep 0.981x -> 0.996x of torch
+# rowwise in full accumulation, held-out models 0.994x -> 1.018x; the new costs alone 0.985x / 1.008x (the values
+# before: 1.28, 1.70; perf/NOTES.md, "The full-accumulation rule refitted").
+TILE_COST_FULL = {128: 1.0, 192: 1.25, 256: 1.72}
 
 
 def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) -> int:
@@ -270,9 +273,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       has one warpgroup in the mainloop, so nothing fills the tensor cores while it promotes).
     - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
       CUTLASS's keeps a second accumulator as large as the tile, so its 128x256 spills) on cooperative
-      128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (H100, the sweep's 53 prefill points:
-      0.99x of torch._scaled_mm rowwise in full accumulation, where CUTLASS's 128x128 / 128x192 gave 0.83x /
-      0.88x; perf/NOTES.md). Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
+      128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (`full_tile_config`; H100, one run: 0.996x
+      of torch._scaled_mm rowwise in full accumulation over the sweep's 53 prefill points and 1.018x over 61
+      held-out points, where CUTLASS's 128x128 / 128x192 gave 0.83x / 0.88x on the sweep; perf/NOTES.md).
+      Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
     - `num_sms`: the M threshold of the prefill rule (1024) was measured on 132 SMs, and what decides
       it is the number of tiles per SM; it scales with num_sms / 132, so a GPU with fewer SMs (H100 PCIe
       114, H20 78, a MIG slice) moves to the prefill tiles sooner. The waves of every rule count its SMs.
@@ -291,8 +295,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return _decode_config(M, N, num_sms)
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
-        tile_n = _tile_n_by_waves(M, N, num_sms, (128, 192, 256), TILE_COST_FULL)
-        return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"), overlap=True)
+        return full_tile_config(_tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL))
     if M >= 1024 * per_sm:
         return _prefill_config(M, N, K, num_sms)
     if N >= 5120 and K <= 8192:
@@ -584,7 +587,7 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
-OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
+OVERLAP_TILE_N = (128, 160, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
 
 
 def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfig:
@@ -606,6 +609,22 @@ def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfi
         return replace(config, promotion_chunks=2, promotion_overlap=True)
     chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
     return replace(config, promotion_chunks=chunks)
+
+
+def full_tile_config(tile_n: int) -> GemmConfig:
+    """The kernel of the full-accumulation rule above 128 tokens for a tile width of TILE_COST_FULL: cooperative
+    128 x tile_n in clusters of 2 along M with the chunked promotion (two overlapped chunks where the width takes
+    them)."""
+    return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"), overlap=True)
+
+
+def bias_free_full_kernel(config: GemmConfig) -> bool:
+    """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
+    a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
+    192 and 256 wide tiles, 1.012x / 1.005x faster without it over 114 prefill points on an H100 in one run. The
+    rule's 128 wide tile ran 0.967x without it (the loss grows with K, so its main loop; not understood); the
+    kernels not measured keep the leaf."""
+    return config.compiled() in (full_tile_config(192), full_tile_config(256))
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
