@@ -71,10 +71,10 @@ def gm(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
-def full_kernels(widths=()):
-    """{tile width: kernel} of the full-accumulation rule (TILE_COST_FULL's widths), and of other `widths`."""
+def full_kernels():
+    """{tile width: kernel} of the full-accumulation rule (TILE_COST_FULL's widths)."""
     from scalemm.cutlass_kernels.configs import sm90
-    return {n: sm90.full_tile_config(n) for n in (*sm90.TILE_COST_FULL, *widths)}
+    return {n: sm90.full_tile_config(n) for n in sm90.TILE_COST_FULL}
 
 
 def full_pick(r, cost, num_sms=132, planned_leaf=True):
@@ -166,7 +166,6 @@ def main():
     p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json: fit and summarize it, no GPU")
     p.add_argument("--full", action="store_true", help="full accumulation: the TILE_COST_FULL rule and its kernels")
     p.add_argument("--clusters", default="2x1", help="with --full: cluster shapes to time the rule's kernels in")
-    p.add_argument("--widths", default="", help="with --full: other tile widths to time (full_tile_config)")
     p.add_argument("--baseline-costs", default="", help="with --full, e.g. 192=1.28,256=1.70: also summarize the rule "
                    "with these TILE_COST_FULL values and every kernel's bias leaf")
     p.add_argument("--out", default="results")
@@ -183,9 +182,8 @@ def main():
     from scalemm import epilogues as epi
     from scalemm.cutlass_kernels.configs import default_config, sm90
     variants = (("_nobias", epi.scaled(torch.bfloat16, bias=False)),) if args.full else ()
-    widths = tuple(int(w) for w in args.widths.split(",") if w)
     kernels = ([replace(k, cluster_m=int(c.split("x")[0]), cluster_n=int(c.split("x")[1]))
-                for c in args.clusters.split(",") for k in full_kernels(widths).values()] if args.full
+                for c in args.clusters.split(",") for k in full_kernels().values()] if args.full
                else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL])
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []

@@ -587,7 +587,7 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
-OVERLAP_TILE_N = (128, 160, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
+OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
 
 
 def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfig:
