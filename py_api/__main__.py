@@ -89,6 +89,7 @@ def chunked_promotion_test_configs():
             GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1),
             GemmConfig(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
             GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
+            GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1, promotion_overlap=True),
             GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2),
             GemmConfig(128, 256, 128, 1, 1, "cooperative", stream_k=True, promotion_chunks=2),
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, promotion_chunks=1),

@@ -11,6 +11,7 @@
     and the stream replaced by fakes that capture the struct).
 """
 import ctypes
+from dataclasses import replace
 import re
 import shutil
 import subprocess
@@ -347,24 +348,27 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
-FULL_128 = full_tile_config(128)  # the full-accumulation rule's kernels (cutlass_kernels.configs.sm90)
-FULL_WIDE = (full_tile_config(192), full_tile_config(256))
+FULL_RULE = tuple(full_tile_config(n) for n in (128, 192, 256))  # the full-accumulation rule's kernels (sm90)
+FULL_KEEPS_LEAF = (GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
+                   GemmConfig(128, 128, 128, 2, 1, "cooperative"),
+                   full_accumulation(GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)))
 
 
 def test_bias_leaf_rule():
     """gemm.bias_leaf: a call with a bias always has the leaf; without one, fast accumulation never, full
-    accumulation only on the kernels not measured faster without it (the 128-wide prefill tile, swap-AB)."""
-    swap_full = full_accumulation(GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True))
-    for cfg in (GemmConfig(), FULL_128, *FULL_WIDE, swap_full):
+    accumulation only on the kernels not measured faster without it (bias_free_full_kernel: the rule's three)."""
+    for cfg in (GemmConfig(), *FULL_RULE, *FULL_KEEPS_LEAF):
         assert gemm.bias_leaf(True, True, cfg) and gemm.bias_leaf(True, False, cfg)
         assert not gemm.bias_leaf(False, True, cfg)
-    assert gemm.bias_leaf(False, False, FULL_128) and gemm.bias_leaf(False, False, swap_full)
-    assert not any(gemm.bias_leaf(False, False, cfg) for cfg in FULL_WIDE)
-    assert [c.tile_n for c in FULL_WIDE] == [192, 256] and FULL_128.promotion_chunks  # the kernels the rule names
+    assert all(gemm.bias_leaf(False, False, cfg) for cfg in FULL_KEEPS_LEAF)
+    assert not any(gemm.bias_leaf(False, False, cfg) for cfg in FULL_RULE)
+    assert not gemm.bias_leaf(False, False, replace(FULL_RULE[0], raster="m", swizzle=4))  # run-time knobs: same kernel
+    assert [(c.tile_n, c.promotion_chunks, c.promotion_overlap) for c in FULL_RULE] == [(128, 1, True), (192, 2, True),
+                                                                                         (256, 2, False)]
 
 
-@pytest.mark.parametrize("fast_accum, cfg, leafless", [(True, GemmConfig(), True), (False, FULL_WIDE[1], True),
-                                                       (False, FULL_128, False)])
+@pytest.mark.parametrize("fast_accum, cfg, leafless", [(True, GemmConfig(), True), (False, FULL_RULE[0], True),
+                                                       (False, FULL_KEEPS_LEAF[0], False)])
 def test_gemm_without_bias_plans_the_preset_bias_leaf_says(monkeypatch, fast_accum, cfg, leafless):
     """Without a bias the call plans the bias-free preset (two leaves, its own kernel) where bias_leaf says so,
     else the three-leaf preset with a null bias; with a bias always the three-leaf one; a caller's tree is used

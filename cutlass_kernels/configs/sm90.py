@@ -38,8 +38,9 @@ class GemmConfig:
     # the tile's); n >= 1 = scalemm's mainloop promoting N in n slices (scalemm/sm90/fp8_promotion.hpp),
     # which keeps 128x256 tiles within the registers.
     promotion_chunks: int = 0
-    # With promotion_chunks even: two temporaries, so that a chunk's adds run while the next chunk's wgmmas do
-    # (fp8_promotion.hpp; twice the temporaries' registers).
+    # With promotion_chunks even: two temporaries, so that a chunk's adds run while the next chunk's wgmmas do; with
+    # one chunk: two temporaries of the whole tile, alternating over pairs of k-tiles (fp8_promotion.hpp; twice the
+    # temporaries' registers).
     promotion_overlap: bool = False
     # Run-time scheduling knobs (not compiled in, not part of the kernel): tile raster order
     # ("auto" = CUTLASS's heuristic, "m", "n") and the swizzle width of the tile order (1, 2, 4, 8).
@@ -59,8 +60,9 @@ class GemmConfig:
                 8 * self.promotion_chunks))):
             raise ValueError(f"promotion_chunks={self.promotion_chunks} needs tile_k = 128 and tile_n a multiple of "
                              f"8 x promotion_chunks, got tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
-        if self.promotion_overlap and (self.promotion_chunks < 2 or self.promotion_chunks % 2):
-            raise ValueError(f"promotion_overlap needs an even promotion_chunks >= 2, got {self.promotion_chunks}")
+        if self.promotion_overlap and (self.promotion_chunks < 1 or self.promotion_chunks % 2 and self.promotion_chunks != 1):
+            raise ValueError(f"promotion_overlap needs promotion_chunks = 1 (k-tile pairs) or an even count, got "
+                             f"{self.promotion_chunks}")
         if self.raster not in ("auto", "m", "n") or self.swizzle not in (1, 2, 4, 8):
             raise ValueError(f"raster must be auto/m/n and swizzle 1/2/4/8, got {self.raster!r}, {self.swizzle}")
 
@@ -169,12 +171,13 @@ def _pow2_at_least(x: int, lo: int, hi: int) -> int:
 # efficiency (first fitted to scalemm.tune's winners over the sweep's prefill points on an H100, with
 # CUTLASS's full accumulation); 256: 2x the work at ~1.15x.
 TILE_COST = {128: 1.0, 192: 1.34, 256: 1.74}
-# The same for full accumulation above 128 tokens (full_tile_config: the chunked promotion, 128 and 192 wide in two
-# overlapped chunks), fitted on an H100 by `perf/fp8_prefill_model.py --full --points both --fit`: a grid search on the
+# The same for full accumulation above 128 tokens (full_tile_config: the chunked promotion, overlapped at 128 and
+# 192 wide), fitted on an H100 by `perf/fp8_prefill_model.py --full --points both --fit`: a grid search on the
 # sweep's 53 prefill points, checked on 61 points of four models outside the sweep, all in one run (with the bias
-# leaf as gemm.bias_leaf now plans it, none on the 192 and 256 wide kernels): sweep 0.981x -> 0.996x of torch
+# leaf as gemm.bias_leaf then planned it, none on the 192 and 256 wide kernels): sweep 0.981x -> 0.996x of torch
 # rowwise in full accumulation, held-out models 0.994x -> 1.018x; the new costs alone 0.985x / 1.008x (the values
-# before: 1.28, 1.70; perf/NOTES.md, "The full-accumulation rule refitted").
+# before: 1.28, 1.70; perf/NOTES.md, "The full-accumulation rule refitted"). Refitted again after the 128-wide kernel
+# changed (one chunk over k-tile pairs, no bias leaf): the same values; the rule 1.015x / 1.024x in that run.
 TILE_COST_FULL = {128: 1.0, 192: 1.25, 256: 1.72}
 
 
@@ -273,8 +276,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       has one warpgroup in the mainloop, so nothing fills the tensor cores while it promotes).
     - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
       CUTLASS's keeps a second accumulator as large as the tile, so its 128x256 spills) on cooperative
-      128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (`full_tile_config`; H100, one run: 0.996x
-      of torch._scaled_mm rowwise in full accumulation over the sweep's 53 prefill points and 1.018x over 61
+      128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (`full_tile_config`; H100, one run: 1.015x
+      of torch._scaled_mm rowwise in full accumulation over the sweep's 53 prefill points and 1.024x over 61
       held-out points, where CUTLASS's 128x128 / 128x192 gave 0.83x / 0.88x on the sweep; perf/NOTES.md).
       Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
     - `num_sms`: the M threshold of the prefill rule (1024) was measured on 132 SMs, and what decides
@@ -587,7 +590,9 @@ def usable(config: GemmConfig, *, fast_accum: bool) -> bool:
     return accumulator_registers(config, fast_accum=fast_accum) <= limit and (fast_accum or config.tile_k <= 128)
 
 
-OVERLAP_TILE_N = (128, 192)  # full_accumulation(overlap=True): the widths that take promotion_overlap
+# full_accumulation(overlap=True): the widths that take promotion_overlap, and in how many chunks (128: one chunk,
+# two whole-tile temporaries alternating over pairs of k-tiles; 192: two overlapped chunks of 96)
+OVERLAP_CHUNKS = {128: 1, 192: 2}
 
 
 def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfig:
@@ -597,34 +602,36 @@ def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfi
     (perf/fp8_full_accum.py, 10 prefill shapes) the chunked kernels were bit-identical to CUTLASS's and
     faster: 128x128 1.07x CUTLASS's 128x128, and 128x256, which CUTLASS cannot run, 0.94x of torch rowwise
     against 0.87x for CUTLASS's best (128x192).
-    overlap (the dense GEMMs): the unswapped 128x128 and 128x192 tiles in 2 chunks with `promotion_overlap` (one
-    chunk's adds beside the other's wgmmas; 128 / 192 registers): H100, bit-identical and 1.032x / 1.022x faster
-    than 1 chunk over the sweep's 53 prefill points (1.031x / 1.013x on the 10 shapes above;
-    perf/results/h100/fp8_promotion_overlap/). 128x256 has no registers for a
-    second temporary of 64, and in 4 chunks with overlap it ran 0.97x of 2 chunks (n64 wgmmas read A twice as
-    often); the grouped kernels were not measured with it."""
+    overlap (the dense GEMMs): `promotion_overlap` on the unswapped 128x192 tile in 2 chunks (one chunk's adds
+    beside the other's wgmmas; 192 registers; H100, bit-identical and 1.022x faster than 1 chunk over the sweep's
+    53 prefill points, perf/results/h100/fp8_promotion_overlap/) and on 128x128 in 1 chunk with two whole-tile
+    temporaries over pairs of k-tiles (192 registers; H100, bit-identical, without the bias leaf 1.020x faster than
+    2 overlapped chunks with it over 114 prefill points, perf/results/h100/fp8_full_rule/). 128x256 has no
+    registers for a second temporary of 64, and in 4 chunks with overlap it ran 0.97x of 2 chunks (n64 wgmmas read
+    A twice as often); the grouped kernels were not measured with overlap."""
     if config.schedule != "cooperative" or config.tile_m != 128 or config.tile_k != 128 or config.promotion_chunks:
         return config
-    if overlap and not config.swap_ab and config.tile_n in OVERLAP_TILE_N:
-        return replace(config, promotion_chunks=2, promotion_overlap=True)
+    if overlap and not config.swap_ab and config.tile_n in OVERLAP_CHUNKS:
+        return replace(config, promotion_chunks=OVERLAP_CHUNKS[config.tile_n], promotion_overlap=True)
     chunks = next(c for c in (1, 2, 4) if usable(replace(config, promotion_chunks=c), fast_accum=False))
     return replace(config, promotion_chunks=chunks)
 
 
 def full_tile_config(tile_n: int) -> GemmConfig:
     """The kernel of the full-accumulation rule above 128 tokens for a tile width of TILE_COST_FULL: cooperative
-    128 x tile_n in clusters of 2 along M with the chunked promotion (two overlapped chunks where the width takes
-    them)."""
+    128 x tile_n in clusters of 2 along M with the chunked promotion, overlapped where the width takes it
+    (OVERLAP_CHUNKS)."""
     return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"), overlap=True)
 
 
 def bias_free_full_kernel(config: GemmConfig) -> bool:
     """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
-    192 and 256 wide tiles, 1.012x / 1.005x faster without it over 114 prefill points on an H100 in one run. The
-    rule's 128 wide tile ran 0.967x without it (the loss grows with K, so its main loop; not understood); the
-    kernels not measured keep the leaf."""
-    return config.compiled() in (full_tile_config(192), full_tile_config(256))
+    three kernels (full_tile_config). H100, prefill points, same process: 128x128 in one chunk over k-tile pairs
+    1.026x faster without it (114 points), 128x192 and 128x256 1.002-1.012x / 0.999-1.005x in two runs. (The
+    128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the epilogue
+    changes the main loop's code was not looked into.) The kernels not measured keep the leaf."""
+    return config.compiled() in {full_tile_config(n) for n in TILE_COST_FULL}
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,

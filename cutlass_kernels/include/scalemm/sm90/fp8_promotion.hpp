@@ -16,7 +16,9 @@
 // for cooperative tiles only (ping-pong compiles and is correct, but leaves the tensor cores idle
 // during the adds). (Keeping chunk c + 1's wgmmas in flight while chunk c is added, with two
 // temporaries, made ptxas serialize every wgmma (C7514, CUDA 13.0) when the last chunk of a k-tile stayed in
-// flight into the next one; `Overlap` does it within each k-tile, which ptxas keeps asynchronous.)
+// flight into the next one; `Overlap` does it within each k-tile, which ptxas keeps asynchronous. With one chunk,
+// `Overlap` pairs k-tiles instead: two temporaries of the whole tile, the first k-tile's added while the second's
+// wgmmas run, nothing in flight across the loop's back edge.)
 //
 // Numerics: each output element gets, per k-tile of 128, the wgmma sum of its 4 k32 MMAs added into
 // the fp32 accumulator, in k order: the same operations as CUTLASS's promotion every 4 MMAs, so the
@@ -83,7 +85,8 @@ struct Fp8ChunkedPromotionMainloop : Base {
   static constexpr int kTemps = Overlap ? 2 : 1;
   static_assert(kTileRegs + kTemps * kChunkRegs <= kAccumulatorRegisterBudget,
                 "tile accumulator + the chunk temporaries exceed the register budget: use more chunks");
-  static_assert(!Overlap || Chunks % 2 == 0, "overlapped promotion alternates two temporaries: an even chunk count");
+  static_assert(!Overlap || Chunks == 1 || Chunks % 2 == 0,
+                "overlapped promotion alternates two temporaries: an even chunk count, or one chunk (k-tile pairs)");
 
   // chunk `c` of the tile's accumulator += t. The accumulator's value mode is the wgmma C layout
   // (2, 2, N/8) with N/8 outermost, so chunk c's columns are its values [c * kChunkRegs, (c+1) * kChunkRegs).
@@ -142,12 +145,40 @@ struct Fp8ChunkedPromotionMainloop : Base {
     // into the next k-tile (across the loop's back edge) made ptxas serialize every wgmma (C7514, CUDA 13.0), as did
     // a wait skipped on some path. Without Overlap every chunk is waited for before the next one is issued.
     Tensor temp1 = partition_fragment_C(chunk_mma, make_shape(Int<kTileM>{}, Int<kChunkN>{}));  // Overlap only
+    if constexpr (Overlap && Chunks == 1) {
+      // One chunk, overlapped across k-tiles: a pair of k-tiles is waited for, k-tile 0's wgmmas go to temp and
+      // k-tile 1's to temp1, and temp is added while k-tile 1's wgmmas run (wait_group 1); temp1 is added after
+      // them, so nothing is in flight across the loop's back edge. The whole tile's width per wgmma (m64 x n128
+      // for 128x128) reads the A tile once per k-tile, where two chunks read it twice. An odd count's last k-tile
+      // runs alone.
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (; k_tile_count > 1; k_tile_count -= 2) {
+        PipelineState second = smem_pipe_read;
+        ++second;
+        auto token0 = pipeline.consumer_try_wait(smem_pipe_read);
+        pipeline.consumer_wait(smem_pipe_read, token0);
+        auto token1 = pipeline.consumer_try_wait(second);
+        pipeline.consumer_wait(second, token1);
+        issue(temp, smem_pipe_read.index(), 0);
+        issue(temp1, second.index(), 0);
+        warpgroup_wait<1>();
+        add(temp, 0);
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+        warpgroup_wait<0>();
+        add(temp1, 0);
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+        ++second;
+        smem_pipe_read = second;
+      }
+    }
     CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
+    for (; k_tile_count > 0; --k_tile_count) {  // (Overlap with one chunk: at most one k-tile left here)
       auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
       pipeline.consumer_wait(smem_pipe_read, barrier_token);
       int const stage = smem_pipe_read.index();
-      if constexpr (Overlap) {
+      if constexpr (Overlap && Chunks > 1) {
         issue(temp, stage, 0);
         CUTLASS_PRAGMA_UNROLL
         for (int c = 1; c < Chunks; ++c) {
