@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import replace
 
@@ -115,7 +116,6 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
                                            for r in rows],
               "torch per-tensor": [r["us"]["torch_rowwise"] / r["us"]["torch_tensorwise"] for r in rows]}
     if full:
-        from scalemm.cutlass_kernels.configs import sm90
         ratios["the rule as planned now"] = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, sm90.TILE_COST_FULL)]
                                              for r in rows]
         if baseline:  # other costs, every kernel with its bias leaf (the rule before a change)
@@ -140,12 +140,12 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
             xs = [r["us"][label] / r["us"][label + "_nobias"] for r in rows if r["us"].get(label + "_nobias")]
             if xs:
                 print(f"  {label}: no bias leaf over bias leaf {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
-        for cfg in full_kernels().values():  # other cluster shapes over the rule's (--clusters), both leaf variants
-            for other in {k.split("_nobias")[0] for r in rows for k in r["us"]} - set(labels):
-                if other.startswith(f"t{cfg.tile_m}x{cfg.tile_n}x") and other.split("_", 2)[2:] == cfg.label().split("_", 2)[2:]:
-                    for v in ("", "_nobias"):
-                        xs = [r["us"][cfg.label() + v] / r["us"][other + v] for r in rows if r["us"].get(other + v)]
-                        print(f"  {other + v} over {cfg.label() + v}: {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
+        # the rule's kernels in other cluster shapes (--clusters) over the rule's own (2x1), both leaf variants
+        for other in sorted({k.removesuffix("_nobias") for r in rows for k in r["us"] if k.startswith("t1")} - set(labels)):
+            rule = re.sub(r"_c\d+x\d+_", "_c2x1_", other)
+            for v in ("", "_nobias") if rule in labels else ():
+                xs = [r["us"][rule + v] / r["us"][other + v] for r in rows if r["us"].get(other + v)]
+                print(f"  {other + v} over {rule + v}: {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
     elif model:
         def pick(r):
             return min(model.values(), key=lambda e: sm90.predicted_prefill_us(*e, r["M"], r["N"], r["K"], num_sms))
@@ -163,7 +163,8 @@ def main():
     p.add_argument("--points", default="sweep", choices=("sweep", "models", "both"))
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--fit", action="store_true", help="fit a, b, c per kernel to this run's times")
-    p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json: fit and summarize it, no GPU")
+    p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json or fp8_full_rule.json: fit and "
+                   "summarize it, no GPU")
     p.add_argument("--full", action="store_true", help="full accumulation: the TILE_COST_FULL rule and its kernels")
     p.add_argument("--clusters", default="2x1", help="with --full: cluster shapes to time the rule's kernels in")
     p.add_argument("--baseline-costs", default="", help="with --full, e.g. 192=1.28,256=1.70: also summarize the rule "

@@ -633,8 +633,8 @@ def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
         assert (cfg.tile_m, cfg.tile_k, cfg.cluster_m, cfg.schedule) == (128, 128, 2, "cooperative")
         plain = replace(cfg, promotion_chunks=0, promotion_overlap=False)
         assert cfg == configs.sm90.full_accumulation(plain, overlap=True)
-        # two chunks with one's adds beside the other's wgmmas where a second temporary fits (128 and 192 wide)
-        assert (cfg.promotion_chunks, cfg.promotion_overlap) == ((2, True) if cfg.tile_n < 256 else (2, False))
+        # overlapped where a second temporary fits: 128 wide in one chunk over k-tile pairs, 192 in two chunks
+        assert (cfg.promotion_chunks, cfg.promotion_overlap) == {128: (1, True), 192: (2, True), 256: (2, False)}[cfg.tile_n]
         return cfg.tile_n
     assert pick(4096, 4096) == 256 and pick(1024, 4096) == 256 and pick(8192, 8192) == 192
     assert pick(1024, 6144) == 192 and pick(4096, 5376) == 192 and pick(4096, 576) == 192
@@ -668,23 +668,23 @@ def test_full_accumulation_chunks_fit_the_registers():
                  configs.GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True), coop(256, promotion_chunks=4)):
         assert full(keep) == keep
     assert not configs.sm90.usable(coop(256, promotion_chunks=2), fast_accum=True)
-    # overlap (dense): 128 / 192 wide in 2 chunks with two temporaries; 256 (no registers for them) and swap-AB
-    # tiles as without it
-    assert full(coop(128), overlap=True) == coop(128, promotion_chunks=2, promotion_overlap=True)
+    # overlap (dense): 128 wide in 1 chunk over pairs of k-tiles, 192 in 2 chunks, with two temporaries; 256 (no
+    # registers for them) and swap-AB tiles as without it
+    assert full(coop(128), overlap=True) == coop(128, promotion_chunks=1, promotion_overlap=True)
     assert full(coop(192), overlap=True) == coop(192, promotion_chunks=2, promotion_overlap=True)
     assert full(coop(256), overlap=True) == full(coop(256))
     swap = configs.GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)
     assert full(swap, overlap=True) == full(swap)
     for n in (128, 192):
-        assert configs.sm90.accumulator_registers(full(coop(n), overlap=True), fast_accum=False) == n // 2 * 2
+        assert configs.sm90.accumulator_registers(full(coop(n), overlap=True), fast_accum=False) == 192
         assert configs.sm90.usable(full(coop(n), overlap=True), fast_accum=False)
 
 
 def test_promotion_overlap_config():
-    """promotion_overlap: an even chunk count of at least 2, its own kernel name, the mainloop's third template
-    argument, and two temporaries' registers."""
+    """promotion_overlap: one chunk (k-tile pairs) or an even chunk count, its own kernel name, the mainloop's third
+    template argument, and two temporaries' registers."""
     G = configs.GemmConfig
-    for bad in (0, 1, 3):
+    for bad in (0, 3):
         with pytest.raises(ValueError, match="promotion_overlap"):
             G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=bad, promotion_overlap=True)
     cfg = G(128, 192, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True)
@@ -696,6 +696,9 @@ def test_promotion_overlap_config():
     emitted = epi.emit(epi.scaled("bfloat16", bias=True), "bfloat16")
     assert "FP8FastAccum, 2, true>" in cfg.cpp(fast_accum=False, out_dtype="bfloat16", epilogue=emitted)["MAINLOOP_SCHEDULE"]
     assert "FP8FastAccum, 2>" in plain.cpp(fast_accum=False, out_dtype="bfloat16", epilogue=emitted)["MAINLOOP_SCHEDULE"]
+    pairs = G(128, 128, 128, 2, 1, "cooperative", promotion_chunks=1, promotion_overlap=True)
+    assert pairs.key().endswith("_pc1o") and configs.sm90.accumulator_registers(pairs, fast_accum=False) == 64 + 2 * 64
+    assert "FP8FastAccum, 1, true>" in pairs.cpp(fast_accum=False, out_dtype="bfloat16", epilogue=emitted)["MAINLOOP_SCHEDULE"]
 
 
 def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
