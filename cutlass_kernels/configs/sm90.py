@@ -627,10 +627,11 @@ def full_tile_config(tile_n: int) -> GemmConfig:
 def bias_free_full_kernel(config: GemmConfig) -> bool:
     """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
-    three kernels (full_tile_config). H100, prefill points, same process: 128x128 in one chunk over k-tile pairs
-    1.026x faster without it (114 points), 128x192 and 128x256 1.002-1.012x / 0.999-1.005x in two runs. (The
-    128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the epilogue
-    changes the main loop's code was not looked into.) The kernels not measured keep the leaf."""
+    three kernels (full_tile_config). H100, 114 prefill points, each kernel against itself with the leaf in the same
+    process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs, 128x192 0.998-1.012x and 128x256
+    0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
+    earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
+    epilogue changes the main loop's code was not looked into.) The kernels not measured keep the leaf."""
     return config.compiled() in {full_tile_config(n) for n in TILE_COST_FULL}
 
 
