@@ -171,11 +171,12 @@ def test_every_config_is_correct(cfg, M):
 
 
 @pytest.mark.parametrize("cfg", CHUNKED, ids=lambda c: c.key())
-@pytest.mark.parametrize("M,N,K", [(257, 4096, 4096), (1000, 3088, 1040), (4096, 1024, 8192)])
+@pytest.mark.parametrize("M,N,K", [(257, 4096, 4096), (1000, 3088, 1040), (4096, 1024, 8192), (300, 2048, 112)])
 def test_chunked_promotion_matches_cutlass_bit_for_bit(cfg, M, N, K):
     """The chunked promotion adds each k-tile's wgmma sum into fp32 in the same order as CUTLASS's
     promotion every 4 MMAs: its fp32 outputs equal CUTLASS's 128x128 full-accumulation kernel's (partial
-    tiles in M, N and K included), and neither is further from the fp64 product than cuBLASLt allows."""
+    tiles in M, N and K included; K = 1040 an odd k-tile count, K = 112 a single partial k-tile), and neither is
+    further from the fp64 product than cuBLASLt allows."""
     a8, b8, sa, sb = _operands(M, N, K, seed=M + K)
     theirs = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, config=GemmConfig(128, 128, 128, 2, 1, "cooperative"))
     out = _poisoned(M, N, torch.float32)
