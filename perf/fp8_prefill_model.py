@@ -9,6 +9,8 @@ least predicted time waves x (a x K + b) + c. This script measures what the mode
   python perf/fp8_prefill_model.py --points models               # held-out check: the layers of MODEL_PRESETS'
                                                                  # larger models (not in the sweep) at 1024-16384
   python perf/fp8_prefill_model.py --refit results/fp8_prefill_model.json   # fit from saved timings, no GPU
+  python perf/fp8_prefill_model.py --points both --fit --extra t128x128x128_c1x2_ping   # candidates beside the
+                                                                 # model's: fitted on the sweep, checked held out
   python perf/fp8_prefill_model.py --full --points both --fit    # full accumulation: the TILE_COST_FULL rule
                                                                  # (above 128 tokens) and its three kernels, each
                                                                  # also without the preset's bias leaf ("_nobias")
@@ -49,13 +51,25 @@ def points(which: str, max_flop: float):
     return pts
 
 
-def fit(rows, num_sms=132):
-    """(a, b, c) per kernel label: least squares of waves x (a K + b) + c against each kernel's own times,
-    in relative error."""
+def config_of_key(key: str):
+    """The GemmConfig of a plain tile key such as t128x128x128_c1x2_ping (no swap, stream-K or promotion)."""
+    from scalemm.cutlass_kernels.configs import GemmConfig
+    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)", key)
+    if not m:
+        raise SystemExit(f"--extra: {key!r} is not a key like t128x128x128_c1x2_ping")
+    *ints, sched = m.groups()
+    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative")
+
+
+def fit(rows, extra=(), num_sms=132):
+    """(a, b, c) per kernel (PREFILL_TILE_MODEL's and `extra`): least squares of waves x (a K + b) + c against each
+    kernel's own times, in relative error; on the sweep's rows only where `rows` has any, so that the held-out
+    models' rows check it."""
     import torch
     from scalemm.cutlass_kernels.configs import sm90
+    rows = [r for r in rows if not held_out(r)] or rows
     out = {}
-    for cfg, *_ in sm90.PREFILL_TILE_MODEL:
+    for cfg in [c for c, *_ in sm90.PREFILL_TILE_MODEL] + list(extra):
         sel = [r for r in rows if r["us"].get(cfg.label())]
         w = [sm90.tile_waves(cfg, r["M"], r["N"], num_sms) for r in sel]
         X = torch.tensor([[wi * r["K"], wi, 1.0] for wi, r in zip(w, sel)], dtype=torch.float64)
@@ -66,6 +80,13 @@ def fit(rows, num_sms=132):
         print(f"  {cfg.label():<26} a={coef[0]:.4e} b={coef[1]:.3f} c={coef[2]:.3f}  rms error "
               f"{float(err.square().mean().sqrt()):.3f}, max {float(err.abs().max()):.3f} ({len(sel)} points)")
     return out
+
+
+def extra_kernels(rows):
+    """The kernels timed beside PREFILL_TILE_MODEL's (--extra) in saved rows."""
+    from scalemm.cutlass_kernels.configs import sm90
+    model = {c.label() for c, *_ in sm90.PREFILL_TILE_MODEL}
+    return [config_of_key(k) for k in sorted({k for r in rows for k in r["us"] if k.startswith("t1")} - model)]
 
 
 def gm(xs):
@@ -147,9 +168,30 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
                 xs = [r["us"][rule + v] / r["us"][other + v] for r in rows if r["us"].get(other + v)]
                 print(f"  {other + v} over {rule + v}: {gm(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})")
     elif model:
-        def pick(r):
-            return min(model.values(), key=lambda e: sm90.predicted_prefill_us(*e, r["M"], r["N"], r["K"], num_sms))
-        ratios["refitted rule"] = [r["us"]["torch_rowwise"] / r["us"][pick(r)[0].label()] for r in rows]
+        base = {c.label() for c, *_ in sm90.PREFILL_TILE_MODEL}
+
+        def pick(r, entries):
+            return min(entries, key=lambda e: sm90.predicted_prefill_us(*e, r["M"], r["N"], r["K"], num_sms))[0]
+        rules = {"refitted rule": [e for k, e in model.items() if k in base]}
+        if len(model) > len(base):
+            rules["refitted rule + extra kernels"] = list(model.values())
+            ratios["best kernel, extra included"] = [r["us"]["torch_rowwise"] / min(
+                r["us"][k] for k in model if r["us"].get(k)) for r in rows]
+        for name, entries in rules.items():
+            ratios[name] = [r["us"]["torch_rowwise"] / r["us"][pick(r, entries).label()] for r in rows]
+        if any(map(held_out, rows)) and not all(map(held_out, rows)):
+            for part, sel in (("sweep", [r for r in rows if not held_out(r)]),
+                              ("held-out", [r for r in rows if held_out(r)])):
+                cols = {"rule (scalemm)": [r["us"]["scalemm"] for r in sel],
+                        **{name: [r["us"][pick(r, entries).label()] for r in sel] for name, entries in rules.items()}}
+                print(f"  {part} ({len(sel)} points): " + ", ".join(
+                    f"{k} {gm([r['us']['torch_rowwise'] / t for r, t in zip(sel, v)]):.3f} "
+                    f"({min(r['us']['torch_rowwise'] / t for r, t in zip(sel, v)):.3f})" for k, v in cols.items()))
+        for entries in rules.values():
+            picks = {}
+            for r in rows:
+                picks[pick(r, entries).label()] = picks.get(pick(r, entries).label(), 0) + 1
+            print(f"  picks: {picks}")
     print(f"\n{len(rows)} points, geomean (min) of torch._scaled_mm rowwise time / time:")
     out = {}
     for name, xs in ratios.items():
@@ -167,6 +209,8 @@ def main():
                    "summarize it, no GPU")
     p.add_argument("--full", action="store_true", help="full accumulation: the TILE_COST_FULL rule and its kernels")
     p.add_argument("--clusters", default="2x1", help="with --full: cluster shapes to time the rule's kernels in")
+    p.add_argument("--extra", default="", help="without --full: more kernels to time and fit beside the model's, "
+                   "keys such as t128x128x128_c1x2_ping,t128x256x128_c1x2_coop")
     p.add_argument("--baseline-costs", default="", help="with --full, e.g. 192=1.28,256=1.70: also summarize the rule "
                    "with these TILE_COST_FULL values and every kernel's bias leaf")
     p.add_argument("--out", default="results")
@@ -176,16 +220,18 @@ def main():
     if args.refit:
         saved = json.load(open(args.refit))
         full = saved.get("full", False)
-        summarize(saved["rows"], (fit_full if full else fit)(saved["rows"]), full=full, baseline=baseline)
+        model = fit_full(saved["rows"]) if full else fit(saved["rows"], extra_kernels(saved["rows"]))
+        summarize(saved["rows"], model, full=full, baseline=baseline)
         return
     import torch
     from gemm_sweep import time_point
     from scalemm import epilogues as epi
     from scalemm.cutlass_kernels.configs import default_config, sm90
     variants = (("_nobias", epi.scaled(torch.bfloat16, bias=False)),) if args.full else ()
+    extra = [config_of_key(k) for k in args.extra.split(",") if k]
     kernels = ([replace(k, cluster_m=int(c.split("x")[0]), cluster_n=int(c.split("x")[1]))
                 for c in args.clusters.split(",") for k in full_kernels().values()] if args.full
-               else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL])
+               else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL] + extra)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
     for label, M, N, K in points(args.points, args.max_tflop * 1e12):
@@ -195,8 +241,8 @@ def main():
         base = us["torch_rowwise"]
         print(f"{label:<32}{M:>6}{N:>7}{K:>6}  rule {pick:<28} {base / us['scalemm']:.3f}  "
               + " ".join(f"{k}={base / v:.3f}" for k, v in us.items() if k.startswith("t1")), flush=True)
-    summary = summarize(rows, ((fit_full if args.full else fit)(rows)) if args.fit else None, full=args.full,
-                        baseline=baseline)
+    model = (fit_full(rows) if args.full else fit(rows, extra)) if args.fit else None
+    summary = summarize(rows, model, full=args.full, baseline=baseline)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "fp8_full_rule.json" if args.full else "fp8_prefill_model.json")
     json.dump({"gpu": torch.cuda.get_device_name(), "points": args.points, "full": args.full, "rows": rows,

@@ -161,3 +161,20 @@ def test_prefill_model_fit_recovers_its_constants(capsys):
     summary = module.summarize(rows, fitted)
     assert summary["refitted rule"] == summary["rule (scalemm)"] == summary["best kernel of the model"]
     assert "rule (scalemm)" in capsys.readouterr().out
+    # a kernel timed beside the model's (--extra), 10% faster per wave than ping-pong 128x128 in clusters of 2 along
+    # N: fitted from its own times with its N tiles rounded to whole clusters, and picked where it is predicted fastest
+    extra = module.config_of_key("t128x128x128_c1x2_ping")
+    assert (extra.cluster_m, extra.cluster_n, extra.schedule) == (1, 2, "pingpong")
+    _, a, b, c = sm90.PREFILL_TILE_MODEL[0]
+    for r in rows:
+        r["us"][extra.label()] = sm90.predicted_prefill_us(extra, a, 0.9 * b, c, r["M"], r["N"], r["K"], 132)
+    assert [k.label() for k in module.extra_kernels(rows)] == [extra.label()]
+    fitted = module.fit(rows, [extra])
+    assert fitted[extra.label()][2] == pytest.approx(0.9 * b, rel=1e-5)
+    summary = module.summarize(rows, fitted)
+    assert summary["refitted rule"] == summary["rule (scalemm)"]
+    assert summary["refitted rule + extra kernels"]["geomean"] == pytest.approx(
+        summary["best kernel, extra included"]["geomean"], rel=1e-9)
+    assert summary["refitted rule + extra kernels"]["geomean"] > summary["refitted rule"]["geomean"]
+    with pytest.raises(SystemExit, match="--extra"):
+        module.config_of_key("t128x128x128_c1x2_ping_swap")

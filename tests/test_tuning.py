@@ -735,6 +735,9 @@ def test_prefill_rule_takes_the_least_predicted_time():
     cfg = configs.GemmConfig(128, 128, 128, 2, 1, "pingpong")
     assert sm90.tile_waves(cfg, 640, 6144, 132) == 3 and sm90.tile_waves(cfg, 512, 6144, 132) == 2
     assert sm90.tile_waves(configs.GemmConfig(64, 256, 128, 1, 1, "pingpong"), 640, 6144, 132) == 2
+    # clusters of 2 along N round the N tiles the same way: 4 x 33 tiles of 128 x 128 run as 4 x 34 (2 waves, not 1)
+    assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 2, "pingpong"), 512, 33 * 128, 132) == 2
+    assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 1, "pingpong"), 512, 33 * 128, 132) == 1
     # below 1024 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
     assert configs.default_config(1000, 6144, 4096).tile_m == 64
     assert configs.default_config(900, 6144, 4096, num_sms=114).tile_m == 128

@@ -208,11 +208,11 @@ PREFILL_TILE_MODEL = (
 
 
 def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:
-    """Rounds of `num_sms` tiles an M x N output takes under `config` (unswapped), its M tiles rounded up to whole
-    clusters."""
-    m_tiles = -(-M // config.tile_m)
-    m_tiles = -(-m_tiles // config.cluster_m) * config.cluster_m
-    return -(-(m_tiles * -(-N // config.tile_n)) // num_sms)
+    """Rounds of `num_sms` tiles an M x N output takes under `config` (unswapped), its M and N tiles rounded up to
+    whole clusters."""
+    m_tiles = -(-(-(-M // config.tile_m)) // config.cluster_m) * config.cluster_m
+    n_tiles = -(-(-(-N // config.tile_n)) // config.cluster_n) * config.cluster_n
+    return -(-(m_tiles * n_tiles) // num_sms)
 
 
 def predicted_prefill_us(config: GemmConfig, a: float, b: float, c: float, M: int, N: int, K: int,
