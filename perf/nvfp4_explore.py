@@ -35,7 +35,7 @@ from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # 
                                             skinny_config_for_groups,
                                             default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
-                                 grouped_gemm_nvfp4, skinny_by_default, skinny_splits)
+                                 grouped_gemm_nvfp4, skinny_by_default, skinny_problem, skinny_splits)
 
 
 def candidates(M, N, K, which="all"):
@@ -85,11 +85,21 @@ def point(M, N, K, which="all"):
         fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T)}
         for w in ws:  # the prepared copies (wgmma loop, CUTLASS kernel) are made before the graphs are captured
             gemm_nvfp4(x, w, out=out, config=replace(skinny_config_for_tokens(M), mainloop="wgmma"))
-        for c in (replace(skinny_config_for_tokens(M), mainloop=loop) for loop in SKINNY_MAINLOOPS):
-            if which == "wgmma" and c.mainloop == "lean":
+        base = skinny_config_for_tokens(M)
+        loops = [loop for loop in SKINNY_MAINLOOPS if loop != "resident" or base.token_tiles == 1]  # resident: 1 tile
+        for c in (replace(base, mainloop=loop) for loop in loops):
+            if (which == "wgmma" and c.mainloop in ("lean", "resident")) or skinny_problem(M, N, K, c, []):
                 continue
-            fns[c.label()] = (lambda c: lambda i: gemm_nvfp4(x, ws[i], out=out, config=c))(c)
-            fns["w4a4_" + c.label()] = (lambda c: lambda i: gemm_nvfp4(xq, ws[i], out=out, config=c))(c)
+            for name, a in ((c.label(), x), ("w4a4_" + c.label(), xq)):
+                fn = (lambda c, a: lambda i: gemm_nvfp4(a, ws[i], out=out, config=c))(c, a)
+                try:
+                    fn(0)
+                    fns[name] = fn
+                except ValueError as e:  # resident: a split's tokens may not fit its shared memory
+                    print(f"  {name} cannot run: {str(e).splitlines()[0][:100]}", file=sys.stderr)
+        if which == "loops" and default_nvfp4_skinny_config(M, N, K) is not None:  # what a call without a config
+            fns["default"] = lambda i: gemm_nvfp4(x, ws[i], out=out)               # runs (a skinny kernel here)
+            fns["w4a4_default"] = lambda i: gemm_nvfp4(xq, ws[i], out=out)
         if which == "wgmma":
             cutlass = default_nvfp4_config(M, N, K)
             fns["w4a16"] = lambda i: gemm_nvfp4(x, ws[i], out=out, config=cutlass)
@@ -232,7 +242,8 @@ def main():
     p.add_argument("--ms", default=None, help="token counts, comma-separated (default 1,16,64,128,1024,4096)")
     p.add_argument("--candidates", choices=("all", "skinny", "loops", "wgmma", "none"), default="all",
                    help="skinny: only the skinny kernel's splits and the CUTLASS pick (kernels of --set tests); "
-                        "loops: only the skinny kernel's main loops (stepped, lean, wgmma) and bf16, up to 64 tokens; "
+                        "loops: only the skinny kernel's main loops (stepped, lean, wgmma, resident: up to 8), what a "
+                        "call without a config runs (default, w4a4_default) and bf16, up to 64 tokens; "
                         "wgmma: the stepped and wgmma loops, the CUTLASS pick and bf16 (kernels of build_set('decode'))")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")

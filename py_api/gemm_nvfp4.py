@@ -21,6 +21,7 @@ import functools
 import hashlib
 import os
 import weakref
+from dataclasses import replace
 
 import torch
 
@@ -36,7 +37,7 @@ from .formats.nvfp4 import dequantize_nvfp4_grouped
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n
 from .checks import check_options as check_gemm_options
-from .jit import KernelSpec, build
+from .jit import KernelError, KernelSpec, build
 
 __all__ = ["gemm_nvfp4", "prepare_sm90_weight", "nvfp4_gemm_kernel_spec", "default_nvfp4_config", "skinny_splits",
            "dequant_kernel_spec", "skinny_kernel_spec"]
@@ -205,6 +206,16 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
     when it can."""
     if groups is None and M > config.max_tokens:
         return f"M = {M} tokens is more than the {config.key()} kernel's {config.max_tokens}"
+    if config.mainloop == "resident" and K % 32 == 0:
+        # the launcher's rule (resident_bytes in nvfp4_skinny.cuh): a split's token rows of (its chunks of 128 + 8)
+        # 2-byte elements, + 16 of alignment, in abi.kSkinnyResidentTokenBytes. splits=0: the launcher's choice, at
+        # most kSkinnyMaxSplits, so only the most splits are checked here (a refused choice: _gemm_skinny says so)
+        rows, splits = (config.max_tokens if groups is not None else M), config.splits or abi.kSkinnyMaxSplits
+        per_split = -(-(-(-K // 128)) // splits)
+        if rows * (per_split * 128 + 8) * 2 + 16 > abi.kSkinnyResidentTokenBytes:
+            return (f"the resident loop's {rows} token rows of K = {K} in {splits} splits need "
+                    f"{rows * (per_split * 128 + 8) * 2 + 16} bytes of shared memory, more than its "
+                    f"{abi.kSkinnyResidentTokenBytes} (more splits, fewer tokens, or another mainloop)")
     if groups is not None and groups > 65535:
         return f"{groups} groups are more than 65535"
     if K % 32:
@@ -268,10 +279,44 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     return spec, args, decoded  # (decoded: alive until the launch is queued)
 
 
+@functools.lru_cache(maxsize=4096)
+def _resident_chunks_per_split(spec: KernelSpec, n: int, tokens: int, k: int, device: int) -> int:
+    """Chunks of K per CTA the launcher of the resident kernel `spec` plans for a dense W4A4 call of this shape on
+    `device` (its split for splits=0; nothing is read or launched), 0 where it cannot run it; cached per shape."""
+    call = abi.Nvfp4SkinnyGemmArgs(x_scales=1, groups=1, scale_a_mode=abi.kLeafOne, scale_b_mode=abi.kLeafOne,
+                                   bias_mode=abi.kLeafNull, n=n, tokens=tokens, k=k, scale_cols=-(-(k // 16) // 4) * 4,
+                                   splits=0, device=device)
+    got = ctypes.c_int64(0)
+    try:
+        _skinny_splits_fn(spec)(ctypes.byref(abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(call),
+                                                                       splits=ctypes.addressof(got))))
+    except KernelError:
+        return 0
+    return -(-(-(-k // 128)) // got.value) if got.value > 0 else 0
+
+
+def _resident_where_it_pays(config: SkinnyConfig, M, N, K, operands, out_dtype, activation, device: int, configs):
+    """The default's resident loop (NVFP4 activations) where its tokens fit and it pays at the split its launcher
+    plans (configs.resident_pays), else the stepped loop (the tokens decoded in the loop)."""
+    if skinny_problem(M, N, K, config, operands) is None:
+        spec = skinny_kernel_spec(config, act_dtype="nvfp4", out_dtype=out_dtype, activation=activation)
+        if configs.resident_pays(M, _resident_chunks_per_split(spec, N, M, K, device)):
+            return config
+    return replace(config, mainloop="stepped")
+
+
 def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
     """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device)."""
     spec, args, _decoded = _skinny_call(a, b, bias, out, cfg, activation, offsets)
-    _skinny_launcher(spec)(ctypes.byref(args))
+    try:
+        _skinny_launcher(spec)(ctypes.byref(args))
+    except KernelError as e:  # the resident loop's launcher refuses a split of its choice whose tokens do not fit
+        if cfg.mainloop != "resident" or cfg.splits:
+            raise
+        raise ValueError(f"config={cfg.label()} cannot run this GEMM: at the split of K its launcher picks for this GPU "
+                         f"a split's token rows need more than the resident loop's {abi.kSkinnyResidentTokenBytes} "
+                         f"bytes of shared memory; pass splits= (up to {abi.kSkinnyMaxSplits}) to split K further, "
+                         f"or take another mainloop ({e})") from None
     return out
 
 
@@ -412,6 +457,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
         skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=isinstance(a, NVFP4Tensor))
+        if skinny is not None and skinny.mainloop == "resident":
+            skinny = _resident_where_it_pays(skinny, M, N, K, operands, out.dtype if out is not None else out_dtype,
+                                             epilogue, device.index, configs)
         if skinny is not None and skinny_problem(M, N, K, skinny, operands) is None:
             config = skinny
     if out is None:
@@ -537,8 +585,8 @@ def _skinny_build_specs() -> list[KernelSpec]:
               for t in (2, 8) for a in (bf16, f16) for o in (bf16, f16, f32)]  # test_decode_default_dispatch
     return specs + [skinny_kernel_spec(SkinnyConfig(m, mainloop=loop), act_dtype=a, out_dtype=o)  # the other loops
                     for loop in SKINNY_MAINLOOPS if loop != SKINNY_DEFAULT_MAINLOOP
-                    for m in (1, 2, 4, 8) for a in ((bf16,) if loop == "wgmma" else (bf16, "nvfp4"))
-                    for o in (bf16, f32)]
+                    for m in ((1,) if loop == "resident" else (1, 2, 4, 8))
+                    for a in ((bf16,) if loop == "wgmma" else (bf16, "nvfp4")) for o in (bf16, f32)]
 
 
 # ---------------------------------------------------------------------------------------

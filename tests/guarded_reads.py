@@ -8,7 +8,8 @@ virtual memory API: the copy ends at the mapping's last byte (side="tail") or st
 past the end (or before the start) is then an illegal address (CUDA error 700).
 
 That error poisons the CUDA context, so the checks run in a child process:
-`python tests/guarded_reads.py [stepped|lean|wgmma]` (SkinnyConfig.mainloop) runs the skinny kernel on every case with all its
+`python tests/guarded_reads.py [stepped|lean|wgmma|resident]` (SkinnyConfig.mainloop) runs the skinny kernel on every case
+the loop takes (`takes`: "resident" holds one token tile) with all its
 inputs guarded, on both sides, and compares each output with the same kernel's output on ordinary
 tensors (bit for bit: the kernel is deterministic). It prints one line per case and exits 0 only
 if every case ran and matched (the wgmma loop reads W's prepared copy, which scalemm makes itself, and NVFP4
@@ -113,6 +114,23 @@ def _plain_copy(t: torch.Tensor, side: str) -> torch.Tensor:
     return t.clone()
 
 
+def takes(loop: str, tiles: int) -> bool:
+    """Whether main loop `loop` runs kernels of `tiles` token tiles."""
+    from scalemm.cutlass_kernels.configs import SkinnyConfig
+    try:
+        SkinnyConfig(tiles, mainloop=loop)
+    except ValueError:
+        return False
+    return True
+
+
+def cases(loop: str) -> int:
+    """The cases run(loop) runs (each on both sides)."""
+    from scalemm.cutlass_kernels.configs import skinny_config_for_tokens
+    return (sum(takes(loop, skinny_config_for_tokens(c[0]).token_tiles) for c in DENSE_CASES)
+            + sum(takes(loop, c[3]) for c in GROUPED_CASES))
+
+
 def run(loop: str, device: str = "cuda") -> int:
     """device="cpu": the same calls on the reference with plain copies (checks this script, not a kernel)."""
     import scalemm
@@ -121,6 +139,8 @@ def run(loop: str, device: str = "cuda") -> int:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     failures = 0
     for i, (M, N, K, splits, x4) in enumerate(DENSE_CASES):
+        if not takes(loop, skinny_config_for_tokens(M).token_tiles):
+            continue
         w, x = _inputs(M, N, K, x4, i, device)
         cfg = SkinnyConfig(skinny_config_for_tokens(M).token_tiles, splits, loop)
         want = scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg)
@@ -133,6 +153,8 @@ def run(loop: str, device: str = "cuda") -> int:
             print(f"dense M={M} N={N} K={K} splits={splits} {'W4A4' if x4 else 'W4A16'} {side}: "
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)
     for i, (sizes, N, K, tiles, x4) in enumerate(GROUPED_CASES):
+        if not takes(loop, tiles):
+            continue
         G, T = len(sizes), sum(sizes)
         offsets = torch.tensor(sizes, device=device, dtype=torch.int32).cumsum(0).to(torch.int32)
         gen = torch.Generator(device=device).manual_seed(100 + i)

@@ -1,9 +1,12 @@
 """NVFP4-weight GEMMs through scalemm.gemm / scalemm.grouped_gemm on CPU: the reference path and the
 input checks (which run before any kernel on either device). No GPU needed."""
+from dataclasses import replace
+
 import pytest
 import torch
 
 import scalemm
+from scalemm import abi
 from scalemm import reference as ref
 from scalemm.gemm_nvfp4 import _chunk_permutation, prepare_sm90_weight
 from scalemm.cutlass_kernels.configs import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS
@@ -153,18 +156,24 @@ def test_skinny_config_and_heuristic():
     # loop); its wgmma loop at 9-16 tokens on any shape, at 17-32 where N * K <= 2^26 and at 33-64 where
     # N * K <= 2^25; the CUTLASS kernel elsewhere; NVFP4 activations alike (the wgmma loop takes them through
     # the bf16 decode pass)
+    # NVFP4 activations up to 8 tokens: the resident loop (decoded once per CTA; the caller keeps it where the
+    # launcher's split leaves a CTA enough chunks, tests/test_nvfp4_gemm_gpu.py)
     Ms = (0, 1, 8, 9, 16, 17, 64, 65)
-    t1, t2 = SkinnyConfig(1), SkinnyConfig(2)
+    t1, t2, r1 = SkinnyConfig(1), SkinnyConfig(2), SkinnyConfig(1, mainloop="resident")
     w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
     for x4 in (False, True):
-        assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
+        t = r1 if x4 else t1
+        assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, None]
         assert [default_nvfp4_skinny_config(M, 1024, 2048, x4) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
-        assert [default_nvfp4_skinny_config(M, 6144, 4096, x4) for M in Ms] == [t1, t1, t1, w2, w2, w4, w8, None]
+        assert [default_nvfp4_skinny_config(M, 6144, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, None]
         for N, K in ((8192, 8192), (14336, 4096), (8200, 4096), (4096, 8224)):  # N * K in (2^25, 2^26]: to 32
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in (9, 16, 17, 32, 33, 64)] == [
                 w2, w2, w4, w4, None, None]
         for N, K in ((8200, 8192), (28672, 8192), (4096, 16400)):  # larger: 9-16 only
-            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t1, t1, t1, w2, w2, None, None, None]
+            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t, t, t, w2, w2, None, None, None]
+    from scalemm.cutlass_kernels.configs.sm90 import SKINNY_RESIDENT_MIN_CHUNKS as C, resident_pays
+    assert [resident_pays(M, C + M) for M in (1, 8)] == [True, True]
+    assert [resident_pays(M, C + M - 1) for M in (1, 8)] == [False, False] and not resident_pays(1, 0)
     # grouped: the skinny kernel up to 4 rows per expert on average (token tiles for 4x the mean), CUTLASS above;
     # the wgmma loop from 24 rows where an expert has >= 2^23 weights or the experts hold 2 rows on average
     from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_skinny_config as grouped
@@ -185,6 +194,10 @@ def test_skinny_config_and_heuristic():
         with pytest.raises(ValueError, match="mainloop"):
             SkinnyConfig(mainloop=bad)
     assert SkinnyConfig().mainloop == "stepped"  # the default main loop's kernels carry no suffix
+    assert SkinnyConfig(1, 3, "resident").label() == "skinny_t1_resident_s3"
+    for tiles in (2, 4, 8):  # the resident tokens: one tile of 8
+        with pytest.raises(ValueError, match="one token tile"):
+            SkinnyConfig(tiles, mainloop="resident")
     assert [SkinnyConfig(2, 4, m).label() for m in ("stepped", "lean")] == ["skinny_t2_s4", "skinny_t2_lean_s4"]
 
 
@@ -200,6 +213,17 @@ def test_skinny_problem_says_why():
     assert skinny_problem(900, 16, 64, SkinnyConfig(1), [(x, "a")], groups=8) is None  # grouped: any rows
     assert "groups" in skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")], groups=70000)
     assert "contiguous" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4, 64)[:, :32], "a")])
+    # the resident loop: a split's token rows of (its 128-chunks x 128 + 8) bf16 elements (+ 16) in 48 KB
+    res = SkinnyConfig(1, mainloop="resident")
+    assert abi.kSkinnyResidentTokenBytes == 48 * 1024
+    assert skinny_problem(8, 16, 8 * 2944, res, [(x, "a")]) is None  # 8 splits of 23 chunks: 8 x 2952 x 2 + 16
+    why = skinny_problem(8, 16, 8 * 2944 + 32, res, [(x, "a")])  # one more chunk in the first split
+    assert "shared memory" in why and "49152" in why
+    assert skinny_problem(3, 16, 8 * 2944 + 32, res, [(x, "a")]) is None  # fewer tokens fit
+    assert skinny_problem(1, 16, 14336, replace(res, splits=1), [(x, "a")]) is None
+    assert "shared memory" in skinny_problem(8, 16, 4096, replace(res, splits=1), [(x, "a")])
+    assert skinny_problem(8, 16, 4096, replace(res, splits=2), [(x, "a")]) is None
+    assert "shared memory" in skinny_problem(2, 16, 8 * 2944 + 32, res, [(x, "a")], groups=4)  # grouped: 8 rows
 
 
 def test_skinny_config_dense_and_grouped():
@@ -255,10 +279,13 @@ def test_guarded_reads_script_on_cpu(capsys, guarded_reads):
     """tests/guarded_reads.py (run on the GPU by test_skinny_reads_stay_inside_inputs) with plain copies on
     the reference: its cases are valid calls and its container copies keep every field."""
     module = guarded_reads
-    assert module.run("stepped", device="cpu") == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == "0 mismatches"
-    assert sum(line.endswith(": ok") for line in lines) == 2 * (len(module.DENSE_CASES) + len(module.GROUPED_CASES))
+    assert module.cases("stepped") == len(module.DENSE_CASES) + len(module.GROUPED_CASES)
+    assert 0 < module.cases("resident") < module.cases("stepped")  # one token tile: not the 9-16 token cases
+    for loop in ("stepped", "resident"):
+        assert module.run(loop, device="cpu") == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert lines[-1] == "0 mismatches"
+        assert sum(line.endswith(": ok") for line in lines) == 2 * module.cases(loop)
 
 
 def test_skinny_splits_refuses_before_any_kernel():

@@ -246,14 +246,19 @@ def test_weight_first_prepared_inside_a_graph_capture():
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
-SKINNY_LOOPS = ["stepped", "lean", "wgmma"]  # SkinnyConfig.mainloop: the default, the baseline, wgmma
-MMA_SYNC_LOOPS = ["stepped", "lean"]  # the same loads and MMA order: bit-identical outputs
+SKINNY_LOOPS = ["stepped", "lean", "wgmma", "resident"]  # SkinnyConfig.mainloop: the default, the baseline, ...
+MMA_SYNC_LOOPS = ["stepped", "lean", "resident"]  # the same MMAs in the same order: bit-identical outputs
+
+
+def _loop_takes(loop: str, M: int) -> bool:
+    """Whether `loop` runs M tokens in one kernel ("resident": one token tile)."""
+    return loop != "resident" or M <= 8
 SKINNY_NK = [(4096, 4096), (1000, 2080), (72, 96), (8, 4128), (576, 7168)]
 
 
-@pytest.mark.parametrize("M", [1, 5, 8, 9, 16, 17, 33, 64])
+@pytest.mark.parametrize("M,loop", [(M, loop) for loop in SKINNY_LOOPS for M in (1, 5, 8, 9, 16, 17, 33, 64)
+                                    if _loop_takes(loop, M)])
 @pytest.mark.parametrize("N,K", SKINNY_NK)
-@pytest.mark.parametrize("loop", SKINNY_LOOPS)
 def test_skinny_matches_exact_dequant(M, N, K, loop):
     cfg = replace(skinny_config_for_tokens(M), mainloop=loop)
     w = _weights(N, K, "token", seed=N + K + 1)
@@ -279,7 +284,7 @@ def test_skinny_reads_stay_inside_inputs(loop, guarded_reads):
     assert r.returncode == 0, tail  # 700 (illegal address) ends the child with a traceback
     assert lines[-1] == "0 mismatches", tail
     ran = [line for line in lines if line.endswith(": ok")]
-    assert len(ran) == 2 * (len(cases.DENSE_CASES) + len(cases.GROUPED_CASES)), tail  # both sides of every case
+    assert len(ran) == 2 * cases.cases(loop), tail  # both sides of every case the loop takes
 
 
 @pytest.mark.parametrize("N,K", [(4096, 4096), (576, 7168), (4096, 4224), (136, 4192)])  # 136: a partial tile
@@ -291,8 +296,9 @@ def test_skinny_loops_agree_bit_for_bit(N, K):
         x = _wide((M, K), seed=M).to(torch.bfloat16)
         for a in (x, scalemm.quantize_nvfp4(x, scaling="token")):
             base = replace(skinny_config_for_tokens(M), splits=3)
-            outs = [scalemm.gemm(a, w, config=replace(base, mainloop=loop)) for loop in MMA_SYNC_LOOPS]
-            for loop, o in zip(MMA_SYNC_LOOPS[1:], outs[1:]):
+            loops = [loop for loop in MMA_SYNC_LOOPS if _loop_takes(loop, M)]
+            outs = [scalemm.gemm(a, w, config=replace(base, mainloop=loop)) for loop in loops]
+            for loop, o in zip(loops[1:], outs[1:]):
                 assert torch.equal(o, outs[0]), (loop, M)
 
 
@@ -337,13 +343,64 @@ def test_skinny_column_probe(loop):
     assert not bad, f"{len(bad)} of {K} columns wrong: " + "; ".join(bad[:6])
 
 
+def test_skinny_resident_split_rule_is_the_launchers():
+    """skinny_problem's shared-memory rule for the resident loop is the launcher's (plan in nvfp4_skinny.cuh): for a
+    fixed split the launcher accepts or refuses what Python accepts or refuses; with splits=0 a split the launcher
+    picks is accepted only where its tokens fit, and a refused pick is a ValueError naming shared memory."""
+    import ctypes
+    from scalemm import abi
+    from scalemm.gemm_nvfp4 import _skinny_call, _skinny_splits_fn, skinny_problem
+    from scalemm.jit import KernelError
+
+    def launcher_accepts(x, w, cfg):
+        spec, args, _ = _skinny_call(x, w, None, None, cfg, None, out_dtype=torch.bfloat16)
+        got = ctypes.c_int64(-1)
+        try:  # the launcher's plan, without Python's check (a refusal: KernelError)
+            _skinny_splits_fn(spec)(ctypes.byref(abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(args),
+                                                                           splits=ctypes.addressof(got))))
+        except KernelError:
+            return None
+        return got.value
+
+    N = 64
+    for M, K, splits in [(8, 23552, 8), (8, 23584, 8), (3, 23584, 8), (8, 4096, 1), (8, 4096, 2), (1, 14336, 1),
+                         (8, 2080, 1), (8, 23552, 0), (1, 4096, 0)]:
+        w = _weights(N, K, "token", seed=K)
+        x = _wide((M, K), seed=M).to(torch.bfloat16)
+        cfg = SkinnyConfig(1, splits, "resident")
+        got = launcher_accepts(x, w, cfg)
+        if splits:
+            assert (got is not None) == (skinny_problem(M, N, K, cfg, []) is None), (M, K, splits)
+        if got is not None:
+            assert skinny_problem(M, N, K, cfg, []) is None
+            per = -(-(-(-K // 128)) // got)
+            assert M * (per * 128 + 8) * 2 + 16 <= abi.kSkinnyResidentTokenBytes, (M, K, got)
+    # 28672 x 8192 at 8 tokens: the launcher's split leaves more chunks than 8 token rows can hold in 48 KB on an
+    # H100 (1 split of 64); fixed splits that fit run, bit-identical to the stepped loop
+    M, N, K = 8, 28672, 8192
+    w = _weights(N, K, "token", seed=93)
+    x = _wide((M, K), seed=94).to(torch.bfloat16)
+    auto = SkinnyConfig(1, 0, "resident")
+    if launcher_accepts(x, w, auto) is None:
+        with pytest.raises(ValueError, match="shared memory"):
+            scalemm.gemm(x, w, config=auto)
+    out = scalemm.gemm(x, w, out_dtype=torch.float32, config=SkinnyConfig(1, 3, "resident"))
+    assert torch.equal(out, scalemm.gemm(x, w, out_dtype=torch.float32, config=SkinnyConfig(1, 3)))
+    assert _rel_err(out, _exact(x, w)) <= 1e-5
+    with pytest.raises(ValueError, match="shared memory"):
+        scalemm.gemm(x, w, config=SkinnyConfig(1, 2, "resident"))
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert launcher_accepts(x, w, auto) is None
+
+
 @pytest.mark.parametrize("splits", range(0, 9))
 @pytest.mark.parametrize("loop", SKINNY_LOOPS)
 def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
-    M, N, K = 9, 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
+    M = 9 if _loop_takes(loop, 9) else 8  # 9 tokens: two tiles of 8 (the resident loop: one tile, full)
+    N, K = 1000, 2080  # 17 chunks of 128: uneven splits, a CTA tile past N
     w = _weights(N, K, "tensor", seed=51)
     x = _wide((M, K), seed=52).to(torch.bfloat16)
-    cfg = SkinnyConfig(2, splits, loop)  # 9 tokens: two tiles of 8
+    cfg = SkinnyConfig(skinny_config_for_tokens(M).token_tiles, splits, loop)
     out = _poisoned(M, N, torch.float32)
     scalemm.gemm(x, w, out_dtype=torch.float32, out=out, config=cfg)
     assert not out.isnan().any()
@@ -353,7 +410,7 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
 
 @pytest.mark.parametrize("M,via", [(1, "default"), (7, "default"), (16, "default"), (1, "config"), (7, "config"),
                                    (16, "config"), (33, "config"), (7, "lean"), (33, "lean"), (9, "wgmma"),
-                                   (33, "wgmma"), (64, "wgmma")])
+                                   (33, "wgmma"), (64, "wgmma"), (1, "resident"), (7, "resident")])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel's mma.sync loops decode the NVFP4 activations themselves (no bf16 pass); its wgmma loop
@@ -409,7 +466,7 @@ def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
     assert calls == []
 
 
-@pytest.mark.parametrize("loop", ["stepped", "wgmma"])
+@pytest.mark.parametrize("loop", ["stepped", "wgmma", "resident"])
 def test_skinny_graph_replay_sees_new_tokens(loop):
     M, N, K = 4, 4096, 4096
     w = _weights(N, K, "token", seed=81)
@@ -426,6 +483,32 @@ def test_skinny_graph_replay_sees_new_tokens(loop):
     torch.cuda.synchronize()
     assert torch.equal(out, scalemm.gemm(x, w, out_dtype=torch.float32, config=cfg))
     assert _rel_err(out, _exact(x, w)) <= 1e-5
+
+
+def test_skinny_w4a4_default_resident_where_it_pays(monkeypatch):
+    """NVFP4 activations of up to 8 tokens take the resident loop by default where the launcher's split leaves each
+    CTA enough chunks of K (resident_pays; 4096 x 14336: 6 splits of 19 chunks on an H100's 132 SMs), else the
+    stepped loop: few chunks per CTA (4096^2: 4 splits of 8), or tokens that cannot fit its shared memory (K = 2^18:
+    even one token's row of 256 chunks x 128 + 8 elements in each of 8 splits is 64 KB). Never the CUTLASS kernel."""
+    import scalemm.gemm_nvfp4 as g
+    from scalemm.cutlass_kernels.configs.sm90 import resident_pays
+    calls = []
+    real = g._gemm_skinny
+    monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
+    M, expected = 3, []
+    for N, K in ((4096, 14336), (4096, 4096), (128, 1 << 18)):
+        w = _weights(N, K, "token", seed=K)
+        a = scalemm.quantize_nvfp4(_wide((M, K), seed=M).to(torch.bfloat16), scaling="token")
+        out = scalemm.gemm(a, w, out_dtype=torch.float32)
+        assert _rel_err(out, _exact(a, w)) <= 1e-5
+        res = SkinnyConfig(1, mainloop="resident")
+        per = g._resident_chunks_per_split(g.skinny_kernel_spec(res, act_dtype="nvfp4", out_dtype=torch.float32,
+                                                                activation=None), N, M, K, 0)
+        pays = resident_pays(M, per)
+        if torch.cuda.get_device_properties(0).multi_processor_count == 132:  # the splits the docstring names
+            assert pays == (K == 14336), (N, K, per)
+        expected.append(res if pays else SkinnyConfig(1))
+    assert calls == expected
 
 
 def test_skinny_config_refuses_what_it_cannot_run():
@@ -624,8 +707,7 @@ def test_grouped_graph_replay_sees_new_offsets():
 
 @pytest.mark.parametrize("case", list(SIZES))
 @pytest.mark.parametrize("w_scaling", ["tensor", "token"])
-@pytest.mark.parametrize("tiles", [1, 8])
-@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+@pytest.mark.parametrize("tiles,loop", [(t, loop) for loop in SKINNY_LOOPS for t in (1, 8) if _loop_takes(loop, 8 * t)])
 def test_grouped_skinny_w4a16_matches_exact_dequant(case, w_scaling, tiles, loop):
     sizes = SIZES[case]
     G, N, K = len(sizes), 1000, 2080  # N past the 64-row tile, K past the last 128-chunk

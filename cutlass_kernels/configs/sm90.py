@@ -337,7 +337,11 @@ class SkinnyConfig:
     128-byte lines fetched into L2), "lean" (the previous default, the measured baseline: the same
     loads addressed from the chunk index; 1.01-1.18x the time on an H100), "wgmma" (W's prepared copy, its
     scales and the bf16/fp16 tokens streamed through a ring in shared memory, one warpgroup wgmma per k16
-    step whatever the token count; NVFP4 activations reach it decoded exactly to bf16 by one pass). perf/NOTES.md has the loops that were measured and lost."""
+    step whatever the token count; NVFP4 activations reach it decoded exactly to bf16 by one pass), "resident" (one
+    token tile: "stepped" with the CTA's tokens over its split of K held in shared memory, copied, or for NVFP4
+    activations decoded once per CTA, before the loop; bit-identical to "stepped"; a split's tokens must fit
+    abi.kSkinnyResidentTokenBytes: with splits=0, at the split the launcher picks). perf/NOTES.md has the loops that
+    were measured and lost."""
     token_tiles: int = 1
     splits: int = 0
     mainloop: str = "stepped"
@@ -349,6 +353,8 @@ class SkinnyConfig:
             raise ValueError(f"splits must be an int in [0, {SKINNY_MAX_SPLITS}] (0: automatic), got {self.splits!r}")
         if not isinstance(self.mainloop, str) or self.mainloop not in SKINNY_MAINLOOPS:
             raise ValueError(f"mainloop must be one of {tuple(SKINNY_MAINLOOPS)}, got {self.mainloop!r}")
+        if self.mainloop == "resident" and self.token_tiles != 1:
+            raise ValueError(f"mainloop 'resident' holds one token tile (8 tokens), got token_tiles={self.token_tiles}")
 
     @property
     def max_tokens(self) -> int:
@@ -366,7 +372,7 @@ class SkinnyConfig:
 
 SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's N)
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
-SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "wgmma": "kLoopWgmma"}
+SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "wgmma": "kLoopWgmma", "resident": "kLoopResident"}
 SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
@@ -380,6 +386,17 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
     return SkinnyConfig(next(t for t in SKINNY_TOKEN_TILES if M <= 8 * t))
 
 
+# NVFP4 activations of up to 8 tokens: the resident loop (decoded once per CTA) where the launcher's split leaves a CTA
+# at least this many chunks of K plus one per token (`resident_pays`: the staging is a cost per CTA that grows with
+# the tokens, the saving grows with the chunks). H100, 13 layer shapes at 1-8 tokens (perf/NOTES.md, "the resident
+# loop"): at 1 token 2-14% faster than the stepped loop from 16 chunks per CTA, -5% to +6% at 7-11; at 8 tokens
+# +2% at 19-22 chunks, -5% to 0% at 16.
+SKINNY_RESIDENT_MIN_CHUNKS = 12
+
+
+def resident_pays(tokens: int, chunks_per_split: int) -> bool:
+    """Whether the resident loop beats the stepped one for NVFP4 activations (SKINNY_RESIDENT_MIN_CHUNKS)."""
+    return chunks_per_split >= SKINNY_RESIDENT_MIN_CHUNKS + tokens
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
 SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
 SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up to 64 tokens where
@@ -403,8 +420,13 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       them decoded exactly to bf16 by one pass (decoding them in every CTA of the wgmma loop ran up to 2x
       slower than pass + loop; pass + loop against the stepped loop's in-register decode at 16 tokens:
       0.75x the time at 8192^2, 0.92x at 4096 x 14336, within 3% at 4096^2, 2048 x 4096 and 14336 x 4096);
+    - NVFP4 activations up to 8 tokens: the resident loop (the tokens decoded once per CTA into shared memory
+      instead of in every warp and chunk). The caller keeps it where the launcher's split leaves each CTA enough
+      chunks of K (resident_pays) and its tokens fit; else the stepped loop;
     - otherwise the CUTLASS kernel."""
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
+        if nvfp4_activations:
+            return SkinnyConfig(1, mainloop="resident")
         return skinny_config_for_tokens(M)
     small = N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
     if M <= 8 * SKINNY_TOKEN_TILES[-1] and (M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small):

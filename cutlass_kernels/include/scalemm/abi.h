@@ -134,6 +134,10 @@ struct GemmWorkspaceArgs {
 // (dense: one group of all `tokens` rows, tokens <= 8 x the kernel's token tiles; grouped: any rows
 // per group, in blocks of that many), K split over `splits` CTAs of one cluster.
 constexpr int kSkinnyMaxSplits = 8;  // CTAs along K: one portable cluster
+// The "resident" main loop's shared memory for a CTA's tokens (bytes, with 16 of alignment): token rows of
+// (K chunks of the split x 128 + 8) elements of 2 bytes; the launcher refuses a split whose rows exceed it. 48 KB
+// keeps 4 CTAs per SM.
+constexpr int kSkinnyResidentTokenBytes = 49152;
 struct Nvfp4SkinnyGemmArgs {
   void const* weight;         // packed e2m1 codes uint8 [groups * n, k / 2] exactly as the quantizer wrote them
   void const* weight_scales;  // e4m3 block scales of W, 128x4 swizzled, row pitch scale_cols; group g's block at

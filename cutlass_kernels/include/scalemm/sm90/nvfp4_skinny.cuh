@@ -96,8 +96,26 @@ constexpr int kMaxSplits = kSkinnyMaxSplits;
 //    (1.1-1.5x the time: its warps waited on their loads, and a wgmma waits for all 4 warps of the group),
 //    with two accumulator sets or a ring of 3 chunks (no faster), and with a K order giving each lane two
 //    scale blocks per chunk (4x fewer scale conversions; tokens permuted in shared memory: 1.0-1.15x).
-enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3 };
+//  kLoopResident: kLoopStepped with the block's tokens resident in shared memory. Before its main loop the CTA
+//    copies (W4A16, cp.async) or decodes (W4A4, once per CTA instead of in every warp and chunk) the tokens of its
+//    whole chunks of K into shared memory as T, one row per token (kResidentTokenBytes at most: one token tile;
+//    the launcher refuses a split whose rows would not fit); the loop reads each chunk's B
+//    operand from there. The same values in the same MMAs: bit-identical to kLoopStepped. Measured (H100,
+//    perf/NOTES.md "the resident loop"): W4A4 2-16% faster than kLoopStepped at 1 token where a CTA has 16 or more
+//    chunks, level or slower with fewer chunks or more tokens (the staging is a burst of loads and a barrier
+//    before the loop); W4A16 level to 27% slower (its copy saves nothing). scalemm's default takes it for NVFP4
+//    activations where it pays (resident_pays in configs/sm90.py).
+enum : int { kLoopLean = 1, kLoopStepped = 2, kLoopWgmma = 3, kLoopResident = 4 };
 constexpr bool is_wgmma(int loop) { return loop == kLoopWgmma; }
+constexpr bool is_resident(int loop) { return loop == kLoopResident; }
+constexpr int kResidentTokenBytes = kSkinnyResidentTokenBytes;
+// Elements per resident token row for splits of `per_split` chunks (+ 8: 16 bytes, so that rows do not start on
+// the same bank), and the bytes of `rows` such rows of T with their 16-byte alignment.
+__host__ __device__ constexpr int64_t resident_pitch(int64_t per_split) { return per_split * kChunkK + 8; }
+template <class T>
+constexpr int64_t resident_bytes(int64_t rows, int64_t per_split) {
+  return rows * resident_pitch(per_split) * int64_t(sizeof(T)) + 16;
+}
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
@@ -124,6 +142,14 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read)
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -306,13 +332,18 @@ struct TokenChunk {
   uint32_t scales[kTokenTiles];
 };
 
-// The unpredicated loops' token loads of chunk `chunk` (counted from where lt's pointers are).
-template <class T, bool kX4, int kTokenTiles>
+// The unpredicated loops' token loads of chunk `chunk` (counted from where lt's pointers are). kShared: lt.x points
+// into the resident tokens (kLoopResident), T in shared memory.
+template <class T, bool kX4, int kTokenTiles, bool kShared = false>
 __device__ __forceinline__ void load_tokens(TokenChunk<kX4, kTokenTiles>& tc, LeanTokens<T, kTokenTiles> const& lt,
                                             int chunk) {
+  static_assert(!(kShared && kX4), "resident tokens are decoded already");
 #pragma unroll
   for (int m = 0; m < kTokenTiles; ++m) {
-    if constexpr (kX4) {
+    if constexpr (kShared) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tc.x[m][j] = *reinterpret_cast<const uint4*>(lt.x[m] + int64_t(chunk) * kChunkK + 8 * j);
+    } else if constexpr (kX4) {
       tc.x[m][0] = __ldg(reinterpret_cast<const uint4*>(lt.xq[m] + int64_t(chunk) * (kChunkK / 2)));
       tc.scales[m] = __ldg(reinterpret_cast<const uint16_t*>(lt.xs[m] + int64_t(chunk) * 1024));
     } else {
@@ -324,18 +355,20 @@ __device__ __forceinline__ void load_tokens(TokenChunk<kX4, kTokenTiles>& tc, Le
 }
 
 // The MMAs of one chunk. kLean: no predicates (tc holds the chunk's tokens, the chunk lies inside K).
-template <class T, bool kX4, int kTokenTiles, bool kLean = false>
+// kDecodeTokens: tc (or the loads) hold NVFP4 tokens to decode here; false for kX4 with resident tokens.
+template <class T, bool kX4, int kTokenTiles, bool kLean = false, bool kDecodeTokens = kX4>
 __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightChunk const& w, Lane<T, kX4> const& l,
                                           Params const& p, int chunk, int g,
-                                          TokenChunk<kX4, kTokenTiles> const* tc = nullptr) {
+                                          TokenChunk<kDecodeTokens, kTokenTiles> const* tc = nullptr) {
+  static_assert(kDecodeTokens == kX4 || kLean, "only the unpredicated loop takes decoded NVFP4 tokens");
   const bool k_ok = kLean || chunk < l.chunks_ok;
   uint32_t pairs[kN8PerWarp][4];
 #pragma unroll
   for (int t = 0; t < kN8PerWarp; ++t) e4m3x4_to_scale_pairs<T>(w.scales[t], pairs[t]);
-  // kX4: the chunk's codes and scale pair of token 8m + g (decoded per word below)
-  uint4 xcodes[kX4 ? kTokenTiles : 1];
-  uint32_t xpairs[kX4 ? kTokenTiles : 1][4];
-  if constexpr (kX4) {
+  // kDecodeTokens: the chunk's codes and scale pair of token 8m + g (decoded per word below)
+  uint4 xcodes[kDecodeTokens ? kTokenTiles : 1];
+  uint32_t xpairs[kDecodeTokens ? kTokenTiles : 1][4];
+  if constexpr (kDecodeTokens) {
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
       uint32_t sc = 0;
@@ -357,7 +390,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[kTokenTiles][4], WeightCh
     uint32_t b[kTokenTiles][4];   // token 8m + g: the pairs (8j + 2i, 8j + 2i + 1), i = 0..3
 #pragma unroll
     for (int m = 0; m < kTokenTiles; ++m) {
-      if constexpr (kX4) {
+      if constexpr (kDecodeTokens) {
         const uint32_t word = j == 0 ? xcodes[m].x : j == 1 ? xcodes[m].y : j == 2 ? xcodes[m].z : xcodes[m].w;
         const CodeWord cw(word);
 #pragma unroll
@@ -400,14 +433,89 @@ __device__ __forceinline__ void partial_chunk(float (&acc)[kTokenTiles][4], Lane
   }
 }
 
-// The register-ring main loops (kLoopStepped; kLoopLean) over the chunks
+// kLoopResident: the `count` tokens of the block at row `block` (kX4: scale row `scale_row`) over the chunks
+// [c_begin, c_stop) into `staged`, token t's elements of chunk c_begin + i at t * pitch + i * kChunkK (T: W4A16
+// copied by cp.async, W4A4 decoded as mma_chunk decodes them, value * s * 2^-kDecodeShift), by the whole CTA; then
+// its barrier. A unit is one lane quad's 32 elements of one token and chunk; a thread's loads are issued before
+// any of them is decoded.
+template <class T, bool kX4>
+__device__ __forceinline__ void stage_tokens(T* staged, int64_t pitch, Params const& p, int block, int count,
+                                             int scale_row, int c_begin, int c_stop) {
+  constexpr int kBatch = 8;  // units per thread and round: W4A4's loads all in flight before the first decode
+  const int per_token = 4 * max(c_stop - c_begin, 0), units = count * per_token;
+  const int threads = int(blockDim.x);
+  for (int u0 = int(threadIdx.x); u0 < units; u0 += kBatch * threads) {
+    int t[kBatch], c[kBatch], qq[kBatch];  // unit u0 + b * threads: token t, chunk c, lane quad qq
+    bool ok[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int u = u0 + b * threads;
+      ok[b] = u < units;
+      t[b] = ok[b] ? u / per_token : 0;
+      c[b] = c_begin + (ok[b] ? u % per_token : 0) / 4;
+      qq[b] = u % 4;
+    }
+    auto dst = [&](int b) { return staged + t[b] * pitch + int64_t(c[b] - c_begin) * kChunkK + 32 * qq[b]; };
+    if constexpr (kX4) {
+      uint4 codes[kBatch];
+      uint32_t sc[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        codes[b] = make_uint4(0, 0, 0, 0);
+        sc[b] = 0;
+        if (ok[b]) {
+          codes[b] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.x) +
+                                                          int64_t(block + t[b]) * (p.k / 2) +
+                                                          int64_t(c[b]) * (kChunkK / 2) + quad_code_offset(qq[b])));
+          sc[b] = __ldg(reinterpret_cast<const uint16_t*>(p.x_scales + scale_row_offset(scale_row + t[b], p.scale_cols) +
+                                                          quad_scale_offset(qq[b]) + int64_t(c[b]) * 1024));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (ok[b]) {
+          uint32_t pairs[4];
+          e4m3x4_to_scale_pairs<T>(sc[b], pairs);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const CodeWord cw(j == 0 ? codes[b].x : j == 1 ? codes[b].y : j == 2 ? codes[b].z : codes[b].w);
+            *reinterpret_cast<uint4*>(dst(b) + 8 * j) =
+                make_uint4(decode_pair<T>(cw, 0, pairs[j / 2]), decode_pair<T>(cw, 1, pairs[j / 2]),
+                           decode_pair<T>(cw, 2, pairs[j / 2]), decode_pair<T>(cw, 3, pairs[j / 2]));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (ok[b]) {
+          const T* src = static_cast<const T*>(p.x) + int64_t(block + t[b]) * p.k + int64_t(c[b]) * kChunkK + 32 * qq[b];
+          const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst(b)));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) cp_async16(to + 16 * j, src + 8 * j, true);
+        }
+      }
+    }
+  }
+  if constexpr (!kX4) {
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// The register-ring main loops (kLoopStepped, kLoopResident; kLoopLean) over the chunks
 // [c_begin, c_end) of one block of `count` tokens starting at token row `block` (scale row
-// `scale_row`), for lane (g, q) of the warp whose rows start at wrow0.
+// `scale_row`), for lane (g, q) of the warp whose rows start at wrow0. kLoopResident: `staged` holds room for
+// the block's tokens over the split's chunks (resident_bytes).
 template <class T, bool kX4, int kTokenTiles, int kLoop>
 __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, kX4> const& l, Params const& p,
                                           int group, int wrow0, int block, int count, int scale_row, int c_begin,
-                                          int c_end, int g, int q) {
+                                          int c_end, int g, int q, T* staged) {
   constexpr bool kStepped = kLoop != kLoopLean;
+  constexpr bool kResident = is_resident(kLoop);
+  constexpr bool kDecodeTokens = kX4 && !kResident;  // NVFP4 tokens decoded chunk by chunk in every warp
+  static_assert(!kResident || kTokenTiles == 1, "resident tokens: one token tile");
   const int c_full = min(c_end, p.k / kChunkK);  // chunks wholly inside K: every lane's 32 elements exist
   const uint8_t* codes[kN8PerWarp];
   const uint8_t* scales[kN8PerWarp];
@@ -418,18 +526,20 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
     scales[t] = wr.scales + quad_scale_offset(q);
   }
   LeanTokens<T, kTokenTiles> lt = lean_tokens<T, kX4, kTokenTiles>(p, block, count, scale_row, g, q);
+  const int64_t pitch = resident_pitch(p.chunks_per_split);
+  if constexpr (kResident) lt.x[0] = staged + min(g, count - 1) * pitch + 32 * q;  // at chunk c_begin
   // kStepped: the pointers above move to chunk c (c_begin, then each iteration's first chunk) and
   // a load or MMA names its chunk by the offset from c, a constant once the loop is unrolled.
   // Otherwise they stay at chunk 0 and name the chunk itself.
-  auto step = [&](int chunks) {
+  auto step = [&](int chunks, bool tokens = true) {
 #pragma unroll
     for (int t = 0; t < kN8PerWarp; ++t) {
       codes[t] += int64_t(chunks) * (kChunkK / 2);
       scales[t] += int64_t(chunks) * 1024;
     }
 #pragma unroll
-    for (int m = 0; m < kTokenTiles; ++m) {
-      if constexpr (kX4) {
+    for (int m = 0; m < kTokenTiles && tokens; ++m) {
+      if constexpr (kDecodeTokens) {
         lt.xq[m] += int64_t(chunks) * (kChunkK / 2);
         lt.xs[m] += int64_t(chunks) * 1024;
       } else {
@@ -445,21 +555,23 @@ __device__ __forceinline__ void lean_loop(float (&acc)[kTokenTiles][4], Lane<T, 
     }
   };
   const int origin = kStepped ? c_begin : 0;  // the chunk the pointers are at, for the prologue
-  if constexpr (kStepped) step(c_begin);
+  if constexpr (kStepped) step(c_begin, !kResident);  // resident tokens start at chunk c_begin
   WeightChunk ring[kPrefetch];
 #pragma unroll
   for (int i = 0; i < kPrefetch; ++i)
     if (c_begin + i < c_full) load(ring[i], c_begin - origin + i);
+  // the resident tokens, while the ring's first weights are in flight
+  if constexpr (kResident) stage_tokens<T, kX4>(staged, pitch, p, block, count, scale_row, c_begin, c_full);
   // slot i's tokens, loaded for its MMAs (one per slot: the form that was timed; ptxas schedules one
   // reused chunk differently)
-  TokenChunk<kX4, kTokenTiles> tokens[kPrefetch];
+  TokenChunk<kDecodeTokens, kTokenTiles> tokens[kPrefetch];
   for (int c = c_begin; c < c_full; c += kPrefetch) {
     const int at = kStepped ? 0 : c;  // chunk c + i is `at + i` from the pointers
 #pragma unroll
     for (int i = 0; i < kPrefetch; ++i) {
       if (c + i < c_full) {
-        load_tokens(tokens[i], lt, at + i);
-        mma_chunk<T, kX4, kTokenTiles, true>(acc, ring[i], l, p, at + i, g, &tokens[i]);
+        load_tokens<T, kDecodeTokens, kTokenTiles, kResident>(tokens[i], lt, at + i);
+        mma_chunk<T, kX4, kTokenTiles, true, kDecodeTokens>(acc, ring[i], l, p, at + i, g, &tokens[i]);
         if (c + i + kPrefetch < c_full) load(ring[i], at + i + kPrefetch);  // into the registers just read
       }
     }
@@ -483,8 +595,12 @@ template <int kTokenTiles>
 constexpr int kWgmmaStageBytes = 8 * kTokenTiles * 2 * kChunkK + 64 * 64 + 2 * 512;
 template <int kTokenTiles>
 constexpr int kWgmmaStages = std::max(3, std::min(8, 52 * 1024 / kWgmmaStageBytes<kTokenTiles>));
+// kLoopResident: the most its launches ask for (each asks for resident_bytes of its tokens and split); what the
+// occupancy query assumes.
 template <int kTokenTiles, int kLoop>
-constexpr int kDynamicSmem = is_wgmma(kLoop) ? kWgmmaStages<kTokenTiles> * kWgmmaStageBytes<kTokenTiles> + 1024 : 0;
+constexpr int kDynamicSmem = is_wgmma(kLoop)      ? kWgmmaStages<kTokenTiles> * kWgmmaStageBytes<kTokenTiles> + 1024
+                             : is_resident(kLoop) ? kResidentTokenBytes
+                                                  : 0;
 
 // One chunk (two k-tiles) of a lane's prepared weights, rows g and g + 8: words [k-tile][row], each 16 codes
 // (wgmma A elements (row, 16 s + 2q + {0, 1, 8, 9}) of the k-tile's four k16 steps s), and the rows' 4 block
@@ -536,14 +652,6 @@ __device__ __forceinline__ uint64_t token_desc(uint32_t addr) {
   d.bitfield.layout_type_ = 1;  // SWIZZLE_128B
   return d.desc_;
 }
-
-// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read)
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // One k-tile's four RS wgmmas (k16 steps s: A fragments a[s], the tokens' k-tile at shared address `tile`,
 // + 32 bytes per step), committed as one group.
@@ -852,9 +960,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
   static_assert(!kWgmma || !kX4, "the wgmma loop takes bf16/fp16 tokens (NVFP4 ones: decoded by the launcher's pass)");
   static_assert(!kWgmma || kTokens * kPitch * 4 <= kDynamicSmem<kTokenTiles, kLoop> - 1024, "partials fit the stages");
   __shared__ int group_scratch[kGroupScratch];
-  // kWgmma: the token stages (dynamic, aligned here to 1024 for the swizzle), the partials after the main loop
+  // kWgmma: the token stages (dynamic, aligned here to 1024 for the swizzle), the partials after the main loop;
+  // kLoopResident: the resident tokens (aligned here to 16)
   extern __shared__ uint8_t dynamic_smem[];
   uint8_t* stages = nullptr;
+  T* staged = nullptr;
+  if constexpr (is_resident(kLoop)) {
+    const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+    staged = reinterpret_cast<T*>(dynamic_smem + ((16 - at % 16) % 16));
+  }
   float* partial;
   if constexpr (kWgmma) {
     const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
@@ -900,7 +1014,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
       wgmma_loop<T, kTokenTiles>(acc, p, stages, group_of_cta(), n0, block, count, c_begin, c_end, warp, g, q);
     else
       lean_loop<T, kX4, kTokenTiles, kLoop>(acc, lane_src, p, group_of_cta(), n0 + warp * (8 * kN8PerWarp), block, count,
-                                            scale_row + (block - first), c_begin, c_end, g, q);
+                                            scale_row + (block - first), c_begin, c_end, g, q, staged);
 
     // partial sums (x kUnscale, exact) -> shared memory [token][weight row of the tile]: the
     // accumulator of lane (g, q) holds rows g (c0, c1) and g + 8 (c2, c3), tokens 2q and 2q + 1.
@@ -1056,6 +1170,12 @@ void allow_dynamic_smem(int64_t device) {
   }
 }
 
+// kLoopResident: token rows a CTA holds at once, the launch's tokens (dense) or a block's most (grouped)
+template <int kTokenTiles>
+int64_t resident_rows(Nvfp4SkinnyGemmArgs const& a) {
+  return a.offsets != nullptr ? 8 * kTokenTiles : std::min<int64_t>(a.tokens, 8 * kTokenTiles);
+}
+
 // How a launch with arguments `a` runs: `error` (a cudaError_t or kBadArgument) when it cannot, else
 // `splits` CTAs along K of `per_split` chunks each (0 splits: nothing to do, n or tokens is 0).
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size and the SM count, asked
@@ -1068,7 +1188,7 @@ struct Plan {
 
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act>
 Plan plan(Nvfp4SkinnyGemmArgs const& a) {
-  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || is_wgmma(kLoop), "main loop");
+  static_assert(kLoop == kLoopLean || kLoop == kLoopStepped || is_wgmma(kLoop) || is_resident(kLoop), "main loop");
   Plan out;
   const cudaError_t err = cudaSetDevice(int(a.device));  // our static cudart tracks its own device
   if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
@@ -1111,6 +1231,11 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
     splits = choose_splits(tiles * launch_slots(a), chunks, sm_count[a.device], fit,
                            is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
+  // a split's resident tokens must fit kResidentTokenBytes at the split given or chosen (not split further for them:
+  // at more splits than the model's the loop ran 2.5-5% slower than kLoopStepped at the model's, H100)
+  if (is_resident(kLoop) &&
+      resident_bytes<T>(resident_rows<kTokenTiles>(a), (chunks + splits - 1) / splits) > kResidentTokenBytes)
+    return out.error = kBadArgument, out;
   out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   out.splits = out.per_split > 0 ? int((chunks + out.per_split - 1) / out.per_split) : splits;  // no CTA without chunks
   return out;
@@ -1140,8 +1265,10 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
            int(slot_stride(slots))};
   allow_dynamic_smem<T, kX4, Out, kTokenTiles, kLoop, Act>(a.device);
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, kDynamicSmem<kTokenTiles, kLoop>,
-                                                static_cast<cudaStream_t>(a.stream), attr);
+  const int64_t smem = is_resident(kLoop) ? resident_bytes<T>(resident_rows<kTokenTiles>(a), pl.per_split)
+                                          : kDynamicSmem<kTokenTiles, kLoop>;
+  const cudaLaunchConfig_t cfg = cluster_config(pl.splits, tiles, slots, int(smem), static_cast<cudaStream_t>(a.stream),
+                                                attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel_for<T, kX4, Out, kTokenTiles, kLoop, Act>(a.offsets != nullptr), p);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
