@@ -389,7 +389,7 @@ def skinny_config_for_tokens(M: int) -> SkinnyConfig | None:
 # NVFP4 activations of up to 8 tokens: the resident loop (decoded once per CTA) where the launcher's split leaves a CTA
 # at least this many chunks of K plus one per token (`resident_pays`: the staging is a cost per CTA that grows with
 # the tokens, the saving grows with the chunks). H100, 13 layer shapes at 1-8 tokens (perf/NOTES.md, "the resident
-# loop"): at 1 token 2-14% faster than the stepped loop from 16 chunks per CTA, -5% to +6% at 7-11; at 8 tokens
+# loop"): at 1 token 2-16% faster than the stepped loop from 16 chunks per CTA, -5% to +6% at 7-11; at 8 tokens
 # +2% at 19-22 chunks, -5% to 0% at 16.
 SKINNY_RESIDENT_MIN_CHUNKS = 12
 
@@ -397,6 +397,8 @@ SKINNY_RESIDENT_MIN_CHUNKS = 12
 def resident_pays(tokens: int, chunks_per_split: int) -> bool:
     """Whether the resident loop beats the stepped one for NVFP4 activations (SKINNY_RESIDENT_MIN_CHUNKS)."""
     return chunks_per_split >= SKINNY_RESIDENT_MIN_CHUNKS + tokens
+
+
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
 SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
 SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up to 64 tokens where
