@@ -129,14 +129,41 @@ def _groups(offsets, T):
     return out
 
 
-def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False) -> torch.Tensor:
+def _stage_tokens(x4, xs, xcodes, xscales, K, cp, block, count, scale_row0, c_begin, c_stop, pitch):
+    """stage_tokens (kLoopResident): the CTA's units (one lane quad's 32 elements of one token and chunk, unit u ->
+    token u / per_token, chunk c_begin + (u % per_token) / 4, quad u % 4) copied (W4A16) or decoded (W4A4) into the
+    staged rows, token t's element e of chunk c_begin + i at t * pitch + i * 128 + e."""
+    per_token = 4 * max(c_stop - c_begin, 0)
+    staged = [float("nan")] * (count * pitch)
+    for u in range(count * per_token):
+        t, c, qq = u // per_token, c_begin + (u % per_token) // 4, u % 4
+        dst = t * pitch + (c - c_begin) * CHUNK_K + 32 * qq
+        if x4:
+            start = (block + t) * (K // 2) + (c * CHUNK_K) // 2 + 16 * qq
+            r = scale_row0 + t
+            off = ((r // 128) * 128 * cp + (qq // 2) * 512 + 2 * (qq & 1) + (r % 128 % 32) * 16
+                   + (r % 128 // 32) * 4 + c * 1024)
+            for j in range(4):
+                pairs = [_decode_pair(_u32(bytes(xcodes[start + 4 * j:start + 4 * j + 4])), i,
+                                      _scale_pair(xscales[off + j // 2])) for i in range(4)]
+                staged[dst + 8 * j:dst + 8 * j + 8] = [v for pr in pairs for v in pr]
+        else:
+            e0 = (block + t) * K + c * CHUNK_K + 32 * qq
+            staged[dst:dst + 32] = xs[e0:e0 + 32].tolist()
+    return staged
+
+
+def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False, resident=False) -> torch.Tensor:
     """The kernel's arithmetic, lane by lane: fp64 [T, N] = x @ dequant(w)^T * alpha_a * alpha_b (no
     bias) per group; x bf16 [T, K] (W4A16) or NVFP4 (W4A4: kX4, decoded by the lanes like the weights);
     dense (offsets None: w [N, K], T <= 8 * token_tiles) or grouped (w stacked experts, offsets [G]).
     lean: the kernel's main loops (kLoopStepped and kLoopLean: the same loads, addressed two ways),
     whose chunks wholly inside K load without predicates, rows past N reading row N - 1 and tokens
     past the block its last token; the last, partial chunk through the checked loads. lean=False: every
-    load checked (the removed predicated loop; the partial chunk's loads throughout)."""
+    load checked (the removed predicated loop; the partial chunk's loads throughout). resident (kLoopResident, with
+    lean, one token tile): each CTA first stages its block's tokens over its whole chunks (_stage_tokens), and the
+    unpredicated chunks read their B operand from there, row min(g, count - 1)."""
+    assert not resident or (lean and token_tiles == 1)
     x4 = not isinstance(x, torch.Tensor)
     T, K = x.shape
     grouped = offsets is not None
@@ -173,6 +200,10 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False) 
                 for split in range(splits):
                     c_begin = min(split * per_split, chunks)
                     c_end = min(c_begin + per_split, chunks)
+                    pitch = per_split * CHUNK_K + 8  # resident_pitch
+                    staged = (_stage_tokens(x4, None if x4 else xs, xcodes if x4 else None, xscales if x4 else None,
+                                            K, cp, block, count, scale_row0, c_begin, min(c_end, K // CHUNK_K), pitch)
+                              if resident else None)
                     for warp in range(WARPS):
                         acc = [[[0.0] * 4 for _ in range(32)] for _ in range(token_tiles)]
                         for c in range(c_begin, c_end):
@@ -188,7 +219,10 @@ def skinny_model(x, w, token_tiles: int, splits: int, offsets=None, lean=False) 
                                     for m in range(token_tiles):
                                         ok = free or (c < chunks_ok and m < tile_ok)
                                         tok = min(8 * m + g, count - 1) if free else 8 * m + g  # LeanTokens
-                                        if x4:  # Lane.xq / x_scale_offset: codes and a scale pair per token, chunk
+                                        if resident and free:  # lt.x into the staged rows (load_tokens, kShared)
+                                            e0 = tok * pitch + (c - c_begin) * CHUNK_K + 32 * q + 8 * j
+                                            xb[lane, m] = staged[e0:e0 + 8]
+                                        elif x4:  # Lane.xq / x_scale_offset: codes and a scale pair per token, chunk
                                             start = (block + tok) * (K // 2) + 16 * q + c * (CHUNK_K // 2)
                                             r = scale_row0 + tok
                                             off = ((r // 128) * 128 * cp + (q // 2) * 512 + 2 * (q & 1)
@@ -292,6 +326,25 @@ def test_lane_model_reproduces_the_exact_gemm(M, N, K, token_tiles, splits, lean
     got = skinny_model(x, w, token_tiles, splits, lean=lean)
     want = _exact(x, w)
     assert not got.isnan().any(), "outputs the model never wrote"
+    assert ((got - want).norm() / want.norm()).item() < 1e-12
+
+
+@pytest.mark.parametrize("M,N,K,splits,x4", [
+    (3, 72, 288, 2, False),   # a partial last chunk (read from x, not staged), 2 CTAs of 2 and 1 chunks
+    (8, 64, 512, 3, True),    # a full tile of 8 tokens; 4 chunks in CTAs of 2, 2
+    (1, 136, 1024, 1, True),  # one token, 8 chunks in one CTA; rows past the first 128-row scale block
+    (5, 72, 96, 1, False),    # K shorter than a chunk: nothing staged, the checked path only
+])
+def test_lane_model_resident_reproduces_the_exact_gemm(M, N, K, splits, x4):
+    """kLoopResident: the CTA's tokens staged once (copied, or decoded for W4A4) and read from the staged rows."""
+    g = torch.Generator().manual_seed(M * 7 + N + K)
+    w = scalemm.quantize_nvfp4((torch.randn(N, K, generator=g) * 3).to(torch.bfloat16), scaling="token")
+    xf = torch.randn(M, K, generator=g) * torch.rand(M, 1, generator=g).mul(6).sub(3).exp2()
+    x = scalemm.quantize_nvfp4(xf.to(torch.bfloat16), scaling="token") if x4 else xf.to(torch.bfloat16)
+    got = skinny_model(x, w, 1, splits, lean=True, resident=True)
+    assert not got.isnan().any(), "outputs the model never wrote, or staged elements never written"
+    assert torch.equal(got, skinny_model(x, w, 1, splits, lean=True))  # the stepped loop's values, in its order
+    want = _exact(x, w)
     assert ((got - want).norm() / want.norm()).item() < 1e-12
 
 
