@@ -171,7 +171,7 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
         base = {c.label() for c, *_ in sm90.PREFILL_TILE_MODEL}
 
         def pick(r, entries):
-            return min(entries, key=lambda e: sm90.predicted_prefill_us(*e, r["M"], r["N"], r["K"], num_sms))[0]
+            return sm90.prefill_config(r["M"], r["N"], r["K"], num_sms, entries)
         rules = {"refitted rule": [e for k, e in model.items() if k in base]}
         if len(model) > len(base):
             rules["refitted rule + extra kernels"] = list(model.values())

@@ -159,7 +159,9 @@ def test_prefill_model_fit_recovers_its_constants(capsys):
         assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-5, abs=1e-6)
         assert fc == pytest.approx(c, rel=1e-5, abs=1e-6)
     summary = module.summarize(rows, fitted)
-    assert summary["refitted rule"] == summary["rule (scalemm)"] == summary["best kernel of the model"]
+    assert summary["refitted rule"] == summary["rule (scalemm)"]  # the rule of sm90.prefill_config, refitted or not
+    # ... which leaves ping-pong out where it has at most one tile per SM, below the model's own least time there
+    assert summary["best kernel of the model"]["geomean"] >= summary["rule (scalemm)"]["geomean"]
     assert "rule (scalemm)" in capsys.readouterr().out
     # a kernel timed beside the model's (--extra), 10% faster per wave than ping-pong 128x128 in clusters of 2 along
     # N: fitted from its own times with its N tiles rounded to whole clusters, and picked where it is predicted fastest
@@ -173,8 +175,7 @@ def test_prefill_model_fit_recovers_its_constants(capsys):
     assert fitted[extra.label()][2] == pytest.approx(0.9 * b, rel=1e-5)
     summary = module.summarize(rows, fitted)
     assert summary["refitted rule"] == summary["rule (scalemm)"]
-    assert summary["refitted rule + extra kernels"]["geomean"] == pytest.approx(
-        summary["best kernel, extra included"]["geomean"], rel=1e-9)
+    assert summary["best kernel, extra included"]["geomean"] >= summary["refitted rule + extra kernels"]["geomean"]
     assert summary["refitted rule + extra kernels"]["geomean"] > summary["refitted rule"]["geomean"]
     with pytest.raises(SystemExit, match="--extra"):
         module.config_of_key("t128x128x128_c1x2_ping_swap")

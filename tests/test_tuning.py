@@ -367,6 +367,19 @@ def test_candidates_are_valid_kernels():
     assert GemmConfig(128, 256, 128, 2, 1) not in variants
 
 
+def test_extended_wgmma_widths_render_with_the_define():
+    """128x160 and 128x224 tiles need CUTLASS's extended SM90 wgmma shapes (otherwise an m64n32 atom): their kernels
+    define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED before the first include; the other widths' sources are unchanged."""
+    tree = scalemm.epilogues.scaled("bf16")
+    for n in (128, 160, 192, 224, 256):
+        cfg = GemmConfig(128, n, 128, 2, 1, "pingpong" if n <= 192 else "cooperative")
+        lines = gemm_module.gemm_kernel_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0].render().splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("#include"))
+        defined = [i for i, line in enumerate(lines) if line == "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
+        assert defined == ([first - 1] if n in configs.sm90.EXTENDED_MMA_WIDTHS else []), n
+    assert configs.sm90.EXTENDED_MMA_WIDTHS == (160, 224)
+
+
 def test_grouped_candidates_and_plan():
     for T, G in ((8, 8), (100, 8), (512, 8), (16384, 256), (3, 64)):
         for fa in (True, False):
@@ -716,20 +729,25 @@ def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
 
 def test_prefill_rule_takes_the_least_predicted_time():
     """From 1024 tokens (fast accumulation) the rule is PREFILL_TILE_MODEL's least predicted time: ping-pong tiles
-    where K is short (their epilogue hides behind the other warpgroup's mainloop), the cooperative 128x256 only
-    where its waves fit better; the M tiles count in whole clusters; fewer SMs move the threshold down."""
+    where K is short (their epilogue hides behind the other warpgroup's mainloop) and only with more tiles than SMs,
+    the cooperative 128x256 only where its waves fit better, the 160 / 224 widths where they fill N in whole tiles;
+    the M tiles count in whole clusters; fewer SMs move the threshold down."""
     sm90 = configs.sm90
     model = sm90.PREFILL_TILE_MODEL
     assert len({e[0] for e in model}) == len(model) and all(sm90.usable(e[0], fast_accum=True) for e in model)
     for M, N, K in [(1024, 4096, 4096), (4096, 5376, 4096), (8192, 8192, 8192), (16384, 7168, 2048),
-                    (3000, 576, 7168), (2048, 16384, 53248), (1100, 14336, 12288)]:
+                    (3000, 576, 7168), (2048, 16384, 53248), (1100, 14336, 12288), (4096, 576, 7168)]:
         pick = configs.default_config(M, N, K)
-        times = {e[0]: sm90.predicted_prefill_us(*e, M, N, K, 132) for e in model}
+        times = {e[0]: sm90.predicted_prefill_us(*e, M, N, K, 132) for e in model
+                 if e[0].schedule == "cooperative" or sm90.tile_count(e[0], M, N) > 132}
         assert pick in times and times[pick] == min(times.values())
-    # measured winners on an H100 (perf/results/h100/fp8_prefill_pingpong/)
-    assert configs.default_config(16384, 7168, 2048).schedule == "pingpong"       # 0.77x -> 0.98x of torch
-    assert configs.default_config(4096, 5376, 4096).key() == "t128x192x128_c2x1_ping"  # 0.81x -> 1.03x
-    assert configs.default_config(4096, 576, 7168).key() == "t128x192x128_c2x1_coop"   # 1.22x, ping-pong 0.78x
+    # ping-pong with at most one tile per SM is left out: 4096 x 576 in 128 x 160 tiles is 128 tiles
+    assert sm90.tile_count(configs.GemmConfig(128, 160, 128, 2, 1, "pingpong"), 4096, 576) == 128
+    # measured on an H100 (perf/results/h100/fp8_prefill_160/; x: of torch._scaled_mm rowwise)
+    assert configs.default_config(4096, 5120, 2048).key() == "t128x160x128_c2x1_ping"  # 0.90x -> 1.03x
+    assert configs.default_config(16384, 7168, 2048).schedule == "pingpong"
+    assert configs.default_config(4096, 5376, 4096).key() == "t128x192x128_c2x1_ping"  # 1.03x
+    assert configs.default_config(4096, 576, 7168).key() == "t128x192x128_c2x1_coop"   # 1.23x, ping-pong 160 1.13x
     assert configs.default_config(1024, 16384, 53248).key() == "t128x256x128_c2x1_coop"
     # 5 M tiles in clusters of 2 run as 6: 2 waves of 128x128 ping-pong on 6144 / 128 x 6 = 288 tiles, not 240
     cfg = configs.GemmConfig(128, 128, 128, 2, 1, "pingpong")

@@ -21,6 +21,11 @@ NVCC_ARCH = "sm90a"    # the KernelSpec target (nvcc -gencode) these configs' ke
 REFERENCE_SMS = 132    # H100 SXM / H200: the GPUs the heuristics' thresholds were measured on
 
 ELEMENTS = {"e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t"}
+# Tile widths whose wgmma atom is one of CUTLASS's extended SM90 shapes (off by default: without them its builder gives
+# these widths an m64n32 atom); their kernels are compiled with the define before any CUTLASS header. The define does
+# not change the atoms of the other widths (perf/NOTES.md); it is left out of their kernels all the same.
+EXTENDED_MMA_WIDTHS = (160, 224)
+EXTENDED_MMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class GemmConfig:
         # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
         layout = "cutlass::layout::ColumnMajor" if self.swap_ab else "cutlass::layout::RowMajor"
         return {
+            "PRELUDE": EXTENDED_MMA_DEFINE if self.tile_n in EXTENDED_MMA_WIDTHS else "",
             "TILE_M": str(self.tile_m), "TILE_N": str(self.tile_n), "TILE_K": str(self.tile_k),
             "CLUSTER_M": str(self.cluster_m), "CLUSTER_N": str(self.cluster_n),
             "ELEMENT_A": ELEMENTS[element], "ELEMENT_B": ELEMENTS[element],
@@ -192,27 +198,37 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
 # 1024+ tokens, fast accumulation: each candidate's time as waves x (a x K + b) + c microseconds, where waves =
 # ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is scheduled whole, so an
 # odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to its own times at
-# perf/gemm_sweep.py's 53 prefill points on an H100 (perf/results/h100/fp8_prefill_pingpong/). A ping-pong tile is
-# one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps the tensor cores busy, so
-# its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K cost a. Ping-pong
-# wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its waves fit
-# better. Only the order of the predicted times matters; the absolute values are that GPU's.
+# perf/gemm_sweep.py's 53 prefill points on an H100, all kernels in one run (`perf/fp8_prefill_model.py --points both
+# --fit --extra ...`, perf/results/h100/fp8_prefill_160/), and checked on 61 points of four models outside the sweep.
+# A ping-pong tile is one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps the tensor
+# cores busy, so its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K cost a.
+# Ping-pong wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its waves
+# fit better. The 160 and 224 widths (CUTLASS's extended wgmma shapes, EXTENDED_MMA_WIDTHS) fill N = 2880, 5120, 5760,
+# 6400, ... in whole tiles: with them the rule went from 0.994x to 1.008x of torch._scaled_mm rowwise on the sweep (min
+# 0.903 -> 0.932) and from 0.997x to 1.012x held out (min 0.939 -> 0.950) in that run (perf/NOTES.md, "FP8 prefill:
+# 160- and 224-wide tiles"). Only the order of the predicted times matters; the absolute values are that GPU's.
 PREFILL_TILE_MODEL = (
     # (config, a: us per wave per unit of K, b: us per wave, c: us)
-    (GemmConfig(128, 128, 128, 2, 1, "pingpong"), 3.354e-3, 0.306, -0.200),
-    (GemmConfig(128, 192, 128, 2, 1, "pingpong"), 4.772e-3, 0.559, 0.329),
-    (GemmConfig(128, 128, 128, 2, 1, "cooperative"), 3.361e-3, 2.470, -2.333),
-    (GemmConfig(128, 192, 128, 2, 1, "cooperative"), 4.807e-3, 3.307, -3.255),
-    (GemmConfig(128, 256, 128, 2, 1, "cooperative"), 6.329e-3, 4.321, -4.396),
+    (GemmConfig(128, 128, 128, 2, 1, "pingpong"), 3.4926e-3, 0.193, -1.108),
+    (GemmConfig(128, 160, 128, 2, 1, "pingpong"), 4.1523e-3, 0.242, -0.058),
+    (GemmConfig(128, 192, 128, 2, 1, "pingpong"), 4.9025e-3, 0.538, -0.680),
+    (GemmConfig(128, 128, 128, 2, 1, "cooperative"), 3.4506e-3, 2.200, -3.101),
+    (GemmConfig(128, 192, 128, 2, 1, "cooperative"), 4.9036e-3, 3.201, -4.223),
+    (GemmConfig(128, 224, 128, 2, 1, "cooperative"), 5.7197e-3, 3.689, -5.075),
+    (GemmConfig(128, 256, 128, 2, 1, "cooperative"), 6.5259e-3, 3.945, -5.198),
 )
 
 
-def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:
-    """Rounds of `num_sms` tiles an M x N output takes under `config` (unswapped), its M and N tiles rounded up to
-    whole clusters."""
+def tile_count(config: GemmConfig, M: int, N: int) -> int:
+    """Tiles of an M x N output under `config` (unswapped), its M and N tiles rounded up to whole clusters."""
     m_tiles = -(-(-(-M // config.tile_m)) // config.cluster_m) * config.cluster_m
     n_tiles = -(-(-(-N // config.tile_n)) // config.cluster_n) * config.cluster_n
-    return -(-(m_tiles * n_tiles) // num_sms)
+    return m_tiles * n_tiles
+
+
+def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:
+    """Rounds of `num_sms` tiles an M x N output takes under `config` (tile_count)."""
+    return -(-tile_count(config, M, N) // num_sms)
 
 
 def predicted_prefill_us(config: GemmConfig, a: float, b: float, c: float, M: int, N: int, K: int,
@@ -221,9 +237,13 @@ def predicted_prefill_us(config: GemmConfig, a: float, b: float, c: float, M: in
     return tile_waves(config, M, N, num_sms) * (a * K + b) + c
 
 
-def _prefill_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
-    """The PREFILL_TILE_MODEL entry with the least predicted time (ties: the first)."""
-    return min(PREFILL_TILE_MODEL, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
+def prefill_config(M: int, N: int, K: int, num_sms: int, model=PREFILL_TILE_MODEL) -> GemmConfig:
+    """The entry of `model` (PREFILL_TILE_MODEL's form) with the least predicted time (ties: the first), ping-pong
+    only with more tiles than SMs: a ping-pong CTA hides one warpgroup's epilogue behind the other's mainloop only when
+    it has two tiles (in the run the model was fitted on, its one pick with fewer, 128x160 ping-pong for DeepSeek-V3's
+    kv_a at 4096 tokens, 128 tiles, took 1.09x the cooperative 128x192's time)."""
+    entries = [e for e in model if e[0].schedule != "pingpong" or tile_count(e[0], M, N) > num_sms]
+    return min(entries, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
 
 
 # 17-128 tokens, fast accumulation: the time of a tile half as wide along the tokens relative to the full-width one
@@ -300,7 +320,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         return full_tile_config(_tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL))
     if M >= 1024 * per_sm:
-        return _prefill_config(M, N, K, num_sms)
+        return prefill_config(M, N, K, num_sms)
     if N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
@@ -669,7 +689,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
     stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
-    ping-pong 64x256, 128x128 (2x1, 1x2) and 128x192 (2x1), and cooperative 256x128. With full accumulation the cooperative tiles take scalemm's chunked
+    ping-pong 64x256, 128x128 (2x1, 1x2), 128x160 and 128x192 (2x1), and cooperative 256x128 and 128x224. With full
+    accumulation the cooperative tiles take scalemm's chunked
     promotion (`full_accumulation`), and CUTLASS's 128x192 stays a candidate. Tiles that would spill in
     this accumulation mode are left out (`usable`)."""
     out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
@@ -692,6 +713,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
                 GemmConfig(256, 128, 128, 2, 1, coop),
                 GemmConfig(128, 128, 128, 2, 1, pp), GemmConfig(128, 128, 128, 1, 2, pp),
                 GemmConfig(128, 192, 128, 2, 1, pp)]
+        if fast_accum:  # the extended widths of PREFILL_TILE_MODEL
+            out += [GemmConfig(128, 160, 128, 2, 1, pp), GemmConfig(128, 224, 128, 2, 1, coop)]
     if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
         out = [full_accumulation(c) for c in out] + ([GemmConfig(128, 192, 128, 2, 1, coop)] if M > 128 else [])
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
