@@ -284,11 +284,11 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       warpgroup's epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
       the idle SMs it fills.)
     - Fast accumulation from here (full accumulation: the last point):
-    - 1024 tokens or more: the ping-pong 128 x (128, 192) or cooperative 128 x (128, 192, 256) tile (clusters
-      of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost). Ping-pong
-      hides each tile's epilogue behind the other warpgroup's mainloop. H100, same run: 0.99x of
-      torch._scaled_mm rowwise over the sweep's prefill points where the rule it replaced gave 0.94x, and
-      0.99x against 0.88x at 28 held-out points of 2048-8192 tokens (perf/NOTES.md).
+    - 1024 tokens or more: the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224, 256) tile
+      (clusters of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost;
+      ping-pong only with more tiles than SMs: `prefill_config`). Ping-pong hides each tile's epilogue behind the
+      other warpgroup's mainloop. H100, the rule as the default: 1.010x of torch._scaled_mm rowwise over the sweep's
+      53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles").
     - 129-1023 tokens with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a wider
       tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
