@@ -590,7 +590,8 @@ TUNING_CANDIDATES = {
               GemmConfig(128, 256, 128, 2, 1, "cooperative", swizzle=4),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="m", swizzle=2),
               GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="n", swizzle=2),
-              GemmConfig(128, 128, 128, 2, 1, "pingpong"), GemmConfig(128, 192, 128, 2, 1, "pingpong")],
+              GemmConfig(128, 128, 128, 2, 1, "pingpong"), GemmConfig(128, 192, 128, 2, 1, "pingpong"),
+              GemmConfig(128, 160, 128, 2, 1, "pingpong"), GemmConfig(128, 224, 128, 2, 1, "cooperative")],
 }
 
 
