@@ -52,13 +52,14 @@ def points(which: str, max_flop: float):
 
 
 def config_of_key(key: str):
-    """The GemmConfig of a plain tile key such as t128x128x128_c1x2_ping (no swap, stream-K or promotion)."""
+    """The GemmConfig of a tile key such as t128x128x128_c1x2_ping or t128x128x128_c1x1_coop_sk (stream-K; no swap
+    or promotion)."""
     from scalemm.cutlass_kernels.configs import GemmConfig
-    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)", key)
+    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)(_sk)?", key)
     if not m:
         raise SystemExit(f"--extra: {key!r} is not a key like t128x128x128_c1x2_ping")
-    *ints, sched = m.groups()
-    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative")
+    *ints, sched, sk = m.groups()
+    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative", stream_k=bool(sk))
 
 
 def fit(rows, extra=(), num_sms=132):

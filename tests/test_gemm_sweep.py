@@ -179,3 +179,5 @@ def test_prefill_model_fit_recovers_its_constants(capsys):
     assert summary["refitted rule + extra kernels"]["geomean"] > summary["refitted rule"]["geomean"]
     with pytest.raises(SystemExit, match="--extra"):
         module.config_of_key("t128x128x128_c1x2_ping_swap")
+    assert module.config_of_key("t128x128x128_c1x1_coop_sk").stream_k  # stream-K kernels too
+    assert module.config_of_key("t128x128x128_c1x1_coop_sk").key() == "t128x128x128_c1x1_coop_sk"
