@@ -33,6 +33,7 @@ import math
 import os
 import re
 import sys
+from collections import Counter
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +73,9 @@ def fit(rows, extra=(), num_sms=132):
     out = {}
     for cfg in [c for c, *_ in sm90.PREFILL_TILE_MODEL] + list(extra):
         sel = [r for r in rows if r["us"].get(cfg.label())]
+        if not sel:  # a saved run from before this kernel was in the model
+            print(f"  {cfg.label():<26} not timed in these rows: left out")
+            continue
         w = [sm90.tile_waves(cfg, r["M"], r["N"], num_sms) for r in sel]
         X = torch.tensor([[wi * r["K"], wi, 1.0] for wi, r in zip(w, sel)], dtype=torch.float64)
         y = torch.tensor([r["us"][cfg.label()] for r in sel], dtype=torch.float64)
@@ -113,6 +117,17 @@ def held_out(r) -> bool:
     return r["layer"].split(".")[0] in HELD_OUT_MODELS
 
 
+def print_split(rows, columns):
+    """Geomean (min) of torch rowwise time / each column's time (name -> fn(row) -> us) on the sweep's rows and on the
+    held-out models' rows, when `rows` has both."""
+    if not any(map(held_out, rows)) or all(map(held_out, rows)):
+        return
+    for part, sel in (("sweep", [r for r in rows if not held_out(r)]), ("held-out", [r for r in rows if held_out(r)])):
+        print(f"  {part} ({len(sel)} points): " + ", ".join(
+            f"{name} {gm(xs):.3f} ({min(xs):.3f})"
+            for name, xs in ((name, [r["us"]["torch_rowwise"] / us(r) for r in sel]) for name, us in columns.items())))
+
+
 def fit_full(rows, num_sms=132):
     """TILE_COST_FULL (128 = 1) with the best geomean on a grid of 0.01 (the first best in grid order), each pick
     timed with the bias leaf gemm.bias_leaf plans, fitted to the sweep's rows only where `rows` has any, so that the
@@ -149,15 +164,9 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
                           f"({min(xs):.3f})")
         if model:
             ratios["refitted rule"] = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, model)] for r in rows]
-            if any(map(held_out, rows)) and not all(map(held_out, rows)):
-                for name, sel in (("sweep", [r for r in rows if not held_out(r)]),
-                                  ("held-out", [r for r in rows if held_out(r)])):
-                    cols = {"rule (scalemm)": [r["us"]["scalemm"] for r in sel],
-                            "as planned now": [r["us"][full_pick(r, sm90.TILE_COST_FULL)] for r in sel],
-                            "refitted": [r["us"][full_pick(r, model)] for r in sel]}
-                    print(f"  {name} ({len(sel)} points): " + ", ".join(
-                        f"{k} {gm([r['us']['torch_rowwise'] / t for r, t in zip(sel, v)]):.3f} "
-                        f"({min(r['us']['torch_rowwise'] / t for r, t in zip(sel, v)):.3f})" for k, v in cols.items()))
+            print_split(rows, {"rule (scalemm)": lambda r: r["us"]["scalemm"],
+                               "as planned now": lambda r: r["us"][full_pick(r, sm90.TILE_COST_FULL)],
+                               "refitted": lambda r: r["us"][full_pick(r, model)]})
         for label in labels:  # each kernel without its bias leaf over with it
             xs = [r["us"][label] / r["us"][label + "_nobias"] for r in rows if r["us"].get(label + "_nobias")]
             if xs:
@@ -180,19 +189,11 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
                 r["us"][k] for k in model if r["us"].get(k)) for r in rows]
         for name, entries in rules.items():
             ratios[name] = [r["us"]["torch_rowwise"] / r["us"][pick(r, entries).label()] for r in rows]
-        if any(map(held_out, rows)) and not all(map(held_out, rows)):
-            for part, sel in (("sweep", [r for r in rows if not held_out(r)]),
-                              ("held-out", [r for r in rows if held_out(r)])):
-                cols = {"rule (scalemm)": [r["us"]["scalemm"] for r in sel],
-                        **{name: [r["us"][pick(r, entries).label()] for r in sel] for name, entries in rules.items()}}
-                print(f"  {part} ({len(sel)} points): " + ", ".join(
-                    f"{k} {gm([r['us']['torch_rowwise'] / t for r, t in zip(sel, v)]):.3f} "
-                    f"({min(r['us']['torch_rowwise'] / t for r, t in zip(sel, v)):.3f})" for k, v in cols.items()))
+        print_split(rows, {"rule (scalemm)": lambda r: r["us"]["scalemm"],
+                           **{name: (lambda e: lambda r: r["us"][pick(r, e).label()])(entries)
+                              for name, entries in rules.items()}})
         for entries in rules.values():
-            picks = {}
-            for r in rows:
-                picks[pick(r, entries).label()] = picks.get(pick(r, entries).label(), 0) + 1
-            print(f"  picks: {picks}")
+            print(f"  picks: {dict(Counter(pick(r, entries).label() for r in rows))}")
     print(f"\n{len(rows)} points, geomean (min) of torch._scaled_mm rowwise time / time:")
     out = {}
     for name, xs in ratios.items():

@@ -212,10 +212,11 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
         # most kSkinnyMaxSplits, so only the most splits are checked here (a refused choice: _gemm_skinny says so)
         rows, splits = (config.max_tokens if groups is not None else M), config.splits or abi.kSkinnyMaxSplits
         per_split = -(-(-(-K // 128)) // splits)
-        if rows * (per_split * 128 + 8) * 2 + 16 > abi.kSkinnyResidentTokenBytes:
-            return (f"the resident loop's {rows} token rows of K = {K} in {splits} splits need "
-                    f"{rows * (per_split * 128 + 8) * 2 + 16} bytes of shared memory, more than its "
-                    f"{abi.kSkinnyResidentTokenBytes} (more splits, fewer tokens, or another mainloop)")
+        need = rows * (per_split * 128 + 8) * 2 + 16
+        if need > abi.kSkinnyResidentTokenBytes:
+            return (f"the resident loop's {rows} token rows of K = {K} in {splits} splits need {need} bytes of shared "
+                    f"memory, more than its {abi.kSkinnyResidentTokenBytes} (more splits, fewer tokens, or another "
+                    f"mainloop)")
     if groups is not None and groups > 65535:
         return f"{groups} groups are more than 65535"
     if K % 32:

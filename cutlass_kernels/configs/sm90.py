@@ -22,8 +22,10 @@ REFERENCE_SMS = 132    # H100 SXM / H200: the GPUs the heuristics' thresholds we
 
 ELEMENTS = {"e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t"}
 # Tile widths whose wgmma atom is one of CUTLASS's extended SM90 shapes (off by default: without them its builder gives
-# these widths an m64n32 atom); their kernels are compiled with the define before any CUTLASS header. The define does
-# not change the atoms of the other widths (perf/NOTES.md); it is left out of their kernels all the same.
+# these widths an m64n32 atom); their dense kernels (templates/gemm_sm90.cu's PRELUDE) are compiled with the define
+# before any CUTLASS header. The define does not change the atoms of the other widths (perf/NOTES.md); it is left out
+# of their kernels all the same. The grouped template has no PRELUDE: a grouped 160/224 tile (never picked or tuned)
+# keeps the m64n32 atom, correct but slow.
 EXTENDED_MMA_WIDTHS = (160, 224)
 EXTENDED_MMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
 
@@ -221,9 +223,10 @@ PREFILL_TILE_MODEL = (
 
 def tile_count(config: GemmConfig, M: int, N: int) -> int:
     """Tiles of an M x N output under `config` (unswapped), its M and N tiles rounded up to whole clusters."""
-    m_tiles = -(-(-(-M // config.tile_m)) // config.cluster_m) * config.cluster_m
-    n_tiles = -(-(-(-N // config.tile_n)) // config.cluster_n) * config.cluster_n
-    return m_tiles * n_tiles
+    def whole_clusters(extent, tile, cluster):
+        tiles = -(-extent // tile)
+        return -(-tiles // cluster) * cluster
+    return whole_clusters(M, config.tile_m, config.cluster_m) * whole_clusters(N, config.tile_n, config.cluster_n)
 
 
 def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:

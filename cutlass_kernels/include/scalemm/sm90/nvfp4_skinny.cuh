@@ -1231,12 +1231,11 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
     splits = choose_splits(tiles * launch_slots(a), chunks, sm_count[a.device], fit,
                            is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
+  out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   // a split's resident tokens must fit kResidentTokenBytes at the split given or chosen (not split further for them:
   // at more splits than the model's the loop ran 2.5-5% slower than kLoopStepped at the model's, H100)
-  if (is_resident(kLoop) &&
-      resident_bytes<T>(resident_rows<kTokenTiles>(a), (chunks + splits - 1) / splits) > kResidentTokenBytes)
+  if (is_resident(kLoop) && resident_bytes<T>(resident_rows<kTokenTiles>(a), out.per_split) > kResidentTokenBytes)
     return out.error = kBadArgument, out;
-  out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
   out.splits = out.per_split > 0 ? int((chunks + out.per_split - 1) / out.per_split) : splits;  // no CTA without chunks
   return out;
 }
