@@ -9,6 +9,7 @@ least predicted time waves x (a x K + b) + c. This script measures what the mode
   python perf/fp8_prefill_model.py --points models               # held-out check: the layers of MODEL_PRESETS'
                                                                  # larger models (not in the sweep) at 1024-16384
   python perf/fp8_prefill_model.py --refit results/fp8_prefill_model.json   # fit from saved timings, no GPU
+  python perf/fp8_prefill_model.py --points narrow --extra t128x96x128_c2x1_coop   # narrow outputs (NARROW_LAYERS)
   python perf/fp8_prefill_model.py --points both --fit --extra t128x128x128_c1x2_ping   # candidates beside the
                                                                  # model's: fitted on the sweep, checked held out
   python perf/fp8_prefill_model.py --full --points both --fit    # full accumulation: the TILE_COST_FULL rule
@@ -39,6 +40,11 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 HELD_OUT_MODELS = ("llama3-405b", "mistral-large-2", "gemma-3-27b", "gpt-oss-120b")
+# --points narrow: real layers whose output is narrow (N <= 2048), unfused k / v projections and DeepSeek-V3's MLA down
+# projections, where 128x128 tiles leave SMs idle at 1024-4096 tokens: (label, N, K)
+NARROW_LAYERS = (("llama3-8b.k", 1024, 4096), ("llama3-70b.k", 1024, 8192), ("qwen2.5-7b.k", 512, 3584),
+                 ("qwen3-30b-a3b.k", 512, 2048), ("gemma-3-27b.k", 2048, 5376), ("dsv3.q_a", 1536, 7168),
+                 ("dsv3.kv_a", 576, 7168), ("qwen3-30b-a3b.o", 2048, 4096))
 
 
 def points(which: str, max_flop: float):
@@ -49,6 +55,8 @@ def points(which: str, max_flop: float):
     if which in ("models", "both"):
         pts += [(f"{m}.{layer}", M, N, K) for m in HELD_OUT_MODELS for layer, (N, K) in model_linear_shapes(m).items()
                 for M in (1024, 2048, 4096, 8192, 16384) if 2 * M * N * K <= max_flop]
+    if which == "narrow":
+        pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in (1024, 2048, 4096)]
     return pts
 
 
@@ -204,7 +212,7 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both"))
+    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both", "narrow"))
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--fit", action="store_true", help="fit a, b, c per kernel to this run's times")
     p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json or fp8_full_rule.json: fit and "

@@ -6,7 +6,7 @@ import scalemm
 from scalemm import epilogues as epi
 from scalemm.__main__ import chunked_promotion_test_configs
 from scalemm.cutlass_kernels import GemmConfig, default_config
-from scalemm.cutlass_kernels.configs.sm90 import PREFILL_TILE_MODEL
+from scalemm.cutlass_kernels.configs.sm90 import PREFILL_NARROW_TILE, PREFILL_TILE_MODEL
 
 pytestmark = pytest.mark.gpu
 E4M3 = torch.float8_e4m3fn
@@ -92,11 +92,11 @@ def test_decode_heuristic_token_tiles(M, N, tile):
     assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
 
 
-@pytest.mark.parametrize("cfg", [entry[0] for entry in PREFILL_TILE_MODEL], ids=lambda c: c.key())
+@pytest.mark.parametrize("cfg", [entry[0] for entry in PREFILL_TILE_MODEL] + [PREFILL_NARROW_TILE], ids=lambda c: c.key())
 @pytest.mark.parametrize("M,N,K", [(1100, 4096, 4096), (2049, 3088, 1040), (4096, 576, 7168)])
 def test_prefill_tiles_are_correct(cfg, M, N, K):
-    """Every tile the prefill rule can pick (fast accumulation; ping-pong 128 x 128/192 and cooperative 128 x
-    128/192/256 in clusters of 2), with an odd count of M tiles (one cluster half out of bounds), partial N and K
+    """Every tile the prefill rule can pick (fast accumulation; ping-pong 128 x 128/160/192, cooperative 128 x
+    128/192/224/256 and the narrow 128x64, in clusters of 2), with an odd count of M tiles (one cluster half out of bounds), partial N and K
     tiles and a narrow N: every output written, within the fast-accumulation tolerance, bias and fp32 output
     included."""
     a8, b8, sa, sb = _operands(M, N, K, seed=M + N + K)

@@ -141,16 +141,16 @@ def test_sweep_layers_filter(sweep, monkeypatch, tmp_path):
 
 def test_prefill_model_fit_recovers_its_constants(capsys):
     """perf/fp8_prefill_model.py's fit, on times made up from PREFILL_TILE_MODEL itself: it recovers every kernel's
-    a, b, c, the refitted rule picks what default_config picks, and the summary names the rule's geomean."""
+    a, b, c, the refitted rule picks what sm90.prefill_config picks, and the summary names the rule's geomean."""
     path = SWEEP.parent / "fp8_prefill_model.py"
     spec = importlib.util.spec_from_file_location("fp8_prefill_model_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from scalemm.cutlass_kernels.configs import default_config, sm90
+    from scalemm.cutlass_kernels.configs import sm90
     rows = []
     for _, M, N, K in module.points("both", 4e12):
         us = {e[0].label(): sm90.predicted_prefill_us(*e, M, N, K, 132) for e in sm90.PREFILL_TILE_MODEL}
-        us.update(scalemm=us[default_config(M, N, K).label()], torch_rowwise=100.0, torch_tensorwise=100.0)
+        us.update(scalemm=us[sm90.prefill_config(M, N, K, 132).label()], torch_rowwise=100.0, torch_tensorwise=100.0)
         rows.append({"layer": "x", "M": M, "N": N, "K": K, "us": us})
     assert len(rows) > 100
     fitted = module.fit(rows)

@@ -756,6 +756,16 @@ def test_prefill_rule_takes_the_least_predicted_time():
     # clusters of 2 along N round the N tiles the same way: 4 x 33 tiles of 128 x 128 run as 4 x 34 (2 waves, not 1)
     assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 2, "pingpong"), 512, 33 * 128, 132) == 2
     assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 1, "pingpong"), 512, 33 * 128, 132) == 1
+    # narrow outputs: the cooperative 128x64 where 128x128 tiles busy at most half the SMs and 128x64 ones fit one wave
+    # (perf/results/h100/fp8_prefill_narrow/: llama3-8b k at 1024 tokens 0.98x -> 1.11x, DeepSeek-V3 kv_a 0.98x -> 1.29x)
+    narrow = sm90.PREFILL_NARROW_TILE
+    assert (narrow.tile_m, narrow.tile_n, narrow.schedule) == (128, 64, "cooperative") and sm90.usable(narrow, fast_accum=True)
+    for M, N in [(1024, 1024), (1024, 576), (1024, 512), (2048, 512)]:  # 64 / 40 / 32 / 64 tiles of 128x128
+        assert configs.default_config(M, N, 4096) == narrow
+    for M, N in [(1024, 1536), (2048, 576), (2048, 1024), (4096, 512)]:  # 96 / 80 / 128 / 128 tiles of 128x128
+        assert configs.default_config(M, N, 7168) != narrow
+    assert configs.default_config(1024, 1024, 4096, num_sms=114) != narrow  # 128 narrow tiles: two waves on 114 SMs
+    assert configs.default_config(1024, 1024, 4096, fast_accum=False).tile_n != 64  # full accumulation: its own rule
     # below 1024 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
     assert configs.default_config(1000, 6144, 4096).tile_m == 64
     assert configs.default_config(900, 6144, 4096, num_sms=114).tile_m == 128
