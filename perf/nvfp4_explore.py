@@ -71,7 +71,7 @@ def auto_splits(M, N, K):
     return skinny_splits(torch.ones(M, K, device="cuda", dtype=torch.bfloat16), w, cfg)
 
 
-def point(M, N, K, which="all"):
+def point(M, N, K, which="all", loops=tuple(SKINNY_MAINLOOPS)):
     copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K * 0.5625))))
     g = torch.Generator(device="cuda").manual_seed(M + N)
     ws = [scalemm.quantize_nvfp4(torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16), scaling="token")
@@ -86,7 +86,7 @@ def point(M, N, K, which="all"):
         for w in ws:  # the prepared copies (wgmma loop, CUTLASS kernel) are made before the graphs are captured
             gemm_nvfp4(x, w, out=out, config=replace(skinny_config_for_tokens(M), mainloop="wgmma"))
         base = skinny_config_for_tokens(M)
-        loops = [loop for loop in SKINNY_MAINLOOPS if loop != "resident" or base.token_tiles == 1]  # resident: 1 tile
+        loops = [loop for loop in loops if loop != "resident" or base.token_tiles == 1]  # resident: 1 tile
         for c in (replace(base, mainloop=loop) for loop in loops):
             if (which == "wgmma" and c.mainloop in ("lean", "resident")) or skinny_problem(M, N, K, c, []):
                 continue
@@ -245,6 +245,8 @@ def main():
                         "loops: only the skinny kernel's main loops (stepped, lean, wgmma, resident: up to 8), what a "
                         "call without a config runs (default, w4a4_default) and bf16, up to 64 tokens; "
                         "wgmma: the stepped and wgmma loops, the CUTLASS pick and bf16 (kernels of build_set('decode'))")
+    p.add_argument("--loops", default=",".join(SKINNY_MAINLOOPS),
+                   help="with --candidates loops: the main loops to time (default: all of SKINNY_MAINLOOPS)")
     p.add_argument("--grouped", choices=("all", "decode", "none"), default="all",
                    help="grouped points: all, only the decode ones (<= 16 rows per expert), or none")
     p.add_argument("--shapes", default=None, help="dense N x K shapes, e.g. 4096x4096,1024x4096 (default: four "
@@ -264,7 +266,7 @@ def main():
     points = []
     for N, K in shapes:
         for M in ms:
-            r = point(M, N, K, "none" if args.quick else args.candidates)
+            r = point(M, N, K, "none" if args.quick else args.candidates, tuple(args.loops.split(",")))
             auto = auto_splits(M, N, K)
             points.append({"kind": "dense", "M": M, "N": N, "K": K, "us": r, "skinny_auto_splits": auto})
             default = (skinny_by_default() and default_nvfp4_skinny_config(M, N, K)) or default_nvfp4_config(M, N, K)
