@@ -56,7 +56,7 @@ def points(which: str, max_flop: float):
         pts += [(f"{m}.{layer}", M, N, K) for m in HELD_OUT_MODELS for layer, (N, K) in model_linear_shapes(m).items()
                 for M in (1024, 2048, 4096, 8192, 16384) if 2 * M * N * K <= max_flop]
     if which == "narrow":
-        pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in (1024, 2048, 4096)]
+        pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in (1024, 2048, 4096, 8192)]
     return pts
 
 

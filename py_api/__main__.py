@@ -116,7 +116,7 @@ def kernel_set(name: str):
         return nvfp4_build_set("decode") + list(quant_specs()) + list(grouped_quant_specs())
     from . import epilogues as epi
     from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
-    from .cutlass_kernels.configs.sm90 import PREFILL_NARROW_TILE, PREFILL_TILE_MODEL
+    from .cutlass_kernels.configs.sm90 import PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL
     bf16 = torch.bfloat16
     cases = []
     if name in ("default", "all"):
@@ -142,7 +142,7 @@ def kernel_set(name: str):
             GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True, stream_k=True))]
         cases += [(c, False, od, None) for c in chunked_promotion_test_configs() for od in (bf16, torch.float32)]
         cases += [(GemmConfig(128, 128, 128, 2, 1, "cooperative"), False, torch.float32, None)]
-        cases += [(cfg, True, od, None) for cfg in [e[0] for e in PREFILL_TILE_MODEL] + [PREFILL_NARROW_TILE]
+        cases += [(cfg, True, od, None) for cfg in [e[0] for e in PREFILL_TILE_MODEL] + list(PREFILL_ONE_WAVE_TILES)
                   for od in (bf16, torch.float32)]
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
         from .cutlass_kernels.configs import sweep_configs

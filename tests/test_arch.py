@@ -71,12 +71,13 @@ def test_default_config_uses_num_sms():
     assert dc(768, 8192, 4096, num_sms=132).tile_m == 64            # below 1024 tokens: ping-pong 64x256
     assert dc(768, 8192, 4096, num_sms=66).tile_m == 128            # 768 >= 1024 * 66 / 132: the prefill rule
     assert dc(1536, 8192, 4096, num_sms=264).tile_m == 64           # 1536 < 1024 * 2
-    # the prefill rule's waves count the SMs: at 2048 x 2048 x 4096, 256 tiles of 128x128 are one wave on 264 SMs
+    # the prefill rule's waves count the SMs: at 2048 x 2048 x 4096, 256 tiles of 128x128 are one wave on 264 SMs,
+    # which takes the one-wave rule's 128x128 in clusters of 1
     sm90 = configs.sm90
-    for sms in (66, 132, 264):
+    for sms in (66, 132):
         times = {e[0]: sm90.predicted_prefill_us(*e, 2048, 2048, 4096, sms) for e in sm90.PREFILL_TILE_MODEL}
         assert dc(2048, 2048, 4096, num_sms=sms) == min(times, key=times.get)
-    assert dc(2048, 2048, 4096, num_sms=264).tile_n == 128
+    assert dc(2048, 2048, 4096, num_sms=264) == sm90.PREFILL_ONE_WAVE_TILES[1]
     # decode does not depend on it; full accumulation only through its waves (test_tuning.py)
     for sms in (16, 132, 1000):
         assert dc(16, 4096, 4096, num_sms=sms) == dc(16, 4096, 4096)

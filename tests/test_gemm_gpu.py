@@ -6,7 +6,7 @@ import scalemm
 from scalemm import epilogues as epi
 from scalemm.__main__ import chunked_promotion_test_configs
 from scalemm.cutlass_kernels import GemmConfig, default_config
-from scalemm.cutlass_kernels.configs.sm90 import PREFILL_NARROW_TILE, PREFILL_TILE_MODEL
+from scalemm.cutlass_kernels.configs.sm90 import PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL
 
 pytestmark = pytest.mark.gpu
 E4M3 = torch.float8_e4m3fn
@@ -92,11 +92,12 @@ def test_decode_heuristic_token_tiles(M, N, tile):
     assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
 
 
-@pytest.mark.parametrize("cfg", [entry[0] for entry in PREFILL_TILE_MODEL] + [PREFILL_NARROW_TILE], ids=lambda c: c.key())
+@pytest.mark.parametrize("cfg", [entry[0] for entry in PREFILL_TILE_MODEL] + list(PREFILL_ONE_WAVE_TILES),
+                         ids=lambda c: c.key())
 @pytest.mark.parametrize("M,N,K", [(1100, 4096, 4096), (2049, 3088, 1040), (4096, 576, 7168)])
 def test_prefill_tiles_are_correct(cfg, M, N, K):
     """Every tile the prefill rule can pick (fast accumulation; ping-pong 128 x 128/160/192, cooperative 128 x
-    128/192/224/256 and the narrow 128x64, in clusters of 2), with an odd count of M tiles (one cluster half out of bounds), partial N and K
+    128/192/224/256 in clusters of 2, and the one-wave cooperative 128x64 / 128x128 in clusters of 1), with an odd count of M tiles (one cluster half out of bounds), partial N and K
     tiles and a narrow N: every output written, within the fast-accumulation tolerance, bias and fp32 output
     included."""
     a8, b8, sa, sb = _operands(M, N, K, seed=M + N + K)
@@ -111,13 +112,17 @@ def test_prefill_tiles_are_correct(cfg, M, N, K):
     assert _rel_err(out32, _reference(a8, b8, sa, sb, None, torch.float32)) <= _fp32_tol(a8, b8, True)
 
 
-def test_prefill_heuristic_runs_its_pick():
-    """scalemm.gemm without config= at 4096 tokens runs what the prefill rule picks (a ping-pong tile here)."""
-    M, N, K = 4096, 4096, 4096
-    assert default_config(M, N, K).schedule == "pingpong"
+@pytest.mark.parametrize("M,N,K,pick", [(4096, 4096, 4096, "t128x128x128_c2x1_ping"),
+                                        (1024, 576, 7168, "t128x64x128_c1x1_coop"),  # one wave (40 tiles of 128x128)
+                                        (2048, 1024, 4096, "t128x128x128_c1x1_coop")])  # one wave (128 tiles)
+def test_prefill_heuristic_runs_its_pick(M, N, K, pick):
+    """scalemm.gemm without config= from 1024 tokens runs what the prefill rule picks: the model's ping-pong tile, or
+    for outputs of at most one wave of 128x128 tiles a cooperative tile in clusters of 1."""
+    assert default_config(M, N, K).key() == pick
     a8, b8, sa, sb = _operands(M, N, K, seed=21)
     out = _poisoned(M, N, torch.bfloat16)
     scalemm.gemm(a8, b8, sa, sb, out=out, fast_accum=True)
+    assert not out.isnan().any()
     assert _rel_err(out, _reference(a8, b8, sa, sb, None, torch.bfloat16)) <= 4e-3
 
 

@@ -737,10 +737,12 @@ def test_prefill_rule_takes_the_least_predicted_time():
     assert len({e[0] for e in model}) == len(model) and all(sm90.usable(e[0], fast_accum=True) for e in model)
     for M, N, K in [(1024, 4096, 4096), (4096, 5376, 4096), (8192, 8192, 8192), (16384, 7168, 2048),
                     (3000, 576, 7168), (2048, 16384, 53248), (1100, 14336, 12288), (4096, 576, 7168)]:
-        pick = configs.default_config(M, N, K)
+        pick = sm90.prefill_config(M, N, K, 132)
         times = {e[0]: sm90.predicted_prefill_us(*e, M, N, K, 132) for e in model
                  if e[0].schedule == "cooperative" or sm90.tile_count(e[0], M, N) > 132}
         assert pick in times and times[pick] == min(times.values())
+        # what scalemm runs: the model's pick unless the output is one wave of 128x128 tiles (3000 x 576: 120)
+        assert configs.default_config(M, N, K) == (sm90.one_wave_prefill_config(M, N, 132) or pick)
     # ping-pong with at most one tile per SM is left out: 4096 x 576 in 128 x 160 tiles is 128 tiles
     assert sm90.tile_count(configs.GemmConfig(128, 160, 128, 2, 1, "pingpong"), 4096, 576) == 128
     # measured on an H100 (perf/results/h100/fp8_prefill_160/; x: of torch._scaled_mm rowwise)
@@ -756,15 +758,19 @@ def test_prefill_rule_takes_the_least_predicted_time():
     # clusters of 2 along N round the N tiles the same way: 4 x 33 tiles of 128 x 128 run as 4 x 34 (2 waves, not 1)
     assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 2, "pingpong"), 512, 33 * 128, 132) == 2
     assert sm90.tile_waves(configs.GemmConfig(128, 128, 128, 1, 1, "pingpong"), 512, 33 * 128, 132) == 1
-    # narrow outputs: the cooperative 128x64 where 128x128 tiles busy at most half the SMs and 128x64 ones fit one wave
-    # (perf/results/h100/fp8_prefill_narrow/: llama3-8b k at 1024 tokens 0.98x -> 1.11x, DeepSeek-V3 kv_a 0.98x -> 1.29x)
-    narrow = sm90.PREFILL_NARROW_TILE
-    assert (narrow.tile_m, narrow.tile_n, narrow.schedule) == (128, 64, "cooperative") and sm90.usable(narrow, fast_accum=True)
+    # at most one wave of 128x128 tiles: cooperative tiles in clusters of 1, 128x64 where 128x128 would busy at most
+    # half the SMs (perf/results/h100/fp8_prefill_narrow/: Llama-3-8B k at 2048 tokens 0.87x -> 1.01x of torch
+    # rowwise, at 1024 tokens 1.14x -> 1.21x; DeepSeek-V3 kv_a at 2048 0.82x -> 0.99x)
+    narrow, square = sm90.PREFILL_ONE_WAVE_TILES
+    assert (narrow.tile_n, square.tile_n) == (64, 128) and {narrow.cluster_m, square.cluster_m} == {1}
+    assert all(c.schedule == "cooperative" and sm90.usable(c, fast_accum=True) for c in (narrow, square))
     for M, N in [(1024, 1024), (1024, 576), (1024, 512), (2048, 512)]:  # 64 / 40 / 32 / 64 tiles of 128x128
         assert configs.default_config(M, N, 4096) == narrow
-    for M, N in [(1024, 1536), (2048, 576), (2048, 1024), (4096, 512)]:  # 96 / 80 / 128 / 128 tiles of 128x128
-        assert configs.default_config(M, N, 7168) != narrow
-    assert configs.default_config(1024, 1024, 4096, num_sms=114) != narrow  # 128 narrow tiles: two waves on 114 SMs
+    for M, N in [(1024, 1536), (2048, 576), (2048, 1024), (4096, 512), (1024, 2048)]:  # 96 / 80 / 128 / 128 / 128
+        assert configs.default_config(M, N, 7168) == square
+    for M, N in [(1024, 2176), (4096, 576), (2048, 1536)]:  # 136 / 160 / 192 tiles: the model (clusters of 2)
+        assert configs.default_config(M, N, 7168).cluster_m == 2
+    assert configs.default_config(1024, 1024, 4096, num_sms=114) == square  # 128 narrow tiles: two waves on 114 SMs
     assert configs.default_config(1024, 1024, 4096, fast_accum=False).tile_n != 64  # full accumulation: its own rule
     # below 1024 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
     assert configs.default_config(1000, 6144, 4096).tile_m == 64

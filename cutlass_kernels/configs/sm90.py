@@ -249,22 +249,26 @@ def prefill_config(M: int, N: int, K: int, num_sms: int, model=PREFILL_TILE_MODE
     return min(entries, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
 
 
-# 1024+ tokens, fast accumulation, narrow outputs (unfused k / v projections, MLA's down projections): where 128x128
-# tiles would busy at most half the SMs, the cooperative 128x64 tile (twice the tiles) while it still fits one wave.
-# H100, one run of `perf/fp8_prefill_model.py --points narrow` (24 points of 8 such layers at 1024-4096 tokens,
-# perf/results/h100/fp8_prefill_narrow/): where the rule applies, 1.11-1.29x of torch._scaled_mm rowwise at 1024 tokens
-# (llama3-8b / 70b k, qwen2.5-7b k, qwen3-30b-a3b k, DeepSeek-V3 kv_a) where the model's 128x128 ran 0.96-0.98x, and
-# -1% at the two 2048-token points it takes (N = 512: 64 tiles become 128). 128x96 tiles were 3-7% behind 128x64 there.
-PREFILL_NARROW_TILE = GemmConfig(128, 64, 128, 2, 1, "cooperative")
+# 1024+ tokens, fast accumulation, outputs of at most one wave of 128x128 tiles (narrow layers: unfused k / v
+# projections, MLA's down projections; or 1024 tokens of N <= 2048): (the tile where 128x128 would busy at most half the
+# SMs, the tile otherwise), both cooperative in clusters of 1. With one tile per CTA nothing hides a CTA's prologue and
+# epilogue, and the model's clusters of 2 lost there: on an H100 (`perf/fp8_prefill_model.py --points narrow`, 32 points
+# of 8 such layers at 1024-8192 tokens, perf/results/h100/fp8_prefill_narrow/), over torch._scaled_mm rowwise, 128x128
+# in clusters of 1 ran 0.96-1.01x where the model's 128x128 in clusters of 2 ran 0.81-0.96x, and 128x64 in clusters of
+# 1 ran 1.18-1.46x at 1024 tokens (32-64 tiles of 128x128) where the model ran 0.94-0.98x (in clusters of 2: 1.11-1.29x;
+# 128x96 behind both).
+PREFILL_ONE_WAVE_TILES = (GemmConfig(128, 64, 128, 1, 1, "cooperative"), GemmConfig(128, 128, 128, 1, 1, "cooperative"))
 
 
-def narrow_prefill_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
-    """PREFILL_NARROW_TILE where an M x N output has at most num_sms / 2 tiles of 128x128 (clusters of 2 along M) and
-    at most num_sms of the narrow tile, else None (PREFILL_TILE_MODEL decides)."""
-    wide = GemmConfig(128, 128, 128, 2, 1, "cooperative")
-    if 2 * tile_count(wide, M, N) <= num_sms and tile_count(PREFILL_NARROW_TILE, M, N) <= num_sms:
-        return PREFILL_NARROW_TILE
-    return None
+def one_wave_prefill_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
+    """For an M x N output of at most num_sms tiles of 128x128: PREFILL_ONE_WAVE_TILES' 128x64 where 128x128 tiles would
+    number at most num_sms / 2 (and the 128x64 ones fit one wave), else its 128x128; None for larger outputs
+    (PREFILL_TILE_MODEL decides)."""
+    narrow, square = PREFILL_ONE_WAVE_TILES
+    tiles = tile_count(square, M, N)
+    if tiles > num_sms:
+        return None
+    return narrow if 2 * tiles <= num_sms and tile_count(narrow, M, N) <= num_sms else square
 
 
 # 17-128 tokens, fast accumulation: the time of a tile half as wide along the tokens relative to the full-width one
@@ -309,8 +313,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       (clusters of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost;
       ping-pong only with more tiles than SMs: `prefill_config`). Ping-pong hides each tile's epilogue behind the
       other warpgroup's mainloop. H100, the rule as the default: 1.010x of torch._scaled_mm rowwise over the sweep's
-      53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles"). Narrow outputs
-      whose 128x128 tiles would busy at most half the SMs take the cooperative 128x64 (`narrow_prefill_config`).
+      53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles"). Outputs of at
+      most one wave of 128x128 tiles take the cooperative 128x128 in clusters of 1, or 128x64 where 128x128 would busy
+      at most half the SMs (`one_wave_prefill_config`).
     - 129-1023 tokens with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
     - Otherwise the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a wider
       tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
@@ -342,7 +347,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         return full_tile_config(_tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL))
     if M >= 1024 * per_sm:
-        return narrow_prefill_config(M, N, num_sms) or prefill_config(M, N, K, num_sms)
+        return one_wave_prefill_config(M, N, num_sms) or prefill_config(M, N, K, num_sms)
     if N >= 5120 and K <= 8192:
         return GemmConfig(64, 256, 128, 1, 1, "pingpong")
     return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
@@ -614,8 +619,8 @@ TUNING_CANDIDATES = {
               GemmConfig(128, 256, 128, 2, 1, "cooperative", raster="n", swizzle=2),
               GemmConfig(128, 128, 128, 2, 1, "pingpong"), GemmConfig(128, 192, 128, 2, 1, "pingpong"),
               GemmConfig(128, 160, 128, 2, 1, "pingpong"), GemmConfig(128, 224, 128, 2, 1, "cooperative"),
-              GemmConfig(128, 96, 128, 2, 1, "cooperative"), GemmConfig(128, 64, 128, 2, 1, "cooperative"),
-              GemmConfig(128, 96, 128, 2, 1, "pingpong")],
+              GemmConfig(128, 64, 128, 1, 1, "cooperative"), GemmConfig(128, 128, 128, 1, 1, "cooperative"),
+              GemmConfig(128, 128, 128, 1, 1, "pingpong")],
 }
 
 
@@ -714,9 +719,9 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
     stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
-    ping-pong 64x256, 128x128 (2x1, 1x2), 128x96, 128x160 and 128x192 (2x1), and cooperative 256x128, 128x224 and the
-    narrow 128x96 and 128x64 (2x1: more tiles where 128x128 ones leave SMs idle). With full accumulation the
-    cooperative tiles take scalemm's chunked promotion (`full_accumulation`), and CUTLASS's 128x192 stays a candidate. Tiles that would spill in
+    ping-pong 64x256, 128x128 (2x1, 1x2, 1x1), 128x160 and 128x192 (2x1), and cooperative 256x128, 128x224 and
+    128x64 (1x1: more tiles where 128x128 ones leave SMs idle). With full accumulation the cooperative tiles take
+    scalemm's chunked promotion (`full_accumulation`), and CUTLASS's 128x192 stays a candidate. Tiles that would spill in
     this accumulation mode are left out (`usable`)."""
     out = [default_config(M, N, K, fast_accum=fast_accum, num_sms=num_sms)]
     coop, pp = "cooperative", "pingpong"
@@ -738,10 +743,9 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
                 GemmConfig(256, 128, 128, 2, 1, coop),
                 GemmConfig(128, 128, 128, 2, 1, pp), GemmConfig(128, 128, 128, 1, 2, pp),
                 GemmConfig(128, 192, 128, 2, 1, pp)]
-        if fast_accum:  # the extended widths of PREFILL_TILE_MODEL, and narrow tiles for outputs of few 128x128 tiles
+        if fast_accum:  # the extended widths of PREFILL_TILE_MODEL; narrow outputs: clusters of 1
             out += [GemmConfig(128, 160, 128, 2, 1, pp), GemmConfig(128, 224, 128, 2, 1, coop),
-                    GemmConfig(128, 96, 128, 2, 1, coop), GemmConfig(128, 64, 128, 2, 1, coop),
-                    GemmConfig(128, 96, 128, 2, 1, pp)]
+                    GemmConfig(128, 64, 128, 1, 1, coop), GemmConfig(128, 128, 128, 1, 1, pp)]
     if not fast_accum:  # the cooperative tiles with scalemm's chunked promotion, and CUTLASS's 128x192
         out = [full_accumulation(c) for c in out] + ([GemmConfig(128, 192, 128, 2, 1, coop)] if M > 128 else [])
     return list(dict.fromkeys(c for c in out if usable(c, fast_accum=fast_accum)))
