@@ -10,6 +10,7 @@ least predicted time waves x (a x K + b) + c. This script measures what the mode
                                                                  # larger models (not in the sweep) at 1024-16384
   python perf/fp8_prefill_model.py --refit results/fp8_prefill_model.json   # fit from saved timings, no GPU
   python perf/fp8_prefill_model.py --points narrow --extra t128x96x128_c2x1_coop   # narrow outputs (NARROW_LAYERS)
+  python perf/fp8_prefill_model.py --points mid --extra t64x256x128_c1x1_ping   # 256-768 tokens
   python perf/fp8_prefill_model.py --points both --fit --extra t128x128x128_c1x2_ping   # candidates beside the
                                                                  # model's: fitted on the sweep, checked held out
   python perf/fp8_prefill_model.py --full --points both --fit    # full accumulation: the TILE_COST_FULL rule
@@ -57,6 +58,10 @@ def points(which: str, max_flop: float):
                 for M in (1024, 2048, 4096, 8192, 16384) if 2 * M * N * K <= max_flop]
     if which == "narrow":
         pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in (1024, 2048, 4096, 8192)]
+    if which == "mid":  # below 1024 tokens: the sweep's layers and the narrow ones at 256, 384, 512 and 768 tokens
+        layers = {(label, N, K) for label, M, N, K in sweep_points(max_flop) if M == 1024 and label != "square"}
+        layers |= {(f"narrow.{label}", N, K) for label, N, K in NARROW_LAYERS}
+        pts += [(label, M, N, K) for label, N, K in sorted(layers) for M in (256, 384, 512, 768)]
     return pts
 
 
@@ -212,7 +217,7 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both", "narrow"))
+    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both", "narrow", "mid"))
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--fit", action="store_true", help="fit a, b, c per kernel to this run's times")
     p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json or fp8_full_rule.json: fit and "

@@ -68,9 +68,11 @@ def test_default_config_uses_num_sms():
     dc = configs.sm90.default_config
     assert dc(1536, 4096, 4096, num_sms=132) == dc(1536, 4096, 4096)
     assert dc(1000, 2048, 4096, num_sms=132).tile_n == 128         # one wave of 128x128 tiles (128 of them)
-    assert dc(768, 8192, 4096, num_sms=132).tile_m == 64            # below 1024 tokens: ping-pong 64x256
-    assert dc(768, 8192, 4096, num_sms=66).tile_m == 128            # 768 >= 1024 * 66 / 132: the prefill rule
-    assert dc(1536, 8192, 4096, num_sms=264).tile_m == 64           # 1536 < 1024 * 2
+    assert dc(200, 8192, 16384, num_sms=132).cluster_m == 2         # below 256 tokens: the waves rule
+    assert dc(200, 8192, 16384, num_sms=66) == configs.sm90.prefill_config(200, 8192, 16384, 66)  # 200 >= 256 / 2
+    assert dc(384, 8192, 16384, num_sms=264).cluster_m == 2         # 384 < 256 * 2: the waves rule
+    assert dc(384, 8192, 4096, num_sms=132).tile_m == 64            # below 1024 tokens: ping-pong 64x256 ...
+    assert dc(768, 8192, 4096, num_sms=66).tile_m == 128            # ... 768 >= 1024 * 66 / 132: the model
     # the prefill rule's waves count the SMs: at 2048 x 2048 x 4096, 256 tiles of 128x128 are one wave on 264 SMs,
     # which takes the one-wave rule's 128x128 in clusters of 1
     sm90 = configs.sm90
@@ -94,8 +96,8 @@ def test_default_config_at_132_sms_is_unchanged():
         G = configs.GemmConfig
         if not fast_accum and M > 16:  # full accumulation's rules came later (chunked promotion): as it picks
             return configs.default_config(M, N, K, fast_accum=False)
-        if 16 < M <= 128 or M >= 1024:  # the two-token-tile rules (ninth session) and the prefill model (fourteenth)
-            return configs.default_config(M, N, K)  # came later: as it picks
+        if 16 < M <= 128 or M >= 256:  # the two-token-tile rules (ninth session) and the prefill model (fourteenth,
+            return configs.default_config(M, N, K)  # from 256 tokens since the twenty-second) came later: as it picks
         if M <= 16:
             return G(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
         if M <= 1024 and N >= 5120 and K <= 8192:

@@ -114,10 +114,13 @@ def test_prefill_tiles_are_correct(cfg, M, N, K):
 
 @pytest.mark.parametrize("M,N,K,pick", [(4096, 4096, 4096, "t128x128x128_c2x1_ping"),
                                         (1024, 576, 7168, "t128x64x128_c1x1_coop"),  # one wave (40 tiles of 128x128)
-                                        (2048, 1024, 4096, "t128x128x128_c1x1_coop")])  # one wave (128 tiles)
+                                        (2048, 1024, 4096, "t128x128x128_c1x1_coop"),  # one wave (128 tiles)
+                                        (300, 4096, 4096, "t128x128x128_c1x1_coop"),  # one wave, a partial M tile
+                                        (768, 14336, 4096, "t64x256x128_c1x1_ping"),  # below 1024 tokens, wide N
+                                        (512, 7168, 16384, "t128x224x128_c2x1_coop")])  # the model from 256 tokens
 def test_prefill_heuristic_runs_its_pick(M, N, K, pick):
-    """scalemm.gemm without config= from 1024 tokens runs what the prefill rule picks: the model's ping-pong tile, or
-    for outputs of at most one wave of 128x128 tiles a cooperative tile in clusters of 1."""
+    """scalemm.gemm without config= from 256 tokens runs what the prefill rules pick: the model's tile, or for outputs
+    of at most one wave of 128x128 tiles a cooperative tile in clusters of 1."""
     assert default_config(M, N, K).key() == pick
     a8, b8, sa, sb = _operands(M, N, K, seed=21)
     out = _poisoned(M, N, torch.bfloat16)

@@ -715,16 +715,22 @@ def test_promotion_overlap_config():
 
 
 def test_fast_accumulation_small_n_weighs_tile_widths_by_waves():
-    """Fast accumulation at 129-1023 tokens, where ping-pong 64x256 does not apply: the cooperative width (128,
-    192, 256) with the least waves x TILE_COST (128x128 where one wave suffices)."""
+    """Fast accumulation at 129-255 tokens, where ping-pong 64x256 does not apply: the cooperative width (128,
+    192, 256) with the least waves x TILE_COST (128x128 where one wave suffices). From PREFILL_MIN_TOKENS (256) the
+    prefill rules take over."""
     def tile_n(M, N, K=4096):
         cfg = configs.default_config(M, N, K)
         assert (cfg.tile_m, cfg.cluster_m, cfg.schedule) == (128, 2, "cooperative")
         return cfg.tile_n
-    assert tile_n(1000, 4096) == 256 and tile_n(1000, 3072) == 192 and tile_n(512, 3072) == 128
-    assert tile_n(1000, 2048) == 128 and tile_n(1000, 1536) == 128 and tile_n(256, 4096) == 128
-    assert configs.default_config(1000, 6144, 4096).schedule == "pingpong"  # ping-pong 64x256 comes first
-    assert configs.default_config(1000, 6144, 4096).tile_m == 64
+    assert configs.sm90.PREFILL_MIN_TOKENS == 256
+    assert tile_n(255, 16384, 16384) == 256 and tile_n(255, 24576, 16384) == 192  # K > 8192: no ping-pong 64x256
+    assert tile_n(200, 4096) == 128 and tile_n(129, 2048) == 128 and tile_n(255, 1536) == 128
+    assert configs.default_config(255, 6144, 4096).schedule == "pingpong"  # ping-pong 64x256 comes first
+    assert configs.default_config(255, 6144, 4096).tile_m == 64
+    assert configs.default_config(384, 8192, 4096).tile_m == 64  # beyond one wave ping-pong 64x256 stays below 1024
+    assert configs.default_config(1024, 6144, 4096).tile_m == 128  # ... and beyond one wave, the model from 1024
+    assert configs.default_config(512, 6144, 16384) == configs.sm90.prefill_config(512, 6144, 16384, 132)  # K > 8192
+    assert configs.default_config(300, 4096, 4096) == configs.sm90.PREFILL_ONE_WAVE_TILES[1]  # one wave: 96 tiles
 
 
 def test_prefill_rule_takes_the_least_predicted_time():
@@ -772,9 +778,9 @@ def test_prefill_rule_takes_the_least_predicted_time():
         assert configs.default_config(M, N, 7168).cluster_m == 2
     assert configs.default_config(1024, 1024, 4096, num_sms=114) == square  # 128 narrow tiles: two waves on 114 SMs
     assert configs.default_config(1024, 1024, 4096, fast_accum=False).tile_n != 64  # full accumulation: its own rule
-    # below 1024 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
-    assert configs.default_config(1000, 6144, 4096).tile_m == 64
-    assert configs.default_config(900, 6144, 4096, num_sms=114).tile_m == 128
+    # below 256 tokens the earlier rules; with fewer SMs the prefill rule starts sooner
+    assert configs.default_config(250, 6144, 4096).tile_m == 64
+    assert configs.default_config(230, 6144, 4096, num_sms=114).tile_m == 128
 
 
 def test_grouped_candidates_include_the_widest_full_accumulation_tile():

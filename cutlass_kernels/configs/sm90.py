@@ -197,7 +197,7 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
     return min(sorted(widths), key=cost)
 
 
-# 1024+ tokens, fast accumulation: each candidate's time as waves x (a x K + b) + c microseconds, where waves =
+# PREFILL_MIN_TOKENS+ tokens (fitted at 1024+), fast accumulation: each candidate's time as waves x (a x K + b) + c us, waves =
 # ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is scheduled whole, so an
 # odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to its own times at
 # perf/gemm_sweep.py's 53 prefill points on an H100, all kernels in one run (`perf/fp8_prefill_model.py --points both
@@ -249,7 +249,7 @@ def prefill_config(M: int, N: int, K: int, num_sms: int, model=PREFILL_TILE_MODE
     return min(entries, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
 
 
-# 1024+ tokens, fast accumulation, outputs of at most one wave of 128x128 tiles (narrow layers: unfused k / v
+# PREFILL_MIN_TOKENS+ tokens, fast accumulation, outputs of at most one wave of 128x128 tiles (narrow layers: unfused k / v
 # projections, MLA's down projections; or 1024 tokens of N <= 2048): (the tile where 128x128 would busy at most half the
 # SMs, the tile otherwise), both cooperative in clusters of 1. With one tile per CTA nothing hides a CTA's prologue and
 # epilogue, and the model's clusters of 2 lost there: on an H100 (`perf/fp8_prefill_model.py --points narrow`, 32 points
@@ -298,6 +298,13 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
     return two if waves(2 * tiles) * TWO_TOKEN_TILES_COST < waves(tiles) else one
 
 
+# Fast accumulation from this many tokens (on REFERENCE_SMS SMs): one_wave_prefill_config, else (below 1024 tokens, wide
+# N and moderate K) ping-pong 64x256, else PREFILL_TILE_MODEL. Was 1024 until they were timed at 256-768 tokens (H100,
+# two runs, perf/results/h100/fp8_mid_tokens/): 1.15-1.17x of torch rowwise where the earlier rules for 129-1023 tokens
+# ran 0.96-0.97x, never more than 3% slower than them at a point. 129-255 tokens keep those rules (not timed).
+PREFILL_MIN_TOKENS = 256
+
+
 def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
@@ -309,16 +316,21 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       warpgroup's epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
       the idle SMs it fills.)
     - Fast accumulation from here (full accumulation: the last point):
-    - 1024 tokens or more: the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224, 256) tile
+    - Below 1024 tokens with a wide N and moderate K (N >= 5120, K <= 8192), beyond one wave: ping-pong 64x256 in
+      clusters of 1 (more tiles in flight; the prefill model's clusters of 2 lost up to 1.4x there at 384 tokens,
+      where 3 tiles of 128 tokens run as 4).
+    - Otherwise from PREFILL_MIN_TOKENS (256): the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224, 256) tile
       (clusters of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost;
       ping-pong only with more tiles than SMs: `prefill_config`). Ping-pong hides each tile's epilogue behind the
       other warpgroup's mainloop. H100, the rule as the default: 1.010x of torch._scaled_mm rowwise over the sweep's
       53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles"). Outputs of at
       most one wave of 128x128 tiles take the cooperative 128x128 in clusters of 1, or 128x64 where 128x128 would busy
-      at most half the SMs (`one_wave_prefill_config`).
-    - 129-1023 tokens with a wide N and moderate K: ping-pong 64x256 (more tiles in flight).
-    - Otherwise the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a wider
-      tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
+      at most half the SMs (`one_wave_prefill_config`; that before ping-pong 64x256). Both were fitted and chosen on
+      1024+ tokens and then timed at 256-768 tokens (perf/NOTES.md, "FP8 at 256-768 tokens"): over 104 points of the
+      sweep's and the narrow layers there, 1.15x of torch rowwise where the earlier rules for 129-1023 tokens ran
+      0.96x, and at no point more than 3% slower than them.
+    - 129-255 tokens otherwise: the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a
+      wider tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
     - Full accumulation at 17-128 tokens: swap-AB cooperative 128 x 32/64 with the chunked promotion (ping-pong
       has one warpgroup in the mainloop, so nothing fills the tensor cores while it promotes).
     - Full (non-fast) accumulation above 128 tokens: scalemm's chunked promotion (`full_accumulation`;
@@ -327,7 +339,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       of torch._scaled_mm rowwise in full accumulation over the sweep's 53 prefill points and 1.024x over 61
       held-out points, where CUTLASS's 128x128 / 128x192 gave 0.83x / 0.88x on the sweep; perf/NOTES.md).
       Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
-    - `num_sms`: the M threshold of the prefill rule (1024) was measured on 132 SMs, and what decides
+    - `num_sms`: the M threshold of the prefill rule (PREFILL_MIN_TOKENS) was measured on 132 SMs, and what decides
       it is the number of tiles per SM; it scales with num_sms / 132, so a GPU with fewer SMs (H100 PCIe
       114, H20 78, a MIG slice) moves to the prefill tiles sooner. The waves of every rule count its SMs.
     """
@@ -346,11 +358,11 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
         return full_tile_config(_tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL))
-    if M >= 1024 * per_sm:
-        return one_wave_prefill_config(M, N, num_sms) or prefill_config(M, N, K, num_sms)
-    if N >= 5120 and K <= 8192:
-        return GemmConfig(64, 256, 128, 1, 1, "pingpong")
-    return GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
+    mid_pingpong = (GemmConfig(64, 256, 128, 1, 1, "pingpong") if M < 1024 * per_sm and N >= 5120 and K <= 8192
+                    else None)
+    if M >= PREFILL_MIN_TOKENS * per_sm:
+        return one_wave_prefill_config(M, N, num_sms) or mid_pingpong or prefill_config(M, N, K, num_sms)
+    return mid_pingpong or GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
 
 
 def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
