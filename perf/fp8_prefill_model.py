@@ -48,7 +48,7 @@ NARROW_LAYERS = (("llama3-8b.k", 1024, 4096), ("llama3-70b.k", 1024, 8192), ("qw
                  ("dsv3.kv_a", 576, 7168), ("qwen3-30b-a3b.o", 2048, 4096))
 
 
-def points(which: str, max_flop: float):
+def points(which: str, max_flop: float, tokens=None):
     from scalemm.cutlass_kernels.configs import model_linear_shapes, sweep_points
     pts = []
     if which in ("sweep", "both"):
@@ -57,11 +57,11 @@ def points(which: str, max_flop: float):
         pts += [(f"{m}.{layer}", M, N, K) for m in HELD_OUT_MODELS for layer, (N, K) in model_linear_shapes(m).items()
                 for M in (1024, 2048, 4096, 8192, 16384) if 2 * M * N * K <= max_flop]
     if which == "narrow":
-        pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in (1024, 2048, 4096, 8192)]
+        pts += [(f"narrow.{label}", M, N, K) for label, N, K in NARROW_LAYERS for M in tokens or (1024, 2048, 4096, 8192)]
     if which == "mid":  # below 1024 tokens: the sweep's layers and the narrow ones at 256, 384, 512 and 768 tokens
         layers = {(label, N, K) for label, M, N, K in sweep_points(max_flop) if M == 1024 and label != "square"}
         layers |= {(f"narrow.{label}", N, K) for label, N, K in NARROW_LAYERS}
-        pts += [(label, M, N, K) for label, N, K in sorted(layers) for M in (256, 384, 512, 768)]
+        pts += [(label, M, N, K) for label, N, K in sorted(layers) for M in tokens or (256, 384, 512, 768)]
     return pts
 
 
@@ -219,6 +219,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--points", default="sweep", choices=("sweep", "models", "both", "narrow", "mid"))
     p.add_argument("--max-tflop", type=float, default=4.0)
+    p.add_argument("--tokens", default="", help="with --points narrow or mid: token counts instead of the set's own, "
+                   "e.g. 144,192,240")
     p.add_argument("--fit", action="store_true", help="fit a, b, c per kernel to this run's times")
     p.add_argument("--refit", default=None, help="a saved fp8_prefill_model.json or fp8_full_rule.json: fit and "
                    "summarize it, no GPU")
@@ -249,7 +251,10 @@ def main():
                else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL] + extra)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
-    for label, M, N, K in points(args.points, args.max_tflop * 1e12):
+    tokens = tuple(int(t) for t in args.tokens.split(",") if t)
+    if tokens and args.points not in ("narrow", "mid"):
+        raise SystemExit("--tokens goes with --points narrow or mid")
+    for label, M, N, K in points(args.points, args.max_tflop * 1e12, tokens):
         us = time_point(M, N, K, not args.full, configs=kernels, with_bf16=False, epilogues=variants)
         pick = default_config(M, N, K, fast_accum=not args.full).label()
         rows.append({"layer": label, "M": M, "N": N, "K": K, "pick": pick, "us": us})

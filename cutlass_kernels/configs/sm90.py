@@ -301,7 +301,8 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
 # Fast accumulation from this many tokens (on REFERENCE_SMS SMs): one_wave_prefill_config, else (below 1024 tokens, wide
 # N and moderate K) ping-pong 64x256, else PREFILL_TILE_MODEL. Was 1024 until they were timed at 256-768 tokens (H100,
 # two runs, perf/results/h100/fp8_mid_tokens/): 1.15-1.17x of torch rowwise where the earlier rules for 129-1023 tokens
-# ran 0.96-0.97x, never more than 3% slower than them at a point. 129-255 tokens keep those rules (not timed).
+# ran 0.96-0.97x, never more than 3% slower than them at a point. 129-255 tokens keep those rules: at 144-192 tokens the
+# 128-row tiles of these rules ran up to 1.6x slower than them (the second row of tiles mostly empty).
 PREFILL_MIN_TOKENS = 256
 
 
