@@ -348,7 +348,7 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
-FULL_RULE = tuple(full_tile_config(n) for n in (128, 192, 256))  # the full-accumulation rule's kernels (sm90)
+FULL_RULE = tuple(full_tile_config(n, c) for c in (2, 1) for n in (128, 192, 256))  # the full rule's kernels (sm90)
 FULL_KEEPS_LEAF = (GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chunks=2, promotion_overlap=True),
                    GemmConfig(128, 128, 128, 2, 1, "cooperative"),
                    full_accumulation(GemmConfig(128, 64, 128, 1, 1, "cooperative", swap_ab=True)))
@@ -356,15 +356,16 @@ FULL_KEEPS_LEAF = (GemmConfig(128, 128, 128, 2, 1, "cooperative", promotion_chun
 
 def test_bias_leaf_rule():
     """gemm.bias_leaf: a call with a bias always has the leaf; without one, fast accumulation never, full
-    accumulation only on the kernels not measured faster without it (bias_free_full_kernel: the rule's three)."""
+    accumulation only on the kernels not measured faster without it (bias_free_full_kernel: the rule's three widths in
+    clusters of 2 and 1)."""
     for cfg in (GemmConfig(), *FULL_RULE, *FULL_KEEPS_LEAF):
         assert gemm.bias_leaf(True, True, cfg) and gemm.bias_leaf(True, False, cfg)
         assert not gemm.bias_leaf(False, True, cfg)
     assert all(gemm.bias_leaf(False, False, cfg) for cfg in FULL_KEEPS_LEAF)
     assert not any(gemm.bias_leaf(False, False, cfg) for cfg in FULL_RULE)
     assert not gemm.bias_leaf(False, False, replace(FULL_RULE[0], raster="m", swizzle=4))  # run-time knobs: same kernel
-    assert [(c.tile_n, c.promotion_chunks, c.promotion_overlap) for c in FULL_RULE] == [(128, 1, True), (192, 2, True),
-                                                                                         (256, 2, False)]
+    assert [(c.tile_n, c.promotion_chunks, c.promotion_overlap) for c in FULL_RULE] == 2 * [(128, 1, True), (192, 2, True),
+                                                                                             (256, 2, False)]
 
 
 @pytest.mark.parametrize("fast_accum, cfg, leafless", [(True, GemmConfig(), True), (False, FULL_RULE[0], True),

@@ -643,7 +643,8 @@ def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
     1024 x 2048)."""
     def pick(M, N, **kw):
         cfg = configs.default_config(M, N, 4096, fast_accum=False, **kw)
-        assert (cfg.tile_m, cfg.tile_k, cfg.cluster_m, cfg.schedule) == (128, 128, 2, "cooperative")
+        assert (cfg.tile_m, cfg.tile_k, cfg.schedule) == (128, 128, "cooperative")
+        assert cfg.cluster_m == configs.sm90.full_cluster_m(M, N, cfg.tile_n, kw.get("num_sms", 132))
         plain = replace(cfg, promotion_chunks=0, promotion_overlap=False)
         assert cfg == configs.sm90.full_accumulation(plain, overlap=True)
         # overlapped where a second temporary fits: 128 wide in one chunk over k-tile pairs, 192 in two chunks
@@ -654,6 +655,13 @@ def test_full_accumulation_heuristic_weighs_wide_tiles_against_waves():
     assert pick(1024, 2048) == 128 and pick(1024, 1536) == 128 and pick(256, 4096) == 128
     # the waves depend on the SM count (1024 x 10240: 8 x 80 = 640 tiles of 128, 5 waves on 132 SMs, 9 on 78)
     assert pick(1024, 10240) == 128 and pick(1024, 10240, num_sms=78) != 128
+    # clusters of 1 for one wave of tiles (one tile per CTA) or, below 1024 tokens, an odd count of 128-token tiles
+    # (perf/results/h100/fp8_full_one_wave/: 384 tokens 0.50-0.74x -> 0.95-1.44x of torch rowwise)
+    cm = configs.sm90.full_cluster_m
+    assert cm(1024, 2048, 128, 132) == 1 and cm(1024, 2176, 128, 132) == 2  # 128 / 136 tiles
+    assert cm(384, 8192, 192, 132) == 1 and cm(512, 8192, 192, 132) == 2 and cm(1152, 8192, 192, 132) == 2
+    assert cm(384, 8192, 192, 264) == 1 and cm(640, 16384, 192, 66) == 2  # 640 >= 1024 * 66 / 132
+    assert configs.default_config(384, 8192, 8192, fast_accum=False) == configs.sm90.full_tile_config(192, 1)
     for M, N in ((1024, 4096), (4096, 6144), (8192, 8192), (129, 4096)):
         assert configs.sm90.usable(configs.default_config(M, N, 4096, fast_accum=False), fast_accum=False)
     # 17-128 tokens: swap-AB cooperative 128 x 32 (while those tiles fit one wave) or 128 x 64, chunked; decode

@@ -197,7 +197,8 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
     return min(sorted(widths), key=cost)
 
 
-# PREFILL_MIN_TOKENS+ tokens (fitted at 1024+), fast accumulation: each candidate's time as waves x (a x K + b) + c us, waves =
+# PREFILL_MIN_TOKENS+ tokens (fitted at 1024+), fast accumulation: each candidate's time as waves x (a x K + b) + c
+# microseconds, where waves =
 # ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is scheduled whole, so an
 # odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to its own times at
 # perf/gemm_sweep.py's 53 prefill points on an H100, all kernels in one run (`perf/fp8_prefill_model.py --points both
@@ -249,14 +250,14 @@ def prefill_config(M: int, N: int, K: int, num_sms: int, model=PREFILL_TILE_MODE
     return min(entries, key=lambda e: predicted_prefill_us(*e, M, N, K, num_sms))[0]
 
 
-# PREFILL_MIN_TOKENS+ tokens, fast accumulation, outputs of at most one wave of 128x128 tiles (narrow layers: unfused k / v
-# projections, MLA's down projections; or 1024 tokens of N <= 2048): (the tile where 128x128 would busy at most half the
-# SMs, the tile otherwise), both cooperative in clusters of 1. With one tile per CTA nothing hides a CTA's prologue and
-# epilogue, and the model's clusters of 2 lost there: on an H100 (`perf/fp8_prefill_model.py --points narrow`, 32 points
-# of 8 such layers at 1024-8192 tokens, perf/results/h100/fp8_prefill_narrow/), over torch._scaled_mm rowwise, 128x128
-# in clusters of 1 ran 0.96-1.01x where the model's 128x128 in clusters of 2 ran 0.81-0.96x, and 128x64 in clusters of
-# 1 ran 1.18-1.46x at 1024 tokens (32-64 tiles of 128x128) where the model ran 0.94-0.98x (in clusters of 2: 1.11-1.29x;
-# 128x96 behind both).
+# PREFILL_MIN_TOKENS+ tokens, fast accumulation, outputs of at most one wave of 128x128 tiles (narrow layers: unfused k
+# / v projections, MLA's down projections; or 1024 tokens of N <= 2048): (the tile where 128x128 would busy at most half
+# the SMs, the tile otherwise), both cooperative in clusters of 1. With one tile per CTA nothing hides a CTA's prologue
+# and epilogue, and the model's clusters of 2 lost there: on an H100 (`perf/fp8_prefill_model.py --points narrow`, 32
+# points of 8 such layers at 1024-8192 tokens, perf/results/h100/fp8_prefill_narrow/), over torch._scaled_mm rowwise,
+# 128x128 in clusters of 1 ran 0.96-1.01x where the model's 128x128 in clusters of 2 ran 0.81-0.96x, and 128x64 in
+# clusters of 1 ran 1.18-1.46x at 1024 tokens (32-64 tiles of 128x128) where the model ran 0.94-0.98x (in clusters of 2:
+# 1.11-1.29x; 128x96 behind both).
 PREFILL_ONE_WAVE_TILES = (GemmConfig(128, 64, 128, 1, 1, "cooperative"), GemmConfig(128, 128, 128, 1, 1, "cooperative"))
 
 
@@ -320,7 +321,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     - Below 1024 tokens with a wide N and moderate K (N >= 5120, K <= 8192), beyond one wave: ping-pong 64x256 in
       clusters of 1 (more tiles in flight; the prefill model's clusters of 2 lost up to 1.4x there at 384 tokens,
       where 3 tiles of 128 tokens run as 4).
-    - Otherwise from PREFILL_MIN_TOKENS (256): the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224, 256) tile
+    - Otherwise from PREFILL_MIN_TOKENS (256): the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224,
+      256) tile
       (clusters of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost;
       ping-pong only with more tiles than SMs: `prefill_config`). Ping-pong hides each tile's epilogue behind the
       other warpgroup's mainloop. H100, the rule as the default: 1.010x of torch._scaled_mm rowwise over the sweep's
@@ -338,8 +340,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       CUTLASS's keeps a second accumulator as large as the tile, so its 128x256 spills) on cooperative
       128 x (128, 192, 256) tiles by the waves x TILE_COST_FULL rule (`full_tile_config`; H100, one run: 1.015x
       of torch._scaled_mm rowwise in full accumulation over the sweep's 53 prefill points and 1.024x over 61
-      held-out points, where CUTLASS's 128x128 / 128x192 gave 0.83x / 0.88x on the sweep; perf/NOTES.md).
-      Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
+      held-out points, where CUTLASS's 128x128 / 128x192 gave 0.83x / 0.88x on the sweep; perf/NOTES.md), in
+      clusters of 2, or of 1 for one wave of tiles or an odd count of 128-token tiles below 1024 tokens
+      (`full_cluster_m`). Ping-pong 64x256 is not used there (0.6x of the cooperative 128x256).
     - `num_sms`: the M threshold of the prefill rule (PREFILL_MIN_TOKENS) was measured on 132 SMs, and what decides
       it is the number of tiles per SM; it scales with num_sms / 132, so a GPU with fewer SMs (H100 PCIe
       114, H20 78, a MIG slice) moves to the prefill tiles sooner. The waves of every rule count its SMs.
@@ -358,7 +361,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         return _decode_config(M, N, num_sms)
     per_sm = num_sms / REFERENCE_SMS
     if not fast_accum:  # chunked promotion (full_accumulation); ping-pong 64x256 lost there (0.6x of 128x256)
-        return full_tile_config(_tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL))
+        tile_n = _tile_n_by_waves(M, N, num_sms, tuple(TILE_COST_FULL), TILE_COST_FULL)
+        return full_tile_config(tile_n, full_cluster_m(M, N, tile_n, num_sms))
     mid_pingpong = (GemmConfig(64, 256, 128, 1, 1, "pingpong") if M < 1024 * per_sm and N >= 5120 and K <= 8192
                     else None)
     if M >= PREFILL_MIN_TOKENS * per_sm:
@@ -704,22 +708,37 @@ def full_accumulation(config: GemmConfig, *, overlap: bool = False) -> GemmConfi
     return replace(config, promotion_chunks=chunks)
 
 
-def full_tile_config(tile_n: int) -> GemmConfig:
+def full_tile_config(tile_n: int, cluster_m: int = 2) -> GemmConfig:
     """The kernel of the full-accumulation rule above 128 tokens for a tile width of TILE_COST_FULL: cooperative
-    128 x tile_n in clusters of 2 along M with the chunked promotion, overlapped where the width takes it
-    (OVERLAP_CHUNKS)."""
-    return full_accumulation(GemmConfig(128, tile_n, 128, 2, 1, "cooperative"), overlap=True)
+    128 x tile_n in clusters of `cluster_m` (2, or 1: full_cluster_m) along M with the chunked promotion, overlapped
+    where the width takes it (OVERLAP_CHUNKS)."""
+    return full_accumulation(GemmConfig(128, tile_n, 128, cluster_m, 1, "cooperative"), overlap=True)
+
+
+def full_cluster_m(M: int, N: int, tile_n: int, num_sms: int) -> int:
+    """The full-accumulation rule's cluster along M for a 128 x tile_n tile: 1 where the output is at most one wave of
+    such tiles (one tile per CTA: nothing to share), or below 1024 tokens (scaled by num_sms / 132) with an odd count
+    of 128-token tiles (a cluster of 2 runs one more), else 2 (TMA multicast of B). H100, one run of
+    `perf/fp8_prefill_model.py --full --clusters 2x1,1x1` (perf/results/h100/fp8_full_one_wave/), over
+    torch._scaled_mm rowwise in full accumulation: 32 narrow-layer points at 1024-8192 tokens 0.951x -> 0.983x (min
+    0.823x -> 0.900x), 104 points at 256-768 tokens 0.944x -> 1.008x (min 0.497x at 384 tokens -> 0.907x)."""
+    m_tiles = -(-M // 128)
+    if m_tiles * -(-N // tile_n) <= num_sms or (M < 1024 * num_sms / REFERENCE_SMS and m_tiles % 2):
+        return 1
+    return 2
 
 
 def bias_free_full_kernel(config: GemmConfig) -> bool:
     """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
-    three kernels (full_tile_config). H100, 114 prefill points, each kernel against itself with the leaf in the same
+    three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against itself
+    with the leaf in the same
     process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs, 128x192 0.998-1.012x and 128x256
     0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
     earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
-    epilogue changes the main loop's code was not looked into.) The kernels not measured keep the leaf."""
-    return config.compiled() in {full_tile_config(n) for n in TILE_COST_FULL}
+    epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
+    points, perf/results/h100/fp8_full_one_wave/): 1.004-1.019x. The kernels not measured keep the leaf."""
+    return config.compiled() in {full_tile_config(n, c) for n in TILE_COST_FULL for c in (1, 2)}
 
 
 def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
