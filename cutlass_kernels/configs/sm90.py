@@ -318,20 +318,20 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
       warpgroup's epilogue with the other's mainloop. (Stream-K lost here: its fix-up costs more than
       the idle SMs it fills.)
     - Fast accumulation from here (full accumulation: the last point):
-    - Below 1024 tokens with a wide N and moderate K (N >= 5120, K <= 8192), beyond one wave: ping-pong 64x256 in
-      clusters of 1 (more tiles in flight; the prefill model's clusters of 2 lost up to 1.4x there at 384 tokens,
-      where 3 tiles of 128 tokens run as 4).
-    - Otherwise from PREFILL_MIN_TOKENS (256): the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224,
-      256) tile
+    - From PREFILL_MIN_TOKENS (256), outputs of at most one wave of 128x128 tiles: the cooperative 128x128 in
+      clusters of 1, or 128x64 where 128x128 would busy at most half the SMs (`one_wave_prefill_config`: with one
+      tile per CTA a cluster partner costs more than its multicast saves).
+    - Otherwise, below 1024 tokens with a wide N and moderate K (N >= 5120, K <= 8192): ping-pong 64x256 in clusters
+      of 1 (more tiles in flight; the prefill model's clusters of 2 lost up to 1.4x there at 384 tokens, where 3 tiles
+      of 128 tokens run as 4).
+    - Otherwise, from 256 tokens: the ping-pong 128 x (128, 160, 192) or cooperative 128 x (128, 192, 224, 256) tile
       (clusters of 2 along M) with the least time by PREFILL_TILE_MODEL (waves x a per-K and a per-wave cost;
       ping-pong only with more tiles than SMs: `prefill_config`). Ping-pong hides each tile's epilogue behind the
       other warpgroup's mainloop. H100, the rule as the default: 1.010x of torch._scaled_mm rowwise over the sweep's
-      53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles"). Outputs of at
-      most one wave of 128x128 tiles take the cooperative 128x128 in clusters of 1, or 128x64 where 128x128 would busy
-      at most half the SMs (`one_wave_prefill_config`; that before ping-pong 64x256). Both were fitted and chosen on
-      1024+ tokens and then timed at 256-768 tokens (perf/NOTES.md, "FP8 at 256-768 tokens"): over 104 points of the
-      sweep's and the narrow layers there, 1.15x of torch rowwise where the earlier rules for 129-1023 tokens ran
-      0.96x, and at no point more than 3% slower than them.
+      53 prefill points and 1.016x at 61 held-out points (perf/NOTES.md, "160- and 224-wide tiles"). The one-wave
+      rule and the model were fitted and chosen on 1024+ tokens, then timed at 256-768 tokens (perf/NOTES.md, "FP8 at
+      256-768 tokens"): over 104 points of the sweep's and the narrow layers there, 1.15x of torch rowwise where the
+      earlier rules for 129-1023 tokens ran 0.96x, and at no point more than 3% slower than them.
     - 129-255 tokens otherwise: the cooperative 128 x (128, 192 or 256) tile with the least waves x its TILE_COST (a
       wider tile only where it saves enough waves), in clusters of 2 along M (TMA multicast of B).
     - Full accumulation at 17-128 tokens: swap-AB cooperative 128 x 32/64 with the chunked promotion (ping-pong
@@ -731,9 +731,8 @@ def full_cluster_m(M: int, N: int, tile_n: int, num_sms: int) -> int:
 def bias_free_full_kernel(config: GemmConfig) -> bool:
     """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
-    three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against itself
-    with the leaf in the same
-    process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs, 128x192 0.998-1.012x and 128x256
+    three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against
+    itself with the leaf in the same process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs, 128x192 0.998-1.012x and 128x256
     0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
     earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
     epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
