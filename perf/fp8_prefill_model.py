@@ -235,6 +235,9 @@ def main():
                    "with these TILE_COST_FULL values and every kernel's bias leaf")
     p.add_argument("--out", default="results")
     args = p.parse_args()
+    tokens = tuple(int(t) for t in args.tokens.split(",") if t)
+    if tokens and args.points not in ("narrow", "mid"):
+        raise SystemExit("--tokens goes with --points narrow or mid")
     baseline = ({128: 1.0, **{int(k): float(v) for k, v in (kv.split("=") for kv in args.baseline_costs.split(","))}}
                 if args.baseline_costs else None)
     if args.refit:
@@ -254,9 +257,6 @@ def main():
                else [cfg for cfg, *_ in sm90.PREFILL_TILE_MODEL] + extra)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
-    tokens = tuple(int(t) for t in args.tokens.split(",") if t)
-    if tokens and args.points not in ("narrow", "mid"):
-        raise SystemExit("--tokens goes with --points narrow or mid")
     for label, M, N, K in points(args.points, args.max_tflop * 1e12, tokens):
         us = time_point(M, N, K, not args.full, configs=kernels, with_bf16=False, epilogues=variants)
         pick = default_config(M, N, K, fast_accum=not args.full).label()

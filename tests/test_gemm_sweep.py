@@ -181,3 +181,25 @@ def test_prefill_model_fit_recovers_its_constants(capsys):
         module.config_of_key("t128x128x128_c1x2_ping_swap")
     assert module.config_of_key("t128x128x128_c1x1_coop_sk").stream_k  # stream-K kernels too
     assert module.config_of_key("t128x128x128_c1x1_coop_sk").key() == "t128x128x128_c1x1_coop_sk"
+
+
+def test_prefill_model_point_sets(monkeypatch):
+    """perf/fp8_prefill_model.py's point sets beyond the sweep: the narrow layers (NARROW_LAYERS at 1024-8192 tokens),
+    the sweep's and the narrow layers at 256-768 tokens ("mid"), --tokens for either, and nothing else takes --tokens."""
+    path = SWEEP.parent / "fp8_prefill_model.py"
+    spec = importlib.util.spec_from_file_location("fp8_prefill_model_points", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    narrow = module.points("narrow", 4e12)
+    assert len(narrow) == 4 * len(module.NARROW_LAYERS) and {p[1] for p in narrow} == {1024, 2048, 4096, 8192}
+    assert all(label.startswith("narrow.") and N <= 2048 for label, _, N, _ in narrow)
+    mid = module.points("mid", 4e12)
+    assert {p[1] for p in mid} == {256, 384, 512, 768}
+    sweep_layers = {label for label, M, _, _ in module.points("sweep", 4e12)}
+    assert {label for label, *_ in mid} == (sweep_layers | {label for label, *_ in narrow}) - {"square"}
+    assert {p[1] for p in module.points("mid", 4e12, (144, 240))} == {144, 240}
+    assert {p[1] for p in module.points("narrow", 4e12, (3000,))} == {3000}
+    assert module.points("both", 4e12) == module.points("sweep", 4e12) + module.points("models", 4e12)
+    monkeypatch.setattr(sys, "argv", ["fp8_prefill_model.py", "--points", "sweep", "--tokens", "512"])
+    with pytest.raises(SystemExit, match="--tokens"):
+        module.main()
