@@ -613,7 +613,7 @@ GROUPED_TUNING_CANDIDATES = [
 # What `python -m scalemm build` compiles ahead of time: one kernel per heuristic branch,
 # bf16 output, the default epilogue, both accumulation modes.
 def default_build_set() -> list[tuple[GemmConfig, bool]]:
-    return sorted({(default_config(M, N, 4096, fast_accum=fa), fa) for M in (1, 16, 32, 64, 128, 4096)
+    return sorted({(default_config(M, N, 4096, fast_accum=fa), fa) for M in (1, 16, 32, 64, 128, 512, 1024, 4096)
                    for N in (1024, 4096, 16384) for fa in (True, False)}, key=lambda c: (c[0].key(), c[1]))
 
 
