@@ -235,7 +235,12 @@ def main():
                    "with these TILE_COST_FULL values and every kernel's bias leaf")
     p.add_argument("--out", default="results")
     args = p.parse_args()
-    tokens = tuple(int(t) for t in args.tokens.split(",") if t)
+    try:
+        tokens = tuple(int(t) for t in args.tokens.split(",") if t)
+    except ValueError:
+        raise SystemExit(f"--tokens takes comma-separated token counts, got {args.tokens!r}") from None
+    if any(t < 1 for t in tokens):
+        raise SystemExit(f"--tokens takes positive token counts, got {args.tokens!r}")
     if tokens and args.points not in ("narrow", "mid"):
         raise SystemExit("--tokens goes with --points narrow or mid")
     baseline = ({128: 1.0, **{int(k): float(v) for k, v in (kv.split("=") for kv in args.baseline_costs.split(","))}}

@@ -254,6 +254,9 @@ def main():
     p.add_argument("--out", default=None, help="directory for nvfp4_explore.json / .png")
     p.add_argument("--from-text", default=None, help="a saved table to turn into JSON + plot")
     args = p.parse_args()
+    unknown = set(args.loops.split(",")) - set(SKINNY_MAINLOOPS)
+    if unknown:
+        raise SystemExit(f"--loops takes main loops of {sorted(SKINNY_MAINLOOPS)}, got {sorted(unknown)}")
     if args.from_text:
         first = open(args.from_text).readline().strip()
         save(parse_text(args.from_text), first.removeprefix("GPU: ").split(",")[0], args.out or ".")

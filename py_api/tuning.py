@@ -258,7 +258,7 @@ def _tune_one(it, module, info, gpu, arch, spec, failed_specs, runtime_knobs, mi
     times = bench({k: f for k, (_, f) in fns.items()}, copies)
     best = min(times, key=times.get)
     timed = len(times)
-    if it["op"] == "gemm" and runtime_knobs and module.tiles(fns[best][0], *it["dims"][:2]) > info.num_sms:
+    if it["op"] == "gemm" and runtime_knobs and module.tile_count(fns[best][0], *it["dims"][:2]) > info.num_sms:
         stage2 = checked([heuristic, fns[best][0], *module.runtime_variants(fns[best][0])])
         times2 = bench({k: f for k, (_, f) in stage2.items()}, copies)
         fns.update(stage2)

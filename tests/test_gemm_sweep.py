@@ -200,6 +200,8 @@ def test_prefill_model_point_sets(monkeypatch):
     assert {p[1] for p in module.points("mid", 4e12, (144, 240))} == {144, 240}
     assert {p[1] for p in module.points("narrow", 4e12, (3000,))} == {3000}
     assert module.points("both", 4e12) == module.points("sweep", 4e12) + module.points("models", 4e12)
-    monkeypatch.setattr(sys, "argv", ["fp8_prefill_model.py", "--points", "sweep", "--tokens", "512"])
-    with pytest.raises(SystemExit, match="--tokens"):
-        module.main()
+    for bad in (["--points", "sweep", "--tokens", "512"], ["--points", "mid", "--tokens", "5x"],
+                ["--points", "mid", "--tokens", "0"]):
+        monkeypatch.setattr(sys, "argv", ["fp8_prefill_model.py", *bad])
+        with pytest.raises(SystemExit, match="--tokens"):
+            module.main()

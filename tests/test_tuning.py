@@ -759,6 +759,8 @@ def test_prefill_rule_takes_the_least_predicted_time():
         assert configs.default_config(M, N, K) == (sm90.one_wave_prefill_config(M, N, 132) or pick)
     # ping-pong with at most one tile per SM is left out: 4096 x 576 in 128 x 160 tiles is 128 tiles
     assert sm90.tile_count(configs.GemmConfig(128, 160, 128, 2, 1, "pingpong"), 4096, 576) == 128
+    # swap-AB puts N on the tile's M side: 4096 / 128 x ceil(100 / 32)
+    assert sm90.tile_count(configs.GemmConfig(128, 32, 128, 1, 1, "cooperative", swap_ab=True), 100, 4096) == 32 * 4
     # measured on an H100 (perf/results/h100/fp8_prefill_160/; x: of torch._scaled_mm rowwise)
     assert configs.default_config(4096, 5120, 2048).key() == "t128x160x128_c2x1_ping"  # 0.90x -> 1.03x
     assert configs.default_config(16384, 7168, 2048).schedule == "pingpong"

@@ -223,11 +223,13 @@ PREFILL_TILE_MODEL = (
 
 
 def tile_count(config: GemmConfig, M: int, N: int) -> int:
-    """Tiles of an M x N output under `config` (unswapped), its M and N tiles rounded up to whole clusters."""
+    """Tiles of an M x N output under `config` (swap-AB puts N on the tile's M side), each side's tiles rounded up to
+    whole clusters (a cluster is scheduled whole)."""
     def whole_clusters(extent, tile, cluster):
         tiles = -(-extent // tile)
         return -(-tiles // cluster) * cluster
-    return whole_clusters(M, config.tile_m, config.cluster_m) * whole_clusters(N, config.tile_n, config.cluster_n)
+    rows, cols = (N, M) if config.swap_ab else (M, N)
+    return whole_clusters(rows, config.tile_m, config.cluster_m) * whole_clusters(cols, config.tile_n, config.cluster_n)
 
 
 def tile_waves(config: GemmConfig, M: int, N: int, num_sms: int) -> int:
@@ -722,18 +724,16 @@ def full_cluster_m(M: int, N: int, tile_n: int, num_sms: int) -> int:
     `perf/fp8_prefill_model.py --full --clusters 2x1,1x1` (perf/results/h100/fp8_full_one_wave/), over
     torch._scaled_mm rowwise in full accumulation: 32 narrow-layer points at 1024-8192 tokens 0.951x -> 0.983x (min
     0.823x -> 0.900x), 104 points at 256-768 tokens 0.944x -> 1.008x (min 0.497x at 384 tokens -> 0.907x)."""
-    m_tiles = -(-M // 128)
-    if m_tiles * -(-N // tile_n) <= num_sms or (M < 1024 * num_sms / REFERENCE_SMS and m_tiles % 2):
-        return 1
-    return 2
+    one_wave = tile_count(full_tile_config(tile_n, 1), M, N) <= num_sms
+    return 1 if one_wave or (M < 1024 * num_sms / REFERENCE_SMS and -(-M // 128) % 2) else 2
 
 
 def bias_free_full_kernel(config: GemmConfig) -> bool:
     """Whether `config` is a full-accumulation kernel measured faster without the preset's null bias leaf, so that
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
     three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against
-    itself with the leaf in the same process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs, 128x192 0.998-1.012x and 128x256
-    0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
+    itself with the leaf in the same process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs,
+    128x192 0.998-1.012x and 128x256 0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
     earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
     epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
     points, perf/results/h100/fp8_full_one_wave/): 1.004-1.019x. The kernels not measured keep the leaf."""
@@ -806,12 +806,6 @@ def runtime_variants(config: GemmConfig) -> list[GemmConfig]:
     base = config.compiled()
     return [replace(base, raster=r, swizzle=s) for r in ("auto", "m", "n") for s in (1, 2, 4, 8)
             if (r, s) != ("auto", 1)]
-
-
-def tiles(config: GemmConfig, M: int, N: int) -> int:
-    """Output tiles of an M x N problem under `config` (swap-AB puts N on the tile's M side)."""
-    rows, cols = (N, M) if config.swap_ab else (M, N)
-    return -(-rows // config.tile_m) * -(-cols // config.tile_n)
 
 
 def sweep_configs() -> list[tuple[GemmConfig, bool]]:
