@@ -17,12 +17,12 @@ from .gemm import gemm
 from .grouped import grouped_gemm, grouped_gemm_wgrad
 from .quantize import quantize_fp8, quantize_mxfp8, quantize_nvfp4
 from .quantize_grouped import (prepare_residual_weight, quantize_fp8_grouped, quantize_fp8_stacked,
-                               quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
-                               quantize_nvfp4_stacked)
+                               quantize_fp8_stacked_pair, quantize_mxfp8_grouped, quantize_nvfp4_grouped,
+                               quantize_nvfp4_residual, quantize_nvfp4_stacked)
 from .tuning import tune
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "quantize_fp8_grouped", "quantize_nvfp4_grouped",
-           "quantize_mxfp8_grouped", "quantize_fp8_stacked", "quantize_nvfp4_stacked", "quantize_nvfp4_residual",
-           "prepare_residual_weight", "gemm", "grouped_gemm", "grouped_gemm_wgrad", "tune",
+           "quantize_mxfp8_grouped", "quantize_fp8_stacked", "quantize_fp8_stacked_pair", "quantize_nvfp4_stacked",
+           "quantize_nvfp4_residual", "prepare_residual_weight", "gemm", "grouped_gemm", "grouped_gemm_wgrad", "tune",
            "NVFP4Tensor", "FP8Tensor", "MXFP8Tensor", "GroupedFP8Tensor", "GroupedNVFP4Tensor", "GroupedMXFP8",
            "NVFP4", "MXFP8", "FP8", "reference", "nn", "recipes", "__version__"]

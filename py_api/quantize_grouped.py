@@ -45,7 +45,8 @@ __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_gro
 # launcher -> its parameter struct (scalemm/abi.h), passed by pointer
 _ARGS = {"scalemm_quantize_fp8_grouped": "QuantizeFp8GroupedArgs",
          "scalemm_quantize_nvfp4_grouped": "QuantizeNvfp4GroupedArgs",
-         "scalemm_quantize_mxfp8_grouped": "QuantizeMxfp8GroupedArgs"}
+         "scalemm_quantize_mxfp8_grouped": "QuantizeMxfp8GroupedArgs",
+         "scalemm_zero_rows_past_groups": "ZeroRowsPastGroupsArgs"}
 _INT32_LIMIT = (1 << 31) - 1
 
 
@@ -114,7 +115,9 @@ def _table_slice(table: torch.Tensor, G: int, which: int) -> torch.Tensor:
     return table[start:start + G]
 
 
-def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=None) -> GroupedFP8Tensor:
+def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=None, transposed=False):
+    """GroupedFP8Tensor, its columnwise copy (if any) in the wgrad layout; transposed=True (stacked weights,
+    group_rows rows per group, columnwise): (the rows copy, stacked W^T [G * K, group_rows]) instead."""
     T, K = x.shape
     dev = x.device
     f32 = torch.float32
@@ -130,11 +133,19 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
         q_row, sinv_row = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "rows").values())
     if columnwise:
         q_col, sinv_col = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "wgrad").values())
+    if transposed:
+        W = T
+        q_col = _q._empty((G * K, group_rows), torch.float8_e4m3fn, dev)
     args = abi.QuantizeFp8GroupedArgs(
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), gcol_amax=_q._p(gcol_amax), q_row=_q._p(q_row),
-        sinv_row=_q._p(sinv_row), q_col=_q._p(q_col), w=W, sinv_col=_q._p(sinv_col), stream=_q._stream(dev))
+        sinv_row=_q._p(sinv_row), q_col=_q._p(q_col), w=W, sinv_col=_q._p(sinv_col),
+        col_group_rows=group_rows if transposed else 0, stream=_q._stream(dev))
     _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(ctypes.byref(args))
+    if transposed:
+        wt = GroupedFP8Tensor(q_col, sinv_col.reshape(-1), layout.stacked_offsets(G, K, dev), (G * K, group_rows),
+                              scaling, x.dtype, group_rows=K)
+        return GroupedFP8Tensor(q_row, sinv_row, offsets, (T, K), scaling, x.dtype, group_rows=group_rows), wt
     col = None
     if columnwise:
         col = GroupedFP8Tensor(q_col, sinv_col, offsets, (T, K), scaling, x.dtype, layout="wgrad")
@@ -371,6 +382,48 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise
         with _q._on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, columnwise, group_rows=N)
     return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise)
+
+
+def quantize_fp8_stacked_pair(w: torch.Tensor, *, scaling: str = "tensor") -> tuple:
+    """(quantize_fp8_stacked(w), quantize_fp8_stacked(w.transpose(1, 2).contiguous())), the same bytes, from
+    one pass over w on CUDA: W [E, N, K] for fprop and W^T [E, K, N] for dgrad. W^T's per-row scales are
+    per (expert, input channel) over that expert's N values, what the stacked quantizer's columnwise pass
+    takes, and the kernel writes that copy straight in W^T's stacked layout. N % 16 == 0 (W^T's K)."""
+    w2, offsets = _check_stacked(w, 16, scaling)
+    E, N, K = w.shape
+    _q._check_multiple(N, 16, "N (dim 1)", "w")
+    if w2.device.type == "cuda":
+        with _q._on_device(w.device):
+            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, True, group_rows=N, transposed=True)
+    return (reference.quantize_fp8_stacked(w, scaling=scaling),
+            reference.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling))
+
+
+def zero_rows_past_groups(out: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """out [T, ...] with its rows past the groups (from the clamped running maximum of the offsets: the
+    rows scalemm.grouped_gemm does not write) set to zero, in place and without reading the offsets on the
+    host; CUDA-graph capturable. On CUDA out must be contiguous with rows of a multiple of 16 bytes."""
+    check_input(out, "out")
+    if out.dim() < 1 or not out.is_contiguous():
+        raise ValueError("'out' must be a contiguous tensor with at least one dimension")
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.numel() == 0 \
+            or offsets.dtype != torch.int32 or offsets.device != out.device:
+        raise ValueError(f"'offsets' must be a non-empty 1-D int32 tensor on {out.device}")
+    T = out.shape[0]
+    if out.device.type != "cuda":
+        out[int(layout.group_bounds(offsets, T)[1][-1]):] = 0
+        return out
+    row_bytes = out[0].numel() * out.element_size() if T else 0
+    if row_bytes % 16 or out.data_ptr() % 16:
+        raise ValueError(f"'out': rows of {row_bytes} bytes at {out.data_ptr() % 16} past 16-byte alignment; "
+                         "the CUDA path needs rows of a multiple of 16 bytes, 16-byte aligned")
+    if out.numel() == 0:
+        return out
+    with _q._on_device(out.device):
+        args = abi.ZeroRowsPastGroupsArgs(out=out.data_ptr(), rows=T, row_bytes=row_bytes, offsets=offsets.data_ptr(),
+                                          groups=offsets.numel(), stream=_q._stream(out.device))
+        _launcher(torch.bfloat16, "scalemm_zero_rows_past_groups")(ctypes.byref(args))
+    return out
 
 
 def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedNVFP4Tensor:

@@ -43,8 +43,8 @@ from .gemm import gemm as _gemm
 from .grouped import grouped_gemm as _grouped_gemm
 from .grouped import grouped_gemm_wgrad as _grouped_gemm_wgrad
 from .quantize import quantize_fp8, quantize_nvfp4
-from .quantize_grouped import (quantize_fp8_grouped, quantize_fp8_stacked, quantize_nvfp4_grouped,
-                               quantize_nvfp4_stacked)
+from .quantize_grouped import (quantize_fp8_grouped, quantize_fp8_stacked, quantize_fp8_stacked_pair,
+                               quantize_nvfp4_grouped, quantize_nvfp4_stacked, zero_rows_past_groups)
 from .recipes import Recipe
 
 __all__ = ["FIELDS", "GROUPED_FIELDS", "GEMM_OPERANDS", "GROUPED_GEMM_OPERANDS", "TOKEN_ALIGN", "field_count", "split",
@@ -180,8 +180,9 @@ def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = Fals
 def _experts_to_rows(u8: torch.Tensor, E: int) -> torch.Tensor:
     """Bytes [K, E * n] (expert e's n columns at e * n, rows contiguous) -> [E * K, n] (expert e's K
     rows together). Moved as 8-byte words where the layout allows (n, the row stride and the start
-    multiples of 8): torch's copy of a permuted uint8 view moves one byte per element (the FP8 expert
-    layer's two weight copies took ~1.4 ms per training step that way on an H100)."""
+    multiples of 8): torch's copy of a permuted uint8 view moves one byte per element (the expert
+    layer's two weight copies took ~1.4 ms per training step that way on an H100). NVFP4 only: the FP8
+    quantizer writes W^T's layout itself (quantize_fp8_stacked_pair)."""
     K = u8.shape[0]
     wide = u8.shape[1] % (8 * E) == 0 and u8.stride(0) % 8 == 0 and u8.data_ptr() % 8 == 0
     v = u8.view(torch.int64) if wide else u8
@@ -192,22 +193,20 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
     """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
     pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
     quantizer's columnwise copy holds, per (expert, input channel), scales over that expert's N
-    values, exactly W^T's per-row blocks and scales; its [K, E*N] data (expert e at columns e*N: with
-    N % 16 == 0 no group padding) transposed per expert is W^T, and for NVFP4 its per-expert scale
-    blocks are W^T's batched ones (section 5's layout; the buffer is longer). N % 16 != 0 (which W^T
-    cannot take anyway): the two passes, for their error."""
+    values, exactly W^T's per-row blocks and scales. FP8: quantize_fp8_stacked_pair, whose kernel
+    writes that copy in W^T's stacked layout. NVFP4: its [K, E*N] wgrad-layout data (expert e at
+    columns e*N: with N % 16 == 0 no group padding) transposed per expert is W^T, and its per-expert
+    scale blocks are W^T's batched ones (section 5's layout; the buffer is longer). N % 16 != 0 (which
+    W^T cannot take anyway): the two passes, for their error."""
     E, N, K = w.shape
     if N % 16:
         return quantize_stacked(w, recipe), quantize_stacked(w, recipe, transposed=True)
     scaling = recipe.scaling("weight")
-    stacked = quantize_fp8_stacked if recipe.format == "fp8" else quantize_nvfp4_stacked
-    q = stacked(w, scaling=scaling, columnwise=True)
+    if recipe.format == "fp8":  # the kernel writes W^T's layout itself
+        return quantize_fp8_stacked_pair(w, scaling=scaling)
+    q = quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)
     col, q.columnwise = q.columnwise, None
     offsets_t = layout.stacked_offsets(E, K, w.device)
-    if recipe.format == "fp8":
-        data = _experts_to_rows(col.data.view(torch.uint8)[:, :E * N], E).view(col.data.dtype)
-        return q, GroupedFP8Tensor(data, col.scale_inv.reshape(-1), offsets_t, (E * K, N), scaling, w.dtype,
-                                   group_rows=K)
     qdata = _experts_to_rows(col.qdata[:, :E * N // 2], E)
     scale_rows = layout.stacked_scale_rows(E, K)
     scales = col.scales[:layout.grouped_scale_bytes(scale_rows, N // 16)].clone()  # the leading E blocks
@@ -277,8 +276,8 @@ def grouped_gemm(which: str, a_tensors, b_tensors, offsets: torch.Tensor, recipe
     b = grouped_unflatten(b_tensors, recipe, rb, cb, offsets, T)
     fast = recipe.gemm(which).fast_accum
     if which != "wgrad":
-        N = b.group_rows
-        out = torch.zeros((T, N), dtype=out_dtype, device=offsets.device)  # rows past offsets[-1] stay 0
+        out = torch.empty((T, b.group_rows), dtype=out_dtype, device=offsets.device)
+        zero_rows_past_groups(out, offsets)  # the rows the GEMM does not write
         return _grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast)
     if recipe.format == "fp8":
         return _grouped_gemm_wgrad(a, b, out_dtype=out_dtype, fast_accum=fast)

@@ -736,3 +736,44 @@ def test_residual_gemm_sqnr_gain(scaling):
     folded = ref.gemm_reference(ref.dequantize_nvfp4(xr, apply_alpha=False),
                                 scalemm.prepare_residual_weight(w, channels).float(), xr.alpha, None)
     assert _sqnr_db(folded.double(), exact) > g_base + 2.0
+
+
+def test_fp8_stacked_pair_validation(no_dispatch):
+    fn = scalemm.quantize_fp8_stacked_pair
+    with pytest.raises(ValueError, match=r"'w' must be 3-D \[E, N, K\]"):
+        fn(x_())
+    with pytest.raises(ValueError, match="'w' must be contiguous"):
+        fn(x_(64, 64).view(4, 16, 64).transpose(1, 2))
+    with pytest.raises(ValueError, match=r"'w' K \(last dim\) must be a multiple of 16, got 40"):
+        fn(torch.zeros(2, 16, 40, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="'scaling' must be one of"):
+        fn(torch.zeros(2, 16, 64, dtype=torch.bfloat16), scaling="expert")
+    with pytest.raises(ValueError, match=r"'w' N \(dim 1\) must be a multiple of 16, got 24"):
+        scalemm.quantize_fp8_stacked_pair(torch.zeros(2, 24, 64, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_stacked_pair_cpu(scaling):
+    """On CPU: the reference's quantize_fp8_stacked of w and of its per-expert transpose (the GPU test checks
+    the one-pass kernel against the same)."""
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(3, 32, 48, generator=g) * torch.rand(3, 32, 1, generator=g).mul(6).exp2()).to(torch.bfloat16)
+    got, got_t = scalemm.quantize_fp8_stacked_pair(w, scaling=scaling)
+    want_t = scalemm.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling)
+    assert torch.equal(got.data.view(torch.uint8), scalemm.quantize_fp8_stacked(w, scaling=scaling).data.view(torch.uint8))
+    assert torch.equal(got_t.data.view(torch.uint8), want_t.data.view(torch.uint8))
+    assert torch.equal(got_t.scale_inv, want_t.scale_inv) and got_t.group_rows == 48
+
+
+def test_zero_rows_past_groups_cpu():
+    from scalemm.quantize_grouped import zero_rows_past_groups
+    out = torch.ones(10, 4)
+    assert zero_rows_past_groups(out, offs(2, 7, 5)) is out
+    assert out[:7].eq(1).all() and out[7:].eq(0).all()
+    out = torch.ones(3, 4)
+    zero_rows_past_groups(out, offs(-1, 9))  # clamped: every row is in a group
+    assert out.eq(1).all()
+    with pytest.raises(ValueError, match="'offsets' must be a non-empty 1-D int32 tensor"):
+        zero_rows_past_groups(out, torch.tensor([2]))
+    with pytest.raises(ValueError, match="'out' must be a contiguous tensor"):
+        zero_rows_past_groups(torch.ones(4, 6).t(), offs(2))

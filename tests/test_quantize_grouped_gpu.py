@@ -328,6 +328,40 @@ def test_stacked_columnwise(monkeypatch, E, N, K, scaling):
         assert got8.columnwise is not None
 
 
+@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 208, 512), (3, 48, 80), (2, 1536, 128)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_fp8_stacked_pair(monkeypatch, E, N, K, scaling):
+    """W and W^T from one pass (the kernel writes W^T's stacked layout [E * K, N] itself): the bytes of the
+    reference's quantize_fp8_stacked of w and of its per-expert transpose. N = 48 / 208: 128-position tiles
+    that straddle experts; K = 80: a partial 64-column tile."""
+    w = make_input(E * N, K, seed=E + N + 2).view(E, N, K)
+    want = ref.quantize_fp8_stacked(w, scaling=scaling)
+    want_t = ref.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling)
+    for got, got_t in run_poisoned(monkeypatch, lambda: scalemm.quantize_fp8_stacked_pair(w, scaling=scaling)):
+        assert_grouped_fp8_equal(got, want)
+        assert_grouped_fp8_equal(got_t, want_t)
+        assert (got.group_rows, got_t.group_rows, got_t.shape) == (N, K, (E * K, N))
+        assert torch.equal(got_t.offsets.cpu(), want_t.offsets.cpu())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offsets,T", [([5, 9, 9, 20], 20), ([5, 9, 9, 14], 20), ([0], 7), ([3, 2, 1], 9),
+                                       ([-4, 30], 12), ([4, -1], 12), (list(range(1, 301)), 400)])
+def test_zero_rows_past_groups(dtype, offsets, T):
+    """Rows from the clamped running max of the offsets on are zeroed, the rest untouched (NaN-filled before):
+    exact, short, empty, decreasing, negative and out-of-range offsets, more groups than a CTA's threads."""
+    from scalemm.quantize_grouped import zero_rows_past_groups
+    out = torch.full((T, 24), float("nan"), dtype=dtype, device="cuda")
+    offs = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+    want = out.cpu()
+    zero_rows_past_groups(want, offs.cpu())
+    assert zero_rows_past_groups(out, offs) is out
+    torch.cuda.synchronize()
+    end = min(max(max(offsets), 0), T)
+    assert torch.equal(out.cpu()[end:], torch.zeros_like(want[end:])) and out[:end].isnan().all()
+    assert torch.equal(out.cpu().isnan(), want.isnan())
+
+
 # ---------------------------------------------------------------------------
 # residual NVFP4
 # ---------------------------------------------------------------------------

@@ -300,6 +300,20 @@ struct QuantizeFp8GroupedArgs {
   uint8_t* q_col;             // e4m3 [k, w], or null
   int64_t w;                  // the wgrad layout's padded token columns (a multiple of 16)
   float* sinv_col;            // scale_inv [groups] or [groups, k]
+  int64_t col_group_rows;     // 0: q_col in the wgrad layout. n > 0 (every group n rows, n % 16 == 0, w = tokens =
+                              // groups * n: stacked weights [groups, n, k]): q_col is [groups * k, n] instead, group
+                              // g's transpose at rows g * k (stacked W^T, the dgrad operand)
+  void* stream;               // cudaStream_t
+};
+
+// Zero the rows of out [rows, row_bytes] that belong to no group: from the clamped running maximum of the offsets
+// (the rows the grouped GEMMs do not write) to the end. row_bytes a multiple of 16, out 16-byte aligned.
+struct ZeroRowsPastGroupsArgs {
+  void* out;
+  int64_t rows;
+  int64_t row_bytes;
+  int32_t const* offsets;     // [groups]
+  int64_t groups;
   void* stream;               // cudaStream_t
 };
 

@@ -343,9 +343,11 @@ struct GQuantParams {
   int64_t cp_row;
   const float* amax_row;  // [G] (row_token = 0) or [T]
   int row_token;
-  // FP8 columnwise copy, wgrad layout [K, W]
+  // FP8 columnwise copy, wgrad layout [K, W]; or, col_group_rows = n > 0 (every group n rows, positions = rows),
+  // stacked W^T [G * K, n]: group g's column k at row g * K + k
   uint8_t* q_col;
   int64_t W;
+  int64_t col_group_rows;
   const float* amax_col;  // [G] (col_token = 0) or [G, K]
   int col_token;
   // decode scales written from amaxes at the end (NVFP4: S_dec; FP8: scale_inv)
@@ -486,20 +488,22 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
     const int64_t k = k0 + kl;
     float scale[2];  // both scales before the tile reads (fewer live registers across the divisions)
+    int64_t at[2];   // where the 16 positions' bytes go
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int g = chunk_group[mq + 4 * i];
       float amax = 0.0f;
       if (g < p.tb.G && k < p.K) amax = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
       scale[i] = fp8_scale(amax);
+      const int64_t pos = c0 + 16 * (mq + 4 * i), n = p.col_group_rows;
+      at[i] = n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos;
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int mb = mq + 4 * i;
-      const int64_t pos = c0 + 16 * mb;
+      const int64_t pos = c0 + 16 * (mq + 4 * i);
       float v[16];
-      read_column<16>(tile, 16 * mb, kl, v);
-      if (k < p.K && pos < p.W) *reinterpret_cast<uint4*>(p.q_col + k * p.W + pos) = e4m3x16(v, scale[i]);
+      read_column<16>(tile, 16 * (mq + 4 * i), kl, v);
+      if (k < p.K && pos < p.W) *reinterpret_cast<uint4*>(p.q_col + at[i]) = e4m3x16(v, scale[i]);
     }
   }
   write_decode_scales<F>(p);
@@ -755,11 +759,13 @@ inline constexpr int kBadArgs = static_cast<int>(cudaErrorInvalidValue);
 
 // FP8: rowwise [T, K] (q_row) and/or the wgrad-layout columnwise copy [K, W] (q_col).
 // token: amax per row (rowwise) and per (group, column) (columnwise); else per group.
+// col_group_rows = n > 0: q_col is stacked W^T [G * K, n] (every group n rows: T = W = G * n, n % 16 == 0).
 template <typename T>
 int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
                        float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, float* sinv_row,
-                       uint8_t* q_col, int64_t W, float* sinv_col, cudaStream_t stream) {
+                       uint8_t* q_col, int64_t W, float* sinv_col, int64_t col_group_rows, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || (q_col && W % 16 != 0)) return kBadArgs;
+  if (col_group_rows && (!q_col || col_group_rows % 16 != 0 || W != G * col_group_rows || T_ != W)) return kBadArgs;
   if (token && !q_col)  // per-token rows: one kernel (quantize_rows_kernel); no group table, no stats pass, and
     // row_amax only if given (the kernel keeps each row's amax in registers; null: not written)
     return launch_fp8_token_rows<T>(x, T_, K, q_row, sinv_row, row_amax, stream, offsets, G);
@@ -772,7 +778,8 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
   GQuantParams p{};
   p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
   p.q_row = q_row, p.amax_row = token ? row_amax : g_amax, p.row_token = token;
-  p.q_col = q_col, p.W = W, p.amax_col = token ? gcol_amax : g_amax, p.col_token = token;
+  p.q_col = q_col, p.W = W, p.col_group_rows = col_group_rows, p.amax_col = token ? gcol_amax : g_amax;
+  p.col_token = token;
   if (q_row) p.g_row = sinv_row, p.g_row_amax = token ? row_amax : g_amax, p.n_g_row = token ? T_ : G;
   if (q_col) p.g_col = sinv_col, p.g_col_amax = token ? gcol_amax : g_amax, p.n_g_col = token ? G * K : G;
   if (q_col) {  // positions = wgrad columns; the rows past the last group follow pos16[G]
@@ -885,6 +892,40 @@ int launch_mxfp8_grouped(const void* x, int64_t T_, int64_t K, const int* offset
   if ((err = launch_tile_table(tb, T_, scale_rows, tile_table(table, G), stream))) return err;
   p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 32, 4) * 4;
   return launch_grouped_tiles<Format::kMXFP8, T, true, false>(p, stream);
+}
+
+// ---------------------------------------------------------------------------
+// 5. the rows past the groups of a grouped GEMM's output
+// ---------------------------------------------------------------------------
+
+// Rows [end, rows) of out [rows, row_bytes] set to zero, end = the clamped running maximum of the offsets
+// (group_table_kernel's ends[G-1]): the rows a grouped GEMM does not write. Every CTA finds end itself; with no
+// such rows the launch is all it costs.
+__global__ void __launch_bounds__(256) zero_rows_past_groups_kernel(uint8_t* out, int64_t rows, int64_t row_bytes,
+                                                                    const int* offsets, int G) {
+  __shared__ int end;
+  if (threadIdx.x == 0) end = 0;
+  __syncthreads();
+  int m = 0;
+  for (int g = threadIdx.x; g < G; g += blockDim.x)
+    m = max(m, static_cast<int>(min(static_cast<int64_t>(max(__ldg(offsets + g), 0)), rows)));
+  atomicMax(&end, m);
+  __syncthreads();
+  const int64_t stop = rows * row_bytes, step = int64_t(gridDim.x) * blockDim.x * 16;
+  for (int64_t i = end * row_bytes + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 16; i < stop; i += step)
+    *reinterpret_cast<uint4*>(out + i) = make_uint4(0u, 0u, 0u, 0u);
+}
+
+inline int launch_zero_rows_past_groups(void* out, int64_t rows, int64_t row_bytes, const int* offsets, int G,
+                                        cudaStream_t stream) {
+  if (!out || !offsets || rows < 0 || row_bytes < 0 || row_bytes % 16 != 0 || G <= 0 ||
+      reinterpret_cast<uintptr_t>(out) % 16 != 0)
+    return kBadArgs;
+  const int64_t words = rows * row_bytes / 16;
+  if (words == 0) return 0;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(words, 256), 264));
+  zero_rows_past_groups_kernel<<<blocks, 256, 0, stream>>>(static_cast<uint8_t*>(out), rows, row_bytes, offsets, G);
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace grouped
