@@ -220,8 +220,14 @@ struct GStatsParams {
   float* gcol_amax;  // [G, K] max |x| per column within each group, or nullptr
 };
 
+// Rows per thread and the CTAs per SM it is compiled for: 16 rows in 128 registers keep two CTAs per SM (with the
+// 139 registers the compiler took unbounded, one).
+constexpr int kGroupedStatsRows = 16;
+constexpr int kGroupedStatsTileM = kGroupedStatsRows * (kThreads / 32);
+constexpr int kGroupedStatsMinBlocks = 2;
+
 template <typename T>
-__global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsParams p) {
+__global__ void __launch_bounds__(kThreads, kGroupedStatsMinBlocks) grouped_stats_kernel(const GStatsParams p) {
   __shared__ unsigned col_red[kSlots][kStatsTileK];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const T* x = static_cast<const T*>(p.x);
@@ -231,13 +237,13 @@ __global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsPar
 
   for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
     const int64_t tm = tile / p.tiles_k, tk = tile - tm * p.tiles_k;
-    const int64_t m0 = tm * kStatsTileM;
-    const int64_t r0 = m0 + kStatsRows * warp;
+    const int64_t m0 = tm * kGroupedStatsTileM;
+    const int64_t r0 = m0 + kGroupedStatsRows * warp;
     const int64_t col = tk * kStatsTileK + 8 * lane;
     const bool col_ok = col < p.K;
-    Raw8<T> raw[kStatsRows];
+    Raw8<T> raw[kGroupedStatsRows];
 #pragma unroll
-    for (int i = 0; i < kStatsRows; ++i) {
+    for (int i = 0; i < kGroupedStatsRows; ++i) {
       const bool ok = col_ok && r0 + i < last;
       load8(raw[i], x + (ok ? (r0 + i) * p.K + col : 0), ok);
     }
@@ -248,9 +254,9 @@ __global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsPar
       __syncthreads();
     }
 
-    float rowmax[kStatsRows];
+    float rowmax[kGroupedStatsRows];
 #pragma unroll
-    for (int i = 0; i < kStatsRows; ++i) {
+    for (int i = 0; i < kGroupedStatsRows; ++i) {
       float v[8];
       to_float8(raw[i], v);
       rowmax[i] = absmax_nan<8>(v);  // rows outside x or any group loaded as zeros
@@ -258,13 +264,13 @@ __global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsPar
     if (want_rows) {  // lane i ends up owning row r0 + i (as in quant.cuh)
       float mine = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kStatsRows; ++i) {
+      for (int i = 0; i < kGroupedStatsRows; ++i) {
         float m = rowmax[i];
 #pragma unroll
         for (int s = 16; s > 0; s >>= 1) m = max_nan(m, __shfl_xor_sync(kFullMask, m, s));
         if (lane == i) mine = m;
       }
-      if (lane < kStatsRows && r0 + lane < last) atomic_max_nonneg(p.row_amax + r0 + lane, mine);
+      if (lane < kGroupedStatsRows && r0 + lane < last) atomic_max_nonneg(p.row_amax + r0 + lane, mine);
     }
 
     if (p.g_amax != nullptr || want_cols) {
@@ -272,13 +278,13 @@ __global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsPar
       for (int g = group_of_row(p.tb, r0); g < G; ++g) {
         const int64_t lo = max(r0, static_cast<int64_t>(group_start(p.tb, g)));
         const int64_t e = __ldg(p.tb.ends + g);
-        const int64_t hi = min(r0 + kStatsRows, e);
+        const int64_t hi = min(r0 + kGroupedStatsRows, e);
         if (lo < hi) {
           float seg = 0.0f, colmax[8];
 #pragma unroll
           for (int j = 0; j < 8; ++j) colmax[j] = 0.0f;
 #pragma unroll
-          for (int i = 0; i < kStatsRows; ++i) {
+          for (int i = 0; i < kGroupedStatsRows; ++i) {
             if (r0 + i >= lo && r0 + i < hi) {
               seg = max_nan(seg, rowmax[i]);
               if (want_cols) {
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) grouped_stats_kernel(const GStatsPar
             }
           }
         }
-        if (e >= r0 + kStatsRows) break;
+        if (e >= r0 + kGroupedStatsRows) break;
       }
     }
 
@@ -687,7 +693,7 @@ int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offs
   if (!err) err = memset_f32(gcol_amax, static_cast<int64_t>(G) * K, stream);
   if (err || (!g_amax && !row_amax && !gcol_amax) || T_ <= 0 || K <= 0) return err;
   GStatsParams sp{x, T_, K, ceil_div(K, kStatsTileK), 0, make_table(table, G), g_amax, row_amax, gcol_amax};
-  sp.num_tiles = ceil_div(T_, kStatsTileM) * sp.tiles_k;
+  sp.num_tiles = ceil_div(T_, kGroupedStatsTileM) * sp.tiles_k;
   grouped_stats_kernel<T><<<wave_grid<grouped_stats_kernel<T>>(sp.num_tiles), kThreads, 0, stream>>>(sp);
   return static_cast<int>(cudaGetLastError());
 }
