@@ -3,6 +3,7 @@ then the groups that ended in it, while its rows are in L2) against one stats pa
 Qwen3-30B-A3B expert layer's quantizer calls and on its whole training step (perf/train_bench.py's MoE block).
 The variants set scalemm.quantize_grouped._FP8_BAND_ROWS (abi.h QuantizeFp8GroupedArgs.band_rows) while a CUDA
 graph is captured: -1 no bands (the previous path), 0 the launcher's bands (about 16 MB of x), or rows per band.
+  git apply perf/results/h100/grouped_fp8_bands/bands.patch   # the banded path is not in scalemm
   python3 perf/results/h100/grouped_fp8_bands/ab_bands.py --out OUT
 """
 import argparse
