@@ -277,8 +277,8 @@ def grouped_gemm(which: str, a_tensors, b_tensors, offsets: torch.Tensor, recipe
     fast = recipe.gemm(which).fast_accum
     if which != "wgrad":
         out = torch.empty((T, b.group_rows), dtype=out_dtype, device=offsets.device)
-        zero_rows_past_groups(out, offsets)  # the rows the GEMM does not write
-        return _grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast)
+        _grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast)
+        return zero_rows_past_groups(out, offsets)  # the rows the GEMM does not write
     if recipe.format == "fp8":
         return _grouped_gemm_wgrad(a, b, out_dtype=out_dtype, fast_accum=fast)
     return _nvfp4_grouped_wgrad(a, b, offsets, T, out_dtype)

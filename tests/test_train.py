@@ -505,6 +505,25 @@ def test_grouped_recipe_none_matches_fp64():
     assert torch.equal(y[12:], torch.zeros(2, 16)) and torch.equal(x.grad[12:], torch.zeros(2, 32))
 
 
+@pytest.mark.parametrize("name", RECIPES)
+def test_grouped_rows_past_the_experts_are_zero(name, monkeypatch):
+    """Rows of x past the last expert's offset: y and dx are exactly zero there with every recipe, although the
+    grouped GEMMs' outputs start uninitialised (torch.empty poisoned here with NaN / 7)."""
+    real_empty = torch.empty
+
+    def poisoned(*a, **k):
+        t = real_empty(*a, **k)
+        return t.fill_(float("nan") if t.is_floating_point() else 7)
+    monkeypatch.setattr(torch, "empty", poisoned)
+    torch.manual_seed(1)
+    layer = GroupedLinear(3, 32, 16, recipe=RECIPES[name])
+    x = torch.randn(14, 32, requires_grad=True)
+    y = layer(x, torch.tensor([4, 4, 12], dtype=torch.int32))
+    y.backward(torch.randn_like(y))
+    assert y[:12].isfinite().all() and x.grad[:12].isfinite().all()
+    assert torch.equal(y[12:], torch.zeros(2, 16)) and torch.equal(x.grad[12:], torch.zeros(2, 32))
+
+
 def test_grouped_linear_errors():
     with pytest.raises(ValueError, match="'num_experts' must be a positive int"):
         GroupedLinear(0, 32, 16)
