@@ -754,15 +754,19 @@ def test_fp8_stacked_pair_validation(no_dispatch):
 
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_fp8_stacked_pair_cpu(scaling):
-    """On CPU: the reference's quantize_fp8_stacked of w and of its per-expert transpose (the GPU test checks
-    the one-pass kernel against the same)."""
+    """The W^T copy is the stacked columnwise (wgrad-layout) copy with each expert's block transposed, what the
+    one-pass kernel writes directly (checked on the GPU against the reference's two passes): the same bytes and
+    scales as the reference's quantize_fp8_stacked of W^T."""
+    from scalemm import training
+    E, N, K = 3, 32, 48
     g = torch.Generator().manual_seed(3)
-    w = (torch.randn(3, 32, 48, generator=g) * torch.rand(3, 32, 1, generator=g).mul(6).exp2()).to(torch.bfloat16)
+    w = (torch.randn(E, N, K, generator=g) * torch.rand(E, N, 1, generator=g).mul(6).exp2()).to(torch.bfloat16)
     got, got_t = scalemm.quantize_fp8_stacked_pair(w, scaling=scaling)
-    want_t = scalemm.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling)
+    col = scalemm.quantize_fp8_stacked(w, scaling=scaling, columnwise=True).columnwise
+    assert torch.equal(got_t.data.view(torch.uint8), training._experts_to_rows(col.data.view(torch.uint8)[:, :E * N], E))
+    assert torch.equal(got_t.scale_inv, col.scale_inv.reshape(-1))
     assert torch.equal(got.data.view(torch.uint8), scalemm.quantize_fp8_stacked(w, scaling=scaling).data.view(torch.uint8))
-    assert torch.equal(got_t.data.view(torch.uint8), want_t.data.view(torch.uint8))
-    assert torch.equal(got_t.scale_inv, want_t.scale_inv) and got_t.group_rows == 48
+    assert (got.group_rows, got_t.group_rows, got_t.shape) == (N, K, (E * K, N))
 
 
 def test_zero_rows_past_groups_cpu():
