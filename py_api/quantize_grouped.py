@@ -127,15 +127,14 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
     g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise and not rows_kernel else None
     gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
-    W = layout.wgrad_width(T, G)
+    W = T if transposed else layout.wgrad_width(T, G)
     q_row = sinv_row = q_col = sinv_col = None
     if rowwise:
         q_row, sinv_row = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "rows").values())
     if columnwise:
-        q_col, sinv_col = (_q._empty(*sd, dev) for sd in grouped_fp8_shapes(T, K, G, scaling, "wgrad").values())
-    if transposed:
-        W = T
-        q_col = _q._empty((G * K, group_rows), torch.float8_e4m3fn, dev)
+        col_shapes = grouped_fp8_shapes(T, K, G, scaling, "wgrad")  # its scale_inv: [G] or [G, K] either way
+        q_col = _q._empty((G * K, group_rows) if transposed else col_shapes["data"][0], torch.float8_e4m3fn, dev)
+        sinv_col = _q._empty(*col_shapes["scale_inv"], dev)
     args = abi.QuantizeFp8GroupedArgs(
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), gcol_amax=_q._p(gcol_amax), q_row=_q._p(q_row),
