@@ -176,9 +176,21 @@ def profile_steps(label, steps: dict, out: str, top: int = 15) -> None:
                 if DEVICE == "cuda":
                     torch.cuda.synchronize()
             table = prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=70)
-            text = f"== {label}: {n}\n{table}\n"
+            text = f"== {label}: {n}\n{table}\n{launch_order(prof)}"
             f.write(text)
             print(text, flush=True)
+
+
+def launch_order(prof) -> str:
+    """The step's GPU kernels one per line in launch order with their times: the table above sums launches
+    by kernel name, and kernels of one type (the grouped dgrad and wgrad in full accumulation) share a name.
+    Empty in the CPU smoke run."""
+    from torch.autograd import DeviceType
+    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    if not kernels:
+        return ""
+    return "kernels in launch order (us):\n" + "".join(
+        f"{e.time_range.elapsed_us():10.1f}  {e.name[:110]}\n" for e in kernels) + "\n"
 
 
 def sqnr_db(a, ref):
