@@ -198,17 +198,16 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
 
 
 # PREFILL_MIN_TOKENS+ tokens (fitted at 1024+), fast accumulation: each candidate's time as waves x (a x K + b) + c
-# microseconds, where waves =
-# ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is scheduled whole, so an
-# odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to its own times at
-# perf/gemm_sweep.py's 53 prefill points on an H100, all kernels in one run (`perf/fp8_prefill_model.py --points both
-# --fit --extra ...`, perf/results/h100/fp8_prefill_160/), and checked on 61 points of four models outside the sweep.
-# A ping-pong tile is one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps the tensor
-# cores busy, so its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K cost a.
-# Ping-pong wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its waves
-# fit better. The 160 and 224 widths (CUTLASS's extended wgmma shapes, EXTENDED_MMA_WIDTHS) fill N = 2880, 5120, 5760,
-# 6400, ... in whole tiles: with them the rule went from 0.994x to 1.008x of torch._scaled_mm rowwise on the sweep (min
-# 0.903 -> 0.932) and from 0.997x to 1.012x held out (min 0.939 -> 0.950) in that run (perf/NOTES.md, "FP8 prefill:
+# microseconds, where waves = ceil(tiles / SMs) with the M tiles rounded up to whole clusters (a cluster of 2 along M is
+# scheduled whole, so an odd count runs one more). a, b, c were fitted per kernel (least squares in relative error) to
+# its own times at perf/gemm_sweep.py's 53 prefill points on an H100, all kernels in one run (`perf/fp8_prefill_model.py
+# --points both --fit --extra ...`, perf/results/h100/fp8_prefill_160/), and checked on 61 points of four models outside
+# the sweep. A ping-pong tile is one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps
+# the tensor cores busy, so its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K
+# cost a. Ping-pong wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its
+# waves fit better. The 160 and 224 widths (CUTLASS's extended wgmma shapes, EXTENDED_MMA_WIDTHS) fill N = 2880, 5120,
+# 5760, 6400, ... in whole tiles: with them the rule went from 0.994x to 1.008x of torch._scaled_mm rowwise on the sweep
+# (min 0.903 -> 0.932) and from 0.997x to 1.012x held out (min 0.939 -> 0.950) in that run (perf/NOTES.md, "FP8 prefill:
 # 160- and 224-wide tiles"). Only the order of the predicted times matters; the absolute values are that GPU's.
 PREFILL_TILE_MODEL = (
     # (config, a: us per wave per unit of K, b: us per wave, c: us)
@@ -733,8 +732,8 @@ def bias_free_full_kernel(config: GemmConfig) -> bool:
     a call without a bias compiles the preset without it (scalemm.gemm's bias_leaf): the full-accumulation rule's
     three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against
     itself with the leaf in the same process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs,
-    128x192 0.998-1.012x and 128x256 0.999-1.005x in four: small and not stable between runs, but never a loss beyond 0.2% on the geomean. (The
-    earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
+    128x192 0.998-1.012x and 128x256 0.999-1.005x in four: small and not stable between runs, but never a loss
+    beyond 0.2% on the geomean. (The earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
     epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
     points, perf/results/h100/fp8_full_one_wave/): 1.004-1.019x. The kernels not measured keep the leaf."""
     return config.compiled() in {full_tile_config(n, c) for n in TILE_COST_FULL for c in (1, 2)}
