@@ -152,7 +152,7 @@ def test_grouped_heuristic_and_scale_modes():
     assert default_wgrad_config(4096, 4096, fast_accum=False) == GemmConfig(128, 256, 128, 2, 1, "cooperative",
                                                                              promotion_chunks=2)
     assert default_wgrad_config(128, 4096, fast_accum=False).cluster_m == 1   # one tile of N: no pair to share
-    assert default_wgrad_config(4096, 4096, fast_accum=True) == GemmConfig(128, 256, 128, 1, 1, "cooperative")
+    assert default_wgrad_config(4096, 4096, fast_accum=True) == GemmConfig(128, 256, 128, 2, 1, "cooperative")
     assert default_wgrad_config(4096, 128, fast_accum=False) == GemmConfig(128, 128, 128, 1, 1, "cooperative",
                                                                             promotion_chunks=1)
     assert _scale_a_mode(torch.ones(10), 10, 4, None) == PER_ROW

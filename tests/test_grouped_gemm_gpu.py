@@ -175,6 +175,10 @@ def _wgrad_reference(dy, x, offs, s_dy, s_x):
 @pytest.mark.parametrize("G,T,N,K,per_channel,config", [
     (8, 4096, 2048, 1024, False, None), (64, 1500, 768, 2048, True, None), (1, 300, 1024, 512, True, None),
     (16, 100, 512, 768, False, None),
+    # the default's clusters of 2 along N: an odd count of N tiles (5), a second tile of 8 rows, one tile (cluster
+    # of 1), and the 128x128 tile for K < 256
+    (8, 2000, 640, 512, True, None), (6, 700, 136, 256, False, None), (4, 300, 120, 512, True, None),
+    (8, 900, 384, 128, True, None),
     # scalemm's chunked promotion, empty experts (K = 0 groups reduce over the zero buffer) included
     (8, 4096, 2048, 1024, True, GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2)),
     (16, 100, 512, 768, False, GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2))])
@@ -198,6 +202,31 @@ def test_grouped_wgrad(G, T, N, K, per_channel, config):
     for e in ((0, G - 1) if G > 2 else ()):
         assert (out[e] == 0).all(), "an expert with no tokens must get dW = 0"
     assert _rel(out, ref) <= 4e-3
+
+
+@pytest.mark.parametrize("G,T,N,K", [(8, 4096, 2048, 1024), (6, 700, 136, 256), (8, 2000, 640, 512)])
+def test_grouped_wgrad_fast_accum(G, T, N, K):
+    """Fast accumulation: the default kernel (clusters of 2 along N) against the reference and against the same tile
+    in a cluster of 1, which computes every output element by the same operations (bit-identical)."""
+    from scalemm.cutlass_kernels.configs import default_wgrad_config
+    from scalemm.grouped import pad_groups_transposed
+    assert default_wgrad_config(N, K, fast_accum=True).cluster_m == 2
+    sizes = _sizes(G, T, seed=G * 5, empty=(1,))
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(G + 1)
+    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
+    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
+    W = (T + 15 * G + 15) // 16 * 16
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    outs = []
+    for config in (None, GemmConfig(128, 256, 128, 1, 1, "cooperative")):
+        out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out, fast_accum=True, config=config)
+        outs.append(out)
+    assert not outs[0].isnan().any() and (outs[0][1] == 0).all()
+    assert torch.equal(outs[0], outs[1])
+    assert _rel(outs[0], _wgrad_reference(dy, x, offs, s_dy, s_x)) <= 4e-3
 
 
 def test_grouped_wgrad_graph_capture_and_errors():

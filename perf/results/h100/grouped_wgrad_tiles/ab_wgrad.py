@@ -32,7 +32,8 @@ from scalemm.timing import bench  # noqa: E402
 CUR_W, CUR_G = sm90.default_wgrad_config, sm90.default_grouped_config
 # name: (config, fast accumulation)
 CANDIDATES = {
-    "cur": (None, False),  # the rule: cooperative 128x256 (128x128 for K < 256), chunked promotion in 2
+    "cur": (None, False),  # the rule (sm90.default_wgrad_config), full accumulation
+    "c1x1": (GemmConfig(128, 256, 128, 1, 1, "cooperative", promotion_chunks=2), False),  # the rule before run 3
     # ping-pong: one warpgroup per tile, its epilogue beside the other's mainloop; the chunked promotion takes one
     # wgmma atom per warpgroup along M, so 64-row tiles (128x128 ping-pong does not compile with it)
     "p64x256": (GemmConfig(64, 256, 128, 1, 1, "pingpong", promotion_chunks=2), False),
@@ -47,6 +48,7 @@ CANDIDATES = {
     # fast accumulation (not the recipes' numerics): what the promotion costs
     "fast256": (GemmConfig(128, 256, 128, 1, 1, "cooperative"), True),
     "fastp192": (GemmConfig(128, 192, 128, 1, 1, "pingpong"), True),
+    "fast2x1": (GemmConfig(128, 256, 128, 2, 1, "cooperative"), True),
 }
 # The grouped fprop (fast accumulation) and dgrad (full) kernels in the step: name -> (fprop config, dgrad config)
 # (None: the rule's, ping-pong 128x192 / cooperative 128x256 in 2 chunks, both in clusters of 1)
