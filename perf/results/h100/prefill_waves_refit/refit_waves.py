@@ -9,7 +9,6 @@ import json, math, os, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..'))
 from fp8_prefill_model import held_out, gm
 from scalemm.cutlass_kernels.configs import sm90
-from dataclasses import replace
 rows = json.load(open(sys.argv[1]))['rows']
 rows = [r for r in rows if r['M'] >= 1024]
 S = 132
