@@ -371,12 +371,17 @@ def test_extended_wgmma_widths_render_with_the_define():
     """128x160 and 128x224 tiles need CUTLASS's extended SM90 wgmma shapes (otherwise an m64n32 atom): their kernels
     define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED before the first include; the other widths' sources are unchanged."""
     tree = scalemm.epilogues.scaled("bf16")
+    grouped_spec = sys.modules["scalemm.grouped"].grouped_gemm_kernel_spec
     for n in (128, 160, 192, 224, 256):
         cfg = GemmConfig(128, n, 128, 2, 1, "pingpong" if n <= 192 else "cooperative")
-        lines = gemm_module.gemm_kernel_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0].render().splitlines()
-        first = next(i for i, line in enumerate(lines) if line.startswith("#include"))
-        defined = [i for i, line in enumerate(lines) if line == "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
-        assert defined == ([first - 1] if n in configs.sm90.EXTENDED_MMA_WIDTHS else []), n
+        for spec in (gemm_module.gemm_kernel_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0],
+                     grouped_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0],  # grouped and wgrad too
+                     grouped_spec(replace(cfg, cluster_m=1), fast_accum=True, out_dtype=BF16, epilogue=tree,
+                                  wgrad=True)[0]):
+            lines = spec.render().splitlines()
+            first = next(i for i, line in enumerate(lines) if line.startswith("#include"))
+            defined = [i for i, line in enumerate(lines) if line == "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
+            assert defined == ([first - 1] if n in configs.sm90.EXTENDED_MMA_WIDTHS else []), (n, spec.name)
     assert configs.sm90.EXTENDED_MMA_WIDTHS == (160, 224)
 
 
