@@ -84,12 +84,13 @@ def test_grouped_configs_and_per_group_scales(cfg):
     assert _rel(out, ref) <= max(2 * torch_err, 1e-5)
 
 
-@pytest.mark.parametrize("cfg", [GemmConfig(128, 192, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "pingpong")],
+@pytest.mark.parametrize("cfg", [GemmConfig(128, 192, 128, 1, 1, "pingpong"), GemmConfig(128, 128, 128, 1, 1, "pingpong"),
+                                 GemmConfig(128, 160, 128, 1, 1, "pingpong")],  # an extended wgmma width (config=)
                          ids=lambda c: c.key())
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_grouped_pingpong_prefill_tiles(cfg, out_dtype):
     """The ping-pong 128-row tiles the fast-accumulation rule picks from 32 rows per expert (128x192) or the tuner
-    may (128x128): empty, one-row, partial and multi-tile groups, a partial 192-wide tile (N = 1088), bias, every
+    may (128x128), and 128x160 (CUTLASS's extended wgmma shapes, by config=): empty, one-row, partial and multi-tile groups, a partial 192-wide tile (N = 1088), bias, every
     row written; and the heuristic's own pick at K <= 4096."""
     from scalemm.cutlass_kernels.configs import default_grouped_config
     sizes = torch.tensor([0, 1, 17, 128, 129, 0, 300, 2, 385])
