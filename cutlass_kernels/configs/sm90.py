@@ -591,13 +591,14 @@ def default_wgrad_config(N: int, K: int, *, fast_accum: bool = False) -> GemmCon
     in scalemm's chunked promotion: 1.15-1.30x CUTLASS's 128x128 on MoE training shapes, H100,
     perf/fp8_full_accum.py --grouped), else 128x128.
     The 128x256 tile with more than one 128-row tile of N runs in clusters of 2 along N (dW's rows, the kernel's
-    M): the pair shares each k-tile of X^T by TMA multicast. A tile reduces only its expert's few hundred tokens, so
-    the kernel streams its operands from L2 at a low arithmetic intensity. H100, same process
+    M): the pair shares each k-tile of X^T by TMA multicast. H100, same process
     (perf/results/h100/grouped_wgrad_tiles/): full accumulation at 28 expert layers of 7 MoE models (2048 and 8192
     tokens), bit-identical, 1.03-1.26x the cluster of 1, one tie (0.996x, gpt-oss-120b's down at 2048 tokens: 23
     tiles of N, so one cluster half-empty); fast accumulation at 8 layers of 4 models (8192 tokens) 1.03-1.24x.
-    Clusters of 4x1, 1x2 and 2x2, and ping-pong 64-row tiles, lost to 2x1. The 128x128 tile (K < 256) was not
-    measured in clusters and keeps clusters of 1."""
+    Clusters of 4x1, 1x2 and 2x2, and ping-pong 64-row tiles, lost to 2x1. The gain comes with skewed routing
+    (many experts of a few dozen tokens, one-k-tile tiles): with 128 uniform groups of 512 tokens the two cluster
+    shapes ran alike (609 / 607 us); why was not established. The 128x128 tile (K < 256) was not measured in
+    clusters and keeps clusters of 1."""
     wide = K >= 256
     cfg = GemmConfig(128, 256 if wide else 128, 128, 2 if wide and N > 128 else 1, 1, "cooperative")
     return cfg if fast_accum else full_accumulation(cfg)

@@ -907,7 +907,7 @@ int launch_mxfp8_grouped(const void* x, int64_t T_, int64_t K, const int* offset
 // Rows [end, rows) of out [rows, row_bytes] set to zero, end = the clamped running maximum of the offsets
 // (group_table_kernel's ends[G-1]): the rows a grouped GEMM does not write. Every CTA finds end itself; with no
 // such rows the launch is all it costs.
-__global__ void __launch_bounds__(256) zero_rows_past_groups_kernel(uint8_t* out, int64_t rows, int64_t row_bytes,
+__global__ void __launch_bounds__(kThreads) zero_rows_past_groups_kernel(uint8_t* out, int64_t rows, int64_t row_bytes,
                                                                     const int* offsets, int G) {
   __shared__ int end;
   if (threadIdx.x == 0) end = 0;
@@ -929,8 +929,8 @@ inline int launch_zero_rows_past_groups(void* out, int64_t rows, int64_t row_byt
     return kBadArgs;
   const int64_t words = rows * row_bytes / 16;
   if (words == 0) return 0;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(words, 256), 264));
-  zero_rows_past_groups_kernel<<<blocks, 256, 0, stream>>>(static_cast<uint8_t*>(out), rows, row_bytes, offsets, G);
+  const int blocks = wave_grid<zero_rows_past_groups_kernel>(ceil_div(words, kThreads));
+  zero_rows_past_groups_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(out), rows, row_bytes, offsets, G);
   return static_cast<int>(cudaGetLastError());
 }
 
