@@ -172,6 +172,15 @@ def scaled(out_dtype="bf16", *, bias: bool = True, activation: str | None = None
     return ACTIVATIONS[activation](tree)
 
 
+ACCUMULATOR = "accumulator"  # the Source leaf of accumulating(): the output's own previous value
+
+
+def accumulating(tree: Node, out_dtype) -> Node:
+    """tree + out: a GEMM with this epilogue adds its result into its output (gradient accumulation: the
+    Source leaf named ACCUMULATOR reads out itself, in fp32, and the sum is rounded once)."""
+    return tree + Source(out_dtype, name=ACCUMULATOR)
+
+
 # ---------------------------------------------------------------------------------------
 # C++ emission
 # ---------------------------------------------------------------------------------------
@@ -188,7 +197,8 @@ def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False)
     """C++ for `tree` whose root is cast to `out_dtype`.
 
     grouped=True emits the ptr-array form for grouped GEMMs: each vector leaf's `ptrs[i]` is a
-    device array of per-group pointers (CUTLASS indexes it by group)."""
+    device array of per-group pointers (CUTLASS indexes it by group); a Source leaf there reads the
+    output itself (the GEMM accumulates into out)."""
     out_cpp = CPP_TYPES[dtype_name(out_dtype)]
     if not isinstance(tree, Compute):
         tree = Compute("identity", (tree,))
@@ -196,9 +206,12 @@ def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False)
     sources = {l.dtype for l in leaves if isinstance(l, Source)}
     if len(sources) > 1 or sum(isinstance(l, Source) for l in leaves) > 1:
         raise ValueError("an epilogue tree can read at most one full M x N Source tensor")
-    if grouped and any(isinstance(l, (Source, Scalar)) for l in leaves):
+    if grouped and any(isinstance(l, Scalar) for l in leaves):
         raise ValueError("grouped GEMM epilogues take RowVector/ColVector leaves only (a per-group value is "
                          "a vector leaf given one value per group)")
+    if grouped and sources and sources != {dtype_name(out_dtype)}:
+        raise ValueError("a grouped GEMM's Source leaf is its own output (accumulation into out): its dtype "
+                         f"must be the output's, {dtype_name(out_dtype)}")
 
     def vec(leaf, along_m: bool):
         i = leaves.index(leaf)

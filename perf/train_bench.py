@@ -10,7 +10,11 @@ FP8Tensorwise, FP8Rowwise and NVFP4, and torchao's Float8Linear (tensorwise and 
 imports (dense block only: torchao's MoE training path is not compared). Parameters are bf16 and shared by
 the contenders; x requires grad (dgrad runs). One timed call = forward + backward = one optimizer step's
 worth of work: scalemm layers run with cache_weight=False, so the weight is quantized in every call
-(--cache-weight: reused, as in gradient-accumulation micro-steps).
+(--cache-weight: reused, as in gradient-accumulation micro-steps). The parameters' .grad is never zeroed,
+so every call after the first adds its dW into .grad, as a micro-step does (torch's AccumulateGrad for
+bf16 and by default for scalemm; --fuse-wgrad-accumulation: scalemm's FP8 Linear / GroupedLinear add dW
+into .grad in their wgrad epilogue instead). The micro-step of a gradient-accumulation loop is therefore
+--cache-weight --fuse-wgrad-accumulation; a step with an optimizer update is the default.
 
 Timing: medians over interleaved rounds (every contender once per round) after warm-up, CUDA events
 around each call, and the host time to issue the call ("host ms": near the GPU time, the eager step is
@@ -77,14 +81,14 @@ class Experts(torch.nn.Module):
         return self.down(a, offsets)
 
 
-def mlp_contenders(hidden, inter, cache_weight):
+def mlp_contenders(hidden, inter, cache_weight, fuse_wgrad_accumulation=False):
     torch.manual_seed(0)
     base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False))
     base = base.to(DEVICE, BF16)
     out = {"bf16": base}
+    kw = dict(cache_weight=cache_weight, fuse_wgrad_accumulation=fuse_wgrad_accumulation)
     for name, recipe in RECIPES.items():  # the same Parameters as the bf16 model
-        out[name] = MLP(Linear.from_linear(base.gate_up, recipe, cache_weight=cache_weight),
-                        Linear.from_linear(base.down, recipe, cache_weight=cache_weight))
+        out[name] = MLP(Linear.from_linear(base.gate_up, recipe, **kw), Linear.from_linear(base.down, recipe, **kw))
     try:
         import copy
 
@@ -98,14 +102,15 @@ def mlp_contenders(hidden, inter, cache_weight):
     return out
 
 
-def moe_contenders(experts, hidden, inter, cache_weight):
+def moe_contenders(experts, hidden, inter, cache_weight, fuse_wgrad_accumulation=False):
     torch.manual_seed(0)
     ref_up = GroupedLinear(experts, hidden, 2 * inter, recipe=None, device=DEVICE, dtype=BF16)
     ref_down = GroupedLinear(experts, inter, hidden, recipe=None, device=DEVICE, dtype=BF16)
     # torch's own _grouped_mm backward does not run on CPU tensors: the smoke run uses GroupedLinear(recipe=None)
     out = {"bf16": Experts(w1=ref_up.weight, w2=ref_down.weight) if DEVICE == "cuda" else Experts(ref_up, ref_down)}
     for name, recipe in RECIPES.items():
-        kw = dict(recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight)
+        kw = dict(recipe=recipe, device="meta", dtype=BF16, cache_weight=cache_weight,
+                  fuse_wgrad_accumulation=fuse_wgrad_accumulation)
         up, down = GroupedLinear(experts, hidden, 2 * inter, **kw), GroupedLinear(experts, inter, hidden, **kw)
         up.weight, down.weight = ref_up.weight, ref_down.weight  # shared Parameters
         out[name] = Experts(up, down)
@@ -261,6 +266,8 @@ def main(argv=None):
     p.add_argument("--graphs", action="store_true", help="time CUDA-graph replays (gemm_sweep.bench)")
     p.add_argument("--compile", action="store_true", help="torch.compile every contender")
     p.add_argument("--cache-weight", action="store_true", help="reuse the quantized weights across calls")
+    p.add_argument("--fuse-wgrad-accumulation", action="store_true",
+                   help="FP8 Linear / GroupedLinear add dW into .grad in their wgrad epilogue")
     p.add_argument("--only", choices=("mlp", "moe"), default=None)
     p.add_argument("--profile", action="store_true",
                    help="also profile one step of each contender (top kernels -> <out>/train_profile.txt)")
@@ -280,7 +287,7 @@ def main(argv=None):
     M = 64 if args.smoke else args.tokens
     if args.only in (None, "mlp"):
         hidden, inter = (256, 512) if args.smoke else (4096, 14336)
-        models = mlp_contenders(hidden, inter, args.cache_weight)
+        models = mlp_contenders(hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
 
         def mlp_input():
             g = torch.Generator(device=DEVICE).manual_seed(1)
@@ -292,7 +299,7 @@ def main(argv=None):
         torch.cuda.empty_cache()
     if args.only in (None, "moe"):
         E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
-        models = moe_contenders(E, hidden, inter, args.cache_weight)
+        models = moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
         sizes = routed_sizes(M, E, k, seed=0)
         T = int(sizes.sum())
 

@@ -141,18 +141,22 @@ def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per, scale_b_per):
     return a, b, offsets, scale_a, scale_b, scale_a_per
 
 
-def _epilogue_leaves(tree, given, extra, rows, G, N, device):
+def _epilogue_leaves(tree, given, extra, rows, G, N, device, out=None):
     """(tensor, leaf mode, group stride) of every leaf of `tree`, by name, checked before any launch.
 
     given: the scale_a / scale_b / bias entries, their modes already chosen from their shapes.
     extra: epilogue_inputs; another RowVector leaf is per row ([rows]), another ColVector leaf shared
-    ([N]) or per expert ([G, N]). The grouped emitter takes RowVector / ColVector leaves only.
+    ([N]) or per expert ([G, N]). The grouped emitter takes RowVector / ColVector leaves only, and a
+    Source leaf where `out` is given: the output itself (grouped_gemm_wgrad(accumulate=True)).
     """
     leaves = tree.leaves()
     if len(leaves) > abi.kMaxLeaves:
         raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")
     inputs = {}
     for leaf in leaves:
+        if isinstance(leaf, epi.Source) and out is not None:
+            inputs[leaf.name] = (out, abi.kLeafNull, 0)  # the reference reads it; the kernel reads D
+            continue
         if not isinstance(leaf, (epi.RowVector, epi.ColVector)):
             raise ValueError(f"grouped GEMM epilogues take RowVector/ColVector leaves only, got "
                              f"{type(leaf).__name__} {leaf.describe()!r}")
@@ -339,10 +343,17 @@ def _launch(leaves, launch, wgrad, a, b, out, offsets, G, T, N, K, inputs, devic
         workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, leaf in enumerate(leaves):
         t, args.leaf_mode[i], args.leaf_group_stride[i] = inputs[leaf.name]
+        t = None if isinstance(leaf, epi.Source) else t  # the kernel reads a Source from D itself
         args.leaf_base[i] = t.data_ptr() if t is not None else None
         args.leaf_elem_bytes[i] = t.element_size() if t is not None else 0
     launch(ctypes.byref(args))
 
+
+@functools.lru_cache(maxsize=None)
+def _wgrad_tree(out_name: str, accumulate: bool):
+    """scale_dy[n] * scale_x[k] * acc (the preset; its bias leaf stays null), + out[n, k] when accumulating."""
+    tree = _resolve_epilogue(None, out_name)
+    return epi.accumulating(tree, out_name) if accumulate else tree
 
 wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
 
@@ -398,8 +409,11 @@ _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int6
 
 
 def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, out_dtype=torch.bfloat16,
-                       out=None, fast_accum=False, config: GemmConfig | None = None):
-    """Weight gradient of a grouped linear layer: out[g] = scale_dy[g] * scale_x[g] * (dY_g^T X_g).
+                       out=None, accumulate: bool = False, fast_accum=False, config: GemmConfig | None = None):
+    """Weight gradient of a grouped linear layer: out[g] = scale_dy[g] * scale_x[g] * (dY_g^T X_g), or with
+    accumulate=True out[g] += that (gradient accumulation into an existing dW such as a parameter's .grad:
+    the epilogue reads out's tile, adds it to the scaled product in fp32 and rounds once; experts without
+    tokens keep their out[g]).
 
     The groups lie along the reduction (token) dimension, so both operands come transposed and
     K-major, as FP8 tensor cores need (the quantizers' columnwise copies):
@@ -413,7 +427,8 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
       scale_x:  fp32 [G] or [G, K]. K % 8 (bf16/fp16 out) or K % 4 (fp32): the rows of dW_g.
     Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
     and x_t (their wgrad-layout copies, scales and offsets are used).
-    Returns [G, N, K] of out_dtype. Experts with no tokens get dW_g = 0. CUDA offsets are not read
+    Returns [G, N, K] of out_dtype (out itself where given; accumulate=True needs it). Experts with no
+    tokens get dW_g = 0. CUDA offsets are not read
     on the host: a group whose columns would run past W (inconsistent offsets) is treated as
     empty rather than read out of bounds. CPU offsets are checked (non-decreasing from 0, their
     padded columns within W).
@@ -469,13 +484,17 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
             given[leaf] = (s, abi.kLeafPerGroup, 1)
         else:
             raise ValueError(f"{name} must be [G] = [{G}] or [G, {length}], got shape {tuple(s.shape)}")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"accumulate must be a bool, got {type(accumulate).__name__}")
     if out is None:
+        if accumulate:
+            raise ValueError("accumulate=True adds into out: pass out (the [G, N, K] dW to add to)")
         out = torch.empty((G, N, K), dtype=out_dtype, device=device)
     elif not isinstance(out, torch.Tensor) or out.dtype != out_dtype or out.shape != (G, N, K) \
             or out.device != device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{G}, {N}, {K}] tensor of {out_dtype} on {device}")
-    tree = _resolve_epilogue(None, out_dtype)  # scale_dy[n] * scale_x[k] * acc: the bias leaf stays null
-    inputs = _epilogue_leaves(tree, given, {}, N, G, K, device)
+    tree = _wgrad_tree(epi.dtype_name(out_dtype), accumulate)
+    inputs = _epilogue_leaves(tree, given, {}, N, G, K, device, out=out if accumulate else None)
     for t, n in ((dy_t, "dy_t"), (x_t, "x_t"), (out, "out")):
         check_aligned(t, n)
     if G == 0 or N == 0 or K == 0:

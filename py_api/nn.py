@@ -19,7 +19,7 @@ from . import training
 from .formats import INPUT_DTYPES, layout
 from .gemm import gemm
 from .quantize import quantize_fp8
-from .recipes import FP8Rowwise, Recipe, check_recipe
+from .recipes import FP8Rowwise, Recipe, check_recipe, from_key
 
 __all__ = ["FP8Linear", "Linear", "GroupedLinear", "convert", "ConvertReport", "linear_eligibility"]
 
@@ -283,7 +283,7 @@ class _LinearFn(torch.autograd.Function):
     (dgrad); autograd frees them after backward."""
 
     @staticmethod
-    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, *wq):
+    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, fusing, *wq):
         M = x2.shape[0]
         # the columnwise copy needs M % 16: pad with zero rows (they change no amax and add 0 to dW)
         Mp = layout.round_up(M, training.TOKEN_ALIGN) if need_dw else M
@@ -296,6 +296,7 @@ class _LinearFn(torch.autograd.Function):
         ctx.save_for_backward(*(x_col or []), *(w_col if need_dx else []))
         ctx.key, ctx.n, ctx.M, ctx.Mp, ctx.n_wq, ctx.prepared = key, n, M, Mp, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x2.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.fusing = fusing
         return y[:M] if Mp != M else y
 
     @staticmethod
@@ -320,8 +321,12 @@ class _LinearFn(torch.autograd.Function):
                 dx = torch.ops.scalemm.train_gemm("dgrad", d_row, w_col, None, ctx.key, x_dtype)
                 dx = dx[:M] if Mp != M else dx
             if need_dw:
-                dw = torch.ops.scalemm.train_gemm("wgrad", d_col, x_col, None, ctx.key, w_dtype)
-        return (dx, dw, db, None, None, None, None) + (None,) * ctx.n_wq
+                into = _fused_grad(ctx.fusing, w_dtype)
+                if into is not None:  # dW added to weight.grad by the wgrad's epilogue; autograd gets no dW
+                    training.gemm("wgrad", d_col, x_col, from_key(ctx.key), out_dtype=w_dtype, accumulate_into=into)
+                else:
+                    dw = torch.ops.scalemm.train_gemm("wgrad", d_col, x_col, None, ctx.key, w_dtype)
+        return (dx, dw, db, None, None, None, None, None) + (None,) * ctx.n_wq
 
 
 class Linear(_RecipeLayer, torch.nn.Linear):
@@ -339,7 +344,9 @@ class Linear(_RecipeLayer, torch.nn.Linear):
     data_ptr: once per optimizer step); cache_weight=False quantizes it on every call. A token
     count M that is not a multiple of 16 is padded with zero rows for the columnwise copies (a copy
     of x and dy). recipe=None runs plain torch.nn.functional.linear (a high-precision layer with
-    the same parameters).
+    the same parameters). fuse_wgrad_accumulation=True (FP8): in a backward that accumulates into an
+    existing weight.grad (gradient-accumulation micro-steps), the wgrad GEMM adds dW into it in its
+    epilogue and autograd gets no dW (docs/training.md, "Gradient accumulation").
 
     CPU tensors run scalemm's reference path (the same quantizers and GEMM numerics in torch),
     CUDA tensors the Hopper kernels. Works under torch.compile (every quantize / GEMM is a custom
@@ -350,23 +357,27 @@ class Linear(_RecipeLayer, torch.nn.Linear):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 recipe: Optional[Recipe] = FP8Rowwise(), cache_weight: bool = True):
+                 recipe: Optional[Recipe] = FP8Rowwise(), cache_weight: bool = True,
+                 fuse_wgrad_accumulation: bool = False):
         _check_features("Linear", in_features, out_features, recipe)
-        if not isinstance(cache_weight, bool):
-            raise TypeError(f"Linear: 'cache_weight' must be a bool, got {type(cache_weight).__name__}")
+        for name, v in (("cache_weight", cache_weight), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation)):
+            if not isinstance(v, bool):
+                raise TypeError(f"Linear: '{name}' must be a bool, got {type(v).__name__}")
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe, self.cache_weight = recipe, cache_weight
+        self.fuse_wgrad_accumulation = fuse_wgrad_accumulation
         self._wcache = _WeightCache()
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Optional[Recipe] = FP8Rowwise(), *,
-                    cache_weight: bool = True) -> "Linear":
+                    cache_weight: bool = True, fuse_wgrad_accumulation: bool = False) -> "Linear":
         """A Linear that shares `linear`'s Parameters (the same objects: an optimizer built on them
         keeps working) and training mode."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta",
-                  dtype=linear.weight.dtype, recipe=recipe, cache_weight=cache_weight)
+                  dtype=linear.weight.dtype, recipe=recipe, cache_weight=cache_weight,
+                  fuse_wgrad_accumulation=fuse_wgrad_accumulation)
         mod.weight = linear.weight
         mod.bias = linear.bias
         mod.train(linear.training)
@@ -395,7 +406,8 @@ class Linear(_RecipeLayer, torch.nn.Linear):
         x2 = x.reshape(-1, self.in_features)
         need_dx, need_dw = _needs(x, self.weight)
         wq = self._weight_copies(columnwise=need_dx)
-        y = _LinearFn.apply(x2, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
+        y = _LinearFn.apply(x2, self.weight, self.bias, self._key, self._n, need_dx, need_dw, _fusing(self, need_dw),
+                            *wq)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -407,7 +419,7 @@ class _GroupedLinearFn(torch.autograd.Function):
     wq holds W's stacked copy and, when need_dx, the stacked copy of W^T (dgrad)."""
 
     @staticmethod
-    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, *wq):
+    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, fusing, *wq):
         T = x.shape[0]
         x = x.contiguous()
         xq = torch.ops.scalemm.train_quantize_grouped(x, offsets, key, "input", True, need_dw)
@@ -418,6 +430,7 @@ class _GroupedLinearFn(torch.autograd.Function):
         ctx.save_for_backward(offsets, *(x_col or []), *(w_t if need_dx else []))
         ctx.key, ctx.n, ctx.T, ctx.n_wq, ctx.prepared = key, n, T, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.fusing = fusing
         return y
 
     @staticmethod
@@ -440,8 +453,43 @@ class _GroupedLinearFn(torch.autograd.Function):
             if need_dx:
                 dx = torch.ops.scalemm.train_grouped_gemm("dgrad", d_row, w_t, offsets, None, ctx.key, x_dtype, T)
             if need_dw:
-                dw = torch.ops.scalemm.train_grouped_gemm("wgrad", d_col, x_col, offsets, None, ctx.key, w_dtype, T)
-        return (dx, None, dw, db, None, None, None, None) + (None,) * ctx.n_wq
+                into = _fused_grad(ctx.fusing, w_dtype)
+                if into is not None:  # dW added to weight.grad by the wgrad's epilogue; autograd gets no dW
+                    training.grouped_gemm("wgrad", d_col, x_col, offsets, from_key(ctx.key), T=T,
+                                          out_dtype=w_dtype, accumulate_into=into)
+                else:
+                    dw = torch.ops.scalemm.train_grouped_gemm("wgrad", d_col, x_col, offsets, None, ctx.key, w_dtype, T)
+        return (dx, None, dw, db, None, None, None, None, None) + (None,) * ctx.n_wq
+
+
+def _fusing(layer, need_dw):
+    """What backward needs to add dW into weight.grad itself (fuse_wgrad_accumulation): the layer and the
+    weight's gradient-accumulation node, or None."""
+    if not (need_dw and layer.fuse_wgrad_accumulation) or torch.compiler.is_compiling():
+        return None
+    return layer, torch.autograd.graph.get_gradient_edge(layer.weight).node
+
+
+def _fused_grad(fusing, w_dtype):
+    """weight.grad where a Linear's / GroupedLinear's wgrad may add into it in place, else None: the layer's
+    fuse_wgrad_accumulation (`fusing` from _fusing), an FP8 recipe, a .grad already there (contiguous, the weight's
+    dtype and shape), not while torch.compile traces, and a backward that accumulates into .grad (tensor.backward /
+    torch.autograd.backward with the weight among its inputs; torch.autograd.grad wants dW returned)."""
+    if fusing is None:
+        return None
+    layer, node = fusing
+    if layer.recipe is None or layer.recipe.format != "fp8" or torch.compiler.is_compiling():
+        return None
+    w = layer.weight
+    g = w.grad
+    if g is None or g.dtype != w_dtype or g.shape != w.shape or not g.is_contiguous() or g.device != w.device:
+        return None
+    try:  # the engine runs the weight's AccumulateGrad only when this backward accumulates into .grad
+        if node is None or not torch._C._will_engine_execute_node(node):
+            return None
+    except RuntimeError:  # raised inside torch.autograd.grad
+        return None
+    return g
 
 
 def _group_sums(dy, offsets):
@@ -509,21 +557,23 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
       wgrad: scalemm.grouped_gemm_wgrad on the wgrad copies of dy and x (experts without tokens get
         dW = 0). NVFP4: there is no NVFP4 grouped wgrad kernel; the NVFP4 wgrad copies are decoded
         exactly to bf16 and multiplied with torch._grouped_mm (scalemm.training's notes).
-    Weight copies are cached as Linear's. recipe=None: bf16/fp32 torch._grouped_mm (the baseline).
-    in_features and out_features must be multiples of 16.
+    Weight copies are cached as Linear's, and fuse_wgrad_accumulation works as Linear's. recipe=None: bf16/fp32
+    torch._grouped_mm (the baseline). in_features and out_features must be multiples of 16.
     """
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, bias: bool = False, *,
-                 recipe: Optional[Recipe] = FP8Rowwise(), device=None, dtype=None, cache_weight: bool = True):
+                 recipe: Optional[Recipe] = FP8Rowwise(), device=None, dtype=None, cache_weight: bool = True,
+                 fuse_wgrad_accumulation: bool = False):
         super().__init__()
         if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts <= 0:
             raise ValueError(f"GroupedLinear: 'num_experts' must be a positive int, got {num_experts!r}")
         _check_features("GroupedLinear", in_features, out_features, recipe)
-        for name, v in (("bias", bias), ("cache_weight", cache_weight)):
+        for name, v in (("bias", bias), ("cache_weight", cache_weight), ("fuse_wgrad_accumulation", fuse_wgrad_accumulation)):
             if not isinstance(v, bool):
                 raise TypeError(f"GroupedLinear: '{name}' must be a bool, got {type(v).__name__}")
         self.num_experts, self.in_features, self.out_features = num_experts, in_features, out_features
         self.recipe, self.cache_weight = recipe, cache_weight
+        self.fuse_wgrad_accumulation = fuse_wgrad_accumulation
         kw = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(num_experts, out_features, in_features, **kw))
         self.bias = torch.nn.Parameter(torch.empty(num_experts, out_features, **kw)) if bias else None
@@ -573,7 +623,8 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
             return _GroupedMMFn.apply(x, offsets, self.weight, self.bias)
         need_dx, need_dw = _needs(x, self.weight)
         wq = self._weight_copies(transposed=need_dx)
-        return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self._key, self._n, need_dx, need_dw, *wq)
+        return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self._key, self._n, need_dx, need_dw,
+                                      _fusing(self, need_dw), *wq)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, out_features={self.out_features}, "

@@ -36,6 +36,7 @@ from typing import Optional
 
 import torch
 
+from . import epilogues as _epi
 from .formats import FP8Tensor, GroupedFP8Tensor, GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
 from .formats.nvfp4 import e2m1_decode, grouped_nvfp4_shapes, nvfp4_shapes, unpack_fp4
@@ -137,16 +138,32 @@ def unflatten(tensors, recipe: Recipe, role: str, copy: str):
 
 
 def gemm(which: str, a_tensors, b_tensors, recipe: Recipe, *, bias: Optional[torch.Tensor] = None,
-         out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+         out_dtype: torch.dtype = torch.bfloat16, accumulate_into: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One of the three GEMMs ("fprop", "dgrad", "wgrad") on the flattened copies it reads
-    (GEMM_OPERANDS), with the recipe's options for it. One scalemm.gemm call, scales in the epilogue."""
+    (GEMM_OPERANDS), with the recipe's options for it. One scalemm.gemm call, scales in the epilogue.
+    FP8 wgrad with accumulate_into (a contiguous [N, K] tensor of out_dtype): accumulate_into += dW in the
+    GEMM's epilogue (epilogues.accumulating), returned."""
+    if accumulate_into is not None and (which != "wgrad" or recipe.format != "fp8" or bias is not None):
+        raise ValueError("accumulate_into is for the FP8 wgrad (no bias)")
     (ra, ca), (rb, cb) = GEMM_OPERANDS[which]
     a = unflatten(a_tensors, recipe, ra, ca)
     b = unflatten(b_tensors, recipe, rb, cb)
     if a.shape[1] == 0:  # wgrad of no tokens: an empty sum (scalemm.gemm needs K >= 16)
+        if accumulate_into is not None:
+            return accumulate_into
         out = torch.zeros((a.shape[0], b.shape[0]), dtype=out_dtype, device=a_tensors[0].device)
         return out if bias is None else out + bias.to(out_dtype)
-    return _gemm(a, b, bias=bias, out_dtype=out_dtype, fast_accum=recipe.gemm(which).fast_accum)
+    fast = recipe.gemm(which).fast_accum
+    if accumulate_into is not None:
+        return _gemm(a, b, out_dtype=out_dtype, fast_accum=fast, epilogue=accumulating_wgrad_tree(out_dtype),
+                     epilogue_inputs={_epi.ACCUMULATOR: accumulate_into}, out=accumulate_into)
+    return _gemm(a, b, bias=bias, out_dtype=out_dtype, fast_accum=fast)
+
+
+@functools.lru_cache(maxsize=None)
+def accumulating_wgrad_tree(out_dtype: torch.dtype):
+    """The dense wgrad's epilogue when it adds into weight.grad: scale_a * scale_b * acc + out (no bias leaf)."""
+    return _epi.accumulating(_epi.scaled(out_dtype, bias=False), out_dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -267,10 +284,15 @@ def grouped_unflatten(tensors, recipe: Recipe, role: str, copy: str, offsets: to
 
 
 def grouped_gemm(which: str, a_tensors, b_tensors, offsets: torch.Tensor, recipe: Recipe, *, T: int,
-                 bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                 bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16,
+                 accumulate_into: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One of the three grouped GEMMs on the flattened copies it reads (GROUPED_GEMM_OPERANDS).
     T: the tokens (rows of x). fprop / dgrad: [T, N] / [T, K], rows past offsets[-1] zero;
-    wgrad: [E, N, K], experts without tokens zero."""
+    wgrad: [E, N, K], experts without tokens zero; or, FP8 with accumulate_into (a contiguous [E, N, K]
+    tensor of out_dtype), accumulate_into += dW in the wgrad's epilogue (grouped_gemm_wgrad(accumulate=True)),
+    returned."""
+    if accumulate_into is not None and (which != "wgrad" or recipe.format != "fp8"):
+        raise ValueError("accumulate_into is for the FP8 grouped wgrad")
     (ra, ca), (rb, cb) = GROUPED_GEMM_OPERANDS[which]
     a = grouped_unflatten(a_tensors, recipe, ra, ca, offsets, T)
     b = grouped_unflatten(b_tensors, recipe, rb, cb, offsets, T)
@@ -280,7 +302,8 @@ def grouped_gemm(which: str, a_tensors, b_tensors, offsets: torch.Tensor, recipe
         _grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast)
         return zero_rows_past_groups(out, offsets)  # the rows the GEMM does not write
     if recipe.format == "fp8":
-        return _grouped_gemm_wgrad(a, b, out_dtype=out_dtype, fast_accum=fast)
+        return _grouped_gemm_wgrad(a, b, out_dtype=out_dtype, fast_accum=fast, out=accumulate_into,
+                                   accumulate=accumulate_into is not None)
     return _nvfp4_grouped_wgrad(a, b, offsets, T, out_dtype)
 
 
@@ -367,7 +390,7 @@ def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.b
     from .gemm import _preset, bias_leaf, gemm_kernel_spec
     from .gemm_nvfp4 import (default_nvfp4_config, default_nvfp4_grouped_config, dequant_kernel_spec,
                              nvfp4_gemm_kernel_spec, nvfp4_grouped_kernel_spec)
-    from .grouped import grouped_gemm_kernel_spec
+    from .grouped import _wgrad_tree, grouped_gemm_kernel_spec
     specs = []
     for which, m, n, k in step_gemms(M, N, K, experts=experts):
         out = w_dtype if which == "wgrad" else x_dtype
@@ -378,9 +401,13 @@ def step_kernel_specs(recipe: Recipe, M: int, N: int, K: int, *, x_dtype=torch.b
                 # no bias (dgrad, wgrad and bias-free layers); a layer's biased fprop compiles on first use
                 specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,
                                               epilogue=_preset(None, out, bias_leaf(False, fast, cfg)))[0])
-            elif which == "wgrad":
-                specs.append(grouped_gemm_kernel_spec(default_wgrad_config(m, n, fast_accum=fast), fast_accum=fast,
-                                                      out_dtype=out, epilogue=_preset(None, out), wgrad=True)[0])
+                if which == "wgrad" and recipe.format == "fp8":  # adding into weight.grad (fuse_wgrad_accumulation)
+                    specs.append(gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,
+                                                  epilogue=accumulating_wgrad_tree(out))[0])
+            elif which == "wgrad":  # dW, and dW added into weight.grad (GroupedLinear(fuse_wgrad_accumulation=True))
+                specs += [grouped_gemm_kernel_spec(default_wgrad_config(m, n, fast_accum=fast), fast_accum=fast,
+                                                   out_dtype=out, epilogue=_wgrad_tree(epi.dtype_name(out), acc),
+                                                   wgrad=True)[0] for acc in (False, True)]
             else:
                 cfg = default_grouped_config(m, experts, n, k, fast_accum=fast)
                 specs.append(grouped_gemm_kernel_spec(cfg, fast_accum=fast, out_dtype=out,

@@ -292,6 +292,20 @@ def test_grouped_gemm_wgrad_cpu(per_channel):
         sx = s_x[g][None, :] if per_channel else s_x[g]
         want = ((sd * sx) * (dy[s:e].float().T @ x[s:e].float())).to(torch.bfloat16)
         assert torch.equal(out[g], want), g  # the empty expert too: dW = 0
+    # accumulate=True: out[g] += the same product, summed in fp32 and rounded once; the empty expert keeps its dW
+    prior = torch.randn(G, N, K, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
+    acc = prior.clone()
+    assert scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=acc, accumulate=True) is acc
+    for g, (s, e) in enumerate(_bounds(offs)):
+        sd = s_dy[g][:, None] if per_channel else s_dy[g]
+        sx = s_x[g][None, :] if per_channel else s_x[g]
+        want = ((sd * sx) * (dy[s:e].float().T @ x[s:e].float()) + prior[g].float()).to(torch.bfloat16)
+        assert torch.equal(acc[g], want), g
+    assert torch.equal(acc[1], prior[1])
+    with pytest.raises(ValueError, match="accumulate=True adds into out"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, accumulate=True)
+    with pytest.raises(TypeError, match="accumulate must be a bool"):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=acc, accumulate=1)
     with pytest.raises(ValueError, match="W differs"):
         scalemm.grouped_gemm_wgrad(dy_t, x_t[:, :W - 16].contiguous(), offs, s_dy, s_x)
     with pytest.raises(ValueError, match="scale_x must be"):

@@ -230,6 +230,43 @@ def test_grouped_wgrad_fast_accum(G, T, N, K):
     assert _rel(outs[0], _wgrad_reference(dy, x, offs, s_dy, s_x)) <= 4e-3
 
 
+@pytest.mark.parametrize("G,T,N,K,fast_accum", [(8, 2000, 640, 512, False), (8, 2000, 640, 512, True),
+                                                  (16, 100, 512, 768, False), (8, 900, 384, 128, False)])
+def test_grouped_wgrad_accumulate(G, T, N, K, fast_accum):
+    """accumulate=True: out[g] += dW_g in the epilogue, bit for bit bf16(out + the fp32 dW the same tile computes
+    (the kernel with fp32 output)); experts without tokens keep their out[g]; under graph replay it adds each time."""
+    from scalemm.cutlass_kernels.configs import default_wgrad_config
+    from scalemm.grouped import pad_groups_transposed
+    sizes = _sizes(G, T, seed=G * 3, empty=(0, G - 1))
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(G + 2)
+    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
+    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
+    W = (T + 15 * G + 15) // 16 * 16
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    cfg = default_wgrad_config(N, K, fast_accum=fast_accum)
+    dw32 = scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out_dtype=torch.float32, fast_accum=fast_accum,
+                                      config=cfg)
+    prior = (torch.randn(G, N, K, device="cuda", generator=g) * 100).to(torch.bfloat16)
+    out = prior.clone()
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out, accumulate=True, fast_accum=fast_accum)
+    assert torch.equal(out, (prior.float() + dw32).to(torch.bfloat16))
+    assert torch.equal(out[0], prior[0]) and torch.equal(out[G - 1], prior[G - 1])
+    ref = _wgrad_reference(dy, x, offs, s_dy, s_x)
+    assert _rel(out, prior.double() + ref) <= 4e-3
+    out.copy_(prior)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out, accumulate=True, fast_accum=fast_accum)
+    out.copy_(prior)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    once = (prior.float() + dw32).to(torch.bfloat16)
+    assert torch.equal(out, (once.float() + dw32).to(torch.bfloat16))
+
+
 def test_grouped_wgrad_graph_capture_and_errors():
     from scalemm.grouped import pad_groups_transposed
     G, T, N, K = 4, 512, 256, 512

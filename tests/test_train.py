@@ -647,3 +647,70 @@ def test_train_ops_pass_opcheck(name):
     torch.library.opcheck(ops.train_gemm.default, ("fprop", xq[:n], wq[:n], None, key, torch.float32), test_utils=utils)
     torch.library.opcheck(ops.train_grouped_gemm.default, ("fprop", gq[:m], sq, offs, None, key, torch.float32, 40),
                           test_utils=utils)
+
+
+def fused_wgrad_accumulation_check(device, dtype=torch.bfloat16):
+    """Linear / GroupedLinear(fuse_wgrad_accumulation=True) over three micro-steps against the same layer without
+    it: the first step (no .grad yet) gives the same bits; later steps add dW into weight.grad in the wgrad's
+    epilogue (one rounding instead of two: within a rounding of the unfused sum), empty experts' gradients stay 0,
+    x's gradient is unchanged, and autograd never sees the fused dW (a hook on the weight gets None)."""
+    torch.manual_seed(0)
+    E, K, N = 4, 256, 128  # layers of the train kernel set (python -m scalemm build --set train)
+    offsets = torch.tensor([80, 80, 200, 290], dtype=torch.int32, device=device)
+    x = torch.randn(300, K, device=device, dtype=torch.bfloat16)
+    layers = {"grouped": lambda fuse, recipe: GroupedLinear(E, K, N, recipe=recipe, device=device, dtype=dtype,
+                                                            fuse_wgrad_accumulation=fuse),
+              "dense": lambda fuse, recipe: Linear(K, 2 * K, recipe=recipe, device=device, dtype=dtype,
+                                                   fuse_wgrad_accumulation=fuse)}
+    for kind, make in layers.items():
+        for recipe in (FP8Rowwise(), FP8Tensorwise()):
+            plain, fused = make(False, recipe), make(True, recipe)
+            fused.load_state_dict(plain.state_dict())
+            seen = []
+            fused.weight.register_hook(lambda g: seen.append(g))
+            for step in range(3):
+                grads = []
+                for layer in (plain, fused):
+                    xi = (x[:210] if kind == "dense" else x).clone().requires_grad_()
+                    y = layer(xi, offsets) if kind == "grouped" else layer(xi)
+                    y.backward(torch.linspace(-1, 1, y.numel(), device=device).reshape(y.shape).to(y.dtype))
+                    grads.append(xi.grad)
+                assert torch.equal(grads[0], grads[1])
+                if step == 0:
+                    assert torch.equal(plain.weight.grad, fused.weight.grad) and len(seen) == 1
+                else:
+                    assert len(seen) == step + 1 and seen[-1] is None, "a fused step hands autograd no dW"
+                    assert rel(fused.weight.grad, plain.weight.grad) < 4e-3
+                    ulp = plain.weight.grad.float().abs() * 2.0 ** -7 + 1e-30
+                    assert ((fused.weight.grad.float() - plain.weight.grad.float()).abs() <= ulp).all(), (kind, step)
+                if kind == "grouped":
+                    assert torch.count_nonzero(fused.weight.grad[1]) == 0
+        # torch.autograd.grad wants dW returned: never fused, .grad untouched
+        before = fused.weight.grad.clone()
+        xi = (x[:210] if kind == "dense" else x).clone().requires_grad_()
+        y = fused(xi, offsets) if kind == "grouped" else fused(xi)
+        (dw,) = torch.autograd.grad(y.float().sum(), [fused.weight])
+        assert dw is not None and torch.count_nonzero(dw) > 0 and torch.equal(fused.weight.grad, before)
+    # not fused: NVFP4 recipes, and a .grad that is not contiguous (a backward that accumulates: the engine
+    # reports the weight's node as executed)
+    from scalemm.nn import _fused_grad
+    for kind, make in layers.items():
+        layer = make(True, NVFP4())
+        w = layer.weight
+        fusing = (layer, None)
+        layer.weight.grad = torch.zeros_like(w)
+        assert _fused_grad(fusing, dtype) is None
+        layer.recipe = FP8Rowwise()
+        assert _fused_grad(fusing, dtype) is None  # no node: not inside a backward that accumulates
+        layer.weight.grad = torch.zeros(*w.shape[:-2], w.shape[-1], w.shape[-2], dtype=w.dtype, device=device).mT
+        assert not layer.weight.grad.is_contiguous()
+        assert _fused_grad(fusing, dtype) is None
+    with pytest.raises(TypeError, match="fuse_wgrad_accumulation"):
+        GroupedLinear(E, K, N, fuse_wgrad_accumulation=1)
+    with pytest.raises(TypeError, match="fuse_wgrad_accumulation"):
+        Linear(K, N, fuse_wgrad_accumulation="yes")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_wgrad_accumulation(dtype):
+    fused_wgrad_accumulation_check("cpu", dtype)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scalemm.nn import GroupedLinear, Linear
-from test_train import RECIPES, _load_example, emulated_grouped, emulated_linear, rel
+from test_train import RECIPES, _load_example, emulated_grouped, emulated_linear, fused_wgrad_accumulation_check, rel
 
 pytestmark = pytest.mark.gpu
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -120,3 +120,36 @@ def test_stacked_pair_on_gpu_is_the_two_passes(name):
         for x, y in zip(training.flatten(a, grouped=True), training.flatten(b, grouped=True)):
             assert x.shape == y.shape and x.dtype == y.dtype
             assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)) if x.element_size() == 1 else torch.equal(x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_wgrad_accumulation_on_gpu(dtype):
+    fused_wgrad_accumulation_check("cuda", dtype)
+
+
+def test_fused_wgrad_accumulation_in_a_cuda_graph():
+    """A captured micro-step adds into weight.grad on every replay, bit for bit as the same eager steps do."""
+    from scalemm.recipes import FP8Rowwise
+    torch.manual_seed(0)
+    offsets = torch.tensor([80, 80, 200, 290], dtype=torch.int32, device="cuda")
+    x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
+    layers = [GroupedLinear(4, 256, 128, recipe=FP8Rowwise(), device="cuda", fuse_wgrad_accumulation=True)
+              for _ in range(2)]
+    layers[1].load_state_dict(layers[0].state_dict())
+    for layer in layers:
+        layer(x, offsets).backward(dy)  # creates .grad; the next steps fuse
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        layers[0](x, offsets).backward(dy)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layers[0](x, offsets).backward(dy)
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(3):
+        graph.replay()
+    for _ in range(4):  # the warm step inside the side stream, then the three replays
+        layers[1](x, offsets).backward(dy)
+    torch.cuda.synchronize()
+    assert torch.equal(layers[0].weight.grad, layers[1].weight.grad)

@@ -6,7 +6,7 @@ using ClusterShape = cute::Shape<cute::_{{CLUSTER_M}}, cute::_{{CLUSTER_N}}, cut
 using Evt = {{EVT_TYPE}};
 using Gemm = scalemm::Sm90GroupedGemm<{{ELEMENT_A}}, {{ELEMENT_B}}, {{ELEMENT_D}}, {{LAYOUT_D}}, TileShape,
                                       ClusterShape, {{MAINLOOP_SCHEDULE}}, {{EPILOGUE_SCHEDULE}}, Evt,
-                                      {{WGRAD}}>;
+                                      {{WGRAD}}, {{ELEMENT_C}}>;
 
 // ptrs[i]: device array of per-group pointers of the i-th leaf; vec[i]: 1 = vector, 0 = one value.
 static Evt::Arguments make_evt_args(void const* const* ptrs, int64_t const* vec) {
@@ -15,6 +15,7 @@ static Evt::Arguments make_evt_args(void const* const* ptrs, int64_t const* vec)
 
 // fprop: a [T,K], b [G,N,K], d [T,N]. wgrad: a = dy_t [N,T], b = x_t [K,T] (T = padded columns),
 // d [G,N,K], zeros: >= 16 * max(N, K) zero bytes (empty groups reduce over it). See GroupedGemmArgs.
+// A tree with a Source leaf reads d itself (ELEMENT_C = ELEMENT_D): the GEMM accumulates into d.
 extern "C" int scalemm_grouped_gemm(scalemm::GroupedGemmArgs const* a) {
   if (a->leaf_count > scalemm::kMaxLeaves) return scalemm::kCannotImplement;
   return Gemm::run(*a, &make_evt_args);

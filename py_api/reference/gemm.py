@@ -76,6 +76,8 @@ def _group_inputs(tree: epi.Node, inputs: Dict[str, Optional[torch.Tensor]], g: 
                 t = t.reshape(-1)[g]
             elif t.numel() == 1:
                 pass
+            elif isinstance(leaf, epi.Source):  # the output itself: the group's rows, or dW_g
+                t = t[g] if rows is None else t[rows]
             elif isinstance(leaf, epi.RowVector) and rows is not None:
                 t = t.reshape(-1)[rows]
             elif t.dim() == 2:

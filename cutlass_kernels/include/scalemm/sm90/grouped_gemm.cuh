@@ -9,6 +9,8 @@
 // Wgrad form: dW_g [N,K] = dY_g^T X_g with the groups along the reduction: the operands are
 // the transposed copies dy_t [N, Tp], x_t [K, Tp] (K-major, as FP8 wgmma needs), group g's
 // tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16 (16-byte TMA bases).
+// An epilogue tree with a Source leaf (ElementC not void) reads D itself: the GEMM accumulates into
+// its output (C and D are one array; each tile reads its C before it writes the same elements).
 #pragma once
 
 #include <algorithm>
@@ -109,7 +111,7 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
 
 template <class ElementA_, class ElementB_, class ElementD_, class LayoutD_, class TileShape_,
           class ClusterShape_, class MainloopSchedule, class EpilogueSchedule, class Evt,
-          bool kWgrad_ = false>
+          bool kWgrad_ = false, class ElementC_ = void>
 struct Sm90GroupedGemm {
   using ElementA = ElementA_;
   using ElementB = ElementB_;
@@ -123,11 +125,14 @@ struct Sm90GroupedGemm {
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using ElementC = ElementC_;
+  static_assert(cute::is_void_v<ElementC> || cute::is_same_v<ElementC, ElementD>,
+                "a grouped GEMM's Source is its output: ElementC must be ElementD");
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD*, kAlignD,
       ElementD, LayoutD*, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
 
   // MainloopSchedule as in Sm90Gemm (a CUTLASS schedule or sm90::Fp8ChunkedPromotion).
@@ -146,6 +151,14 @@ struct Sm90GroupedGemm {
   using Problem = typename ProblemShape::UnderlyingProblemShape;
 
   static constexpr int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+  // The C pointer array: D's own (accumulate into the output), or none.
+  static auto source(void** ptr_d) {
+    if constexpr (cute::is_void_v<ElementC>)
+      return nullptr;
+    else
+      return const_cast<ElementC const**>(reinterpret_cast<ElementC**>(ptr_d));
+  }
 
   // Device arrays the setup kernel writes, carved from the caller's workspace.
   struct Arrays {
@@ -212,7 +225,7 @@ struct Sm90GroupedGemm {
         {G, arr.problems, nullptr},  // problem shapes live on the device only
         {reinterpret_cast<ElementA const**>(arr.ptr_a), arr.stride_a,
          reinterpret_cast<ElementB const**>(arr.ptr_b), arr.stride_b},
-        {make_evt_args(leaf_arrays, vec), nullptr, arr.stride_d,
+        {make_evt_args(leaf_arrays, vec), source(arr.ptr_d), arr.stride_d,
          reinterpret_cast<ElementD**>(arr.ptr_d), arr.stride_d},
         sm90::hardware_info(device)};
     int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
