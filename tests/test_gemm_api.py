@@ -167,3 +167,18 @@ def test_chunked_promotion_config():
     for bad in (dict(promotion_chunks=-1), dict(promotion_chunks=3), dict(promotion_chunks=2, tile_k=256)):
         with pytest.raises(ValueError, match="promotion_chunks"):
             GemmConfig(**{**dict(tile_m=128, tile_n=256, tile_k=128), **bad})
+
+
+def test_accumulating_epilogue_adds_into_out_cpu():
+    """epilogues.accumulating with out as its own Source: out = bf16(out + the fp32 result), rounded once."""
+    M, N, K = 64, 32, 48
+    g = torch.Generator().manual_seed(0)
+    a8 = (torch.randn(M, K, generator=g) * 4).to(torch.float8_e4m3fn)
+    b8 = (torch.randn(N, K, generator=g) * 4).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(M, generator=g) + 0.5, torch.rand(N, generator=g) + 0.5
+    f32 = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, epilogue=epi.scaled("f32", bias=False))
+    tree = epi.accumulating(epi.scaled("bf16", bias=False), "bf16")
+    prior = (torch.randn(M, N, generator=g) * 50).to(torch.bfloat16)
+    out = prior.clone()
+    assert scalemm.gemm(a8, b8, sa, sb, epilogue=tree, epilogue_inputs={epi.ACCUMULATOR: out}, out=out) is out
+    assert torch.equal(out, (prior.float() + f32).to(torch.bfloat16))

@@ -205,6 +205,31 @@ def test_custom_tree_matches_its_torch_evaluation():
     assert _rel_err(out, ref.double()) <= _fp32_tol(a8, b8, False)
 
 
+def test_accumulating_into_out_in_place():
+    """epilogues.accumulating with out = the Source (a weight's .grad: Linear(fuse_wgrad_accumulation=True)): out
+    becomes bf16(out + the fp32 result of the same tile) bit for bit (the same config with an fp32 output, no
+    Source), and a CUDA graph of it adds on every replay."""
+    M, N, K = 512, 256, 224  # Linear(256, 512)'s wgrad over 210 tokens padded to 224 (the train kernel set)
+    a8, b8, sa, sb = _operands(M, N, K, seed=13)
+    cfg = default_config(M, N, K, fast_accum=False)
+    f32 = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, epilogue=epi.scaled("f32", bias=False), config=cfg)
+    tree = epi.accumulating(epi.scaled("bf16", bias=False), "bf16")
+    prior = (torch.randn(M, N, device="cuda") * 50).to(torch.bfloat16)
+    out = prior.clone()
+    scalemm.gemm(a8, b8, sa, sb, epilogue=tree, epilogue_inputs={epi.ACCUMULATOR: out}, out=out, config=cfg)
+    once = (prior.float() + f32).to(torch.bfloat16)
+    assert torch.equal(out, once)
+    out.copy_(prior)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scalemm.gemm(a8, b8, sa, sb, epilogue=tree, epilogue_inputs={epi.ACCUMULATOR: out}, out=out, config=cfg)
+    out.copy_(prior)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, (once.float() + f32).to(torch.bfloat16))
+
+
 def test_matches_torch_scaled_mm():
     M, N, K = 512, 4096, 4096
     a8, b8, sa, sb = _operands(M, N, K, seed=12)
