@@ -162,8 +162,11 @@ def gemm(which: str, a_tensors, b_tensors, recipe: Recipe, *, bias: Optional[tor
 
 @functools.lru_cache(maxsize=None)
 def accumulating_wgrad_tree(out_dtype: torch.dtype):
-    """The dense wgrad's epilogue when it adds into weight.grad: scale_a * scale_b * acc + out (no bias leaf)."""
-    return _epi.accumulating(_epi.scaled(out_dtype, bias=False), out_dtype)
+    """The dense wgrad's epilogue when it adds into weight.grad: (scale_a * scale_b * acc + bias) + out, the bias
+    leaf null, as the grouped wgrad's (grouped._wgrad_tree). The null add keeps the compiler from fusing the
+    product and the add of out into one FMA, so the kernel rounds as the reference does: the product to fp32,
+    then the sum once to out's dtype (without it, the H100 kernel differed from the reference in the last bit)."""
+    return _epi.accumulating(_epi.scaled(out_dtype), out_dtype)
 
 
 # ---------------------------------------------------------------------------

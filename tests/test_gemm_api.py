@@ -177,7 +177,7 @@ def test_accumulating_epilogue_adds_into_out_cpu():
     b8 = (torch.randn(N, K, generator=g) * 4).to(torch.float8_e4m3fn)
     sa, sb = torch.rand(M, generator=g) + 0.5, torch.rand(N, generator=g) + 0.5
     f32 = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, epilogue=epi.scaled("f32", bias=False))
-    tree = epi.accumulating(epi.scaled("bf16", bias=False), "bf16")
+    tree = epi.accumulating(epi.scaled("bf16"), "bf16")  # the bias leaf null
     prior = (torch.randn(M, N, generator=g) * 50).to(torch.bfloat16)
     out = prior.clone()
     assert scalemm.gemm(a8, b8, sa, sb, epilogue=tree, epilogue_inputs={epi.ACCUMULATOR: out}, out=out) is out

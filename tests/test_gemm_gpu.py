@@ -209,11 +209,12 @@ def test_accumulating_into_out_in_place():
     """epilogues.accumulating with out = the Source (a weight's .grad: Linear(fuse_wgrad_accumulation=True)): out
     becomes bf16(out + the fp32 result of the same tile) bit for bit (the same config with an fp32 output, no
     Source), and a CUDA graph of it adds on every replay."""
+    from scalemm import training
     M, N, K = 512, 256, 224  # Linear(256, 512)'s wgrad over 210 tokens padded to 224 (the train kernel set)
     a8, b8, sa, sb = _operands(M, N, K, seed=13)
     cfg = default_config(M, N, K, fast_accum=False)
     f32 = scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.float32, epilogue=epi.scaled("f32", bias=False), config=cfg)
-    tree = epi.accumulating(epi.scaled("bf16", bias=False), "bf16")
+    tree = training.accumulating_wgrad_tree(torch.bfloat16)  # with its null bias leaf (the docstring says why)
     prior = (torch.randn(M, N, device="cuda") * 50).to(torch.bfloat16)
     out = prior.clone()
     scalemm.gemm(a8, b8, sa, sb, epilogue=tree, epilogue_inputs={epi.ACCUMULATOR: out}, out=out, config=cfg)
