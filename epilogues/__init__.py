@@ -177,7 +177,9 @@ ACCUMULATOR = "accumulator"  # the Source leaf of accumulating(): the output's o
 
 def accumulating(tree: Node, out_dtype) -> Node:
     """tree + out: a GEMM with this epilogue adds its result into its output (gradient accumulation: the
-    Source leaf named ACCUMULATOR reads out itself, in fp32, and the sum is rounded once)."""
+    Source leaf named ACCUMULATOR reads out itself, in fp32, and the sum is rounded once). Where `tree` ends in
+    a multiply, the kernel may fuse it with this add into one FMA (one rounding fewer than evaluate()'s); the
+    training layers pass scaled(out_dtype) with its null bias leaf, which keeps the reference's rounding."""
     return tree + Source(out_dtype, name=ACCUMULATOR)
 
 
