@@ -355,6 +355,7 @@ def _wgrad_tree(out_name: str, accumulate: bool):
     tree = _resolve_epilogue(None, out_name)
     return epi.accumulating(tree, out_name) if accumulate else tree
 
+
 wgrad_column_starts = layout.wgrad_column_starts  # p_g of the wgrad layout: int64 [G + 1] (device op)
 
 
@@ -428,9 +429,8 @@ def grouped_gemm_wgrad(dy_t, x_t, offsets=None, scale_dy=None, scale_x=None, *, 
     Or pass the GroupedFP8Tensors from scalemm.quantize_fp8_grouped(..., columnwise=True) as dy_t
     and x_t (their wgrad-layout copies, scales and offsets are used).
     Returns [G, N, K] of out_dtype (out itself where given; accumulate=True needs it). Experts with no
-    tokens get dW_g = 0. CUDA offsets are not read
-    on the host: a group whose columns would run past W (inconsistent offsets) is treated as
-    empty rather than read out of bounds. CPU offsets are checked (non-decreasing from 0, their
+    tokens get dW_g = 0. CUDA offsets are not read on the host: a group whose columns would run past W
+    (inconsistent offsets) is treated as empty rather than read out of bounds. CPU offsets are checked (non-decreasing from 0, their
     padded columns within W).
     CPU tensors run scalemm.reference.grouped_gemm_reference(..., wgrad=True); the checks are the
     same on both devices.

@@ -205,21 +205,27 @@ def test_grouped_wgrad(G, T, N, K, per_channel, config):
     assert _rel(out, ref) <= 4e-3
 
 
-@pytest.mark.parametrize("G,T,N,K", [(8, 4096, 2048, 1024), (6, 700, 136, 256), (8, 2000, 640, 512)])
-def test_grouped_wgrad_fast_accum(G, T, N, K):
-    """Fast accumulation: the default kernel (clusters of 2 along N) against the reference and against the same tile
-    in a cluster of 1, which computes every output element by the same operations (bit-identical)."""
-    from scalemm.cutlass_kernels.configs import default_wgrad_config
+def _wgrad_operands(G, T, N, K, sizes_seed, seed, empty):
+    """Random FP8 dY [T, N] and X [T, K] over G groups (those in `empty` without tokens), their wgrad-layout copies
+    and per-channel scales: (offs, dy, x, dy_t, x_t, s_dy, s_x, the generator for more)."""
     from scalemm.grouped import pad_groups_transposed
-    assert default_wgrad_config(N, K, fast_accum=True).cluster_m == 2
-    sizes = _sizes(G, T, seed=G * 5, empty=(1,))
-    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
-    g = torch.Generator(device="cuda").manual_seed(G + 1)
+    offs = torch.cumsum(_sizes(G, T, seed=sizes_seed, empty=empty), 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(seed)
     dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
     x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
     W = (T + 15 * G + 15) // 16 * 16
     dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
     s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    return offs, dy, x, dy_t, x_t, s_dy, s_x, g
+
+
+@pytest.mark.parametrize("G,T,N,K", [(8, 4096, 2048, 1024), (6, 700, 136, 256), (8, 2000, 640, 512)])
+def test_grouped_wgrad_fast_accum(G, T, N, K):
+    """Fast accumulation: the default kernel (clusters of 2 along N) against the reference and against the same tile
+    in a cluster of 1, which computes every output element by the same operations (bit-identical)."""
+    from scalemm.cutlass_kernels.configs import default_wgrad_config
+    assert default_wgrad_config(N, K, fast_accum=True).cluster_m == 2
+    offs, dy, x, dy_t, x_t, s_dy, s_x, _ = _wgrad_operands(G, T, N, K, G * 5, G + 1, empty=(1,))
     outs = []
     for config in (None, GemmConfig(128, 256, 128, 1, 1, "cooperative")):
         out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -236,15 +242,7 @@ def test_grouped_wgrad_accumulate(G, T, N, K, fast_accum):
     """accumulate=True: out[g] += dW_g in the epilogue, bit for bit bf16(out + the fp32 dW the same tile computes
     (the kernel with fp32 output)); experts without tokens keep their out[g]; under graph replay it adds each time."""
     from scalemm.cutlass_kernels.configs import default_wgrad_config
-    from scalemm.grouped import pad_groups_transposed
-    sizes = _sizes(G, T, seed=G * 3, empty=(0, G - 1))
-    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
-    g = torch.Generator(device="cuda").manual_seed(G + 2)
-    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
-    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
-    W = (T + 15 * G + 15) // 16 * 16
-    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
-    s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    offs, dy, x, dy_t, x_t, s_dy, s_x, g = _wgrad_operands(G, T, N, K, G * 3, G + 2, empty=(0, G - 1))
     cfg = default_wgrad_config(N, K, fast_accum=fast_accum)
     dw32 = scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out_dtype=torch.float32, fast_accum=fast_accum,
                                       config=cfg)
