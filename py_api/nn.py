@@ -643,8 +643,8 @@ class ConvertReport:
         return "\n".join(lines)
 
 
-def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[str, torch.nn.Module], bool]] = None
-            ) -> ConvertReport:
+def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[str, torch.nn.Module], bool]] = None,
+            *, fuse_wgrad_accumulation: bool = False) -> ConvertReport:
     """Swap the eligible nn.Linear submodules of `model` for scalemm.nn.Linear, in place.
 
     A swapped layer shares the original's Parameters (same objects: an optimizer already built on
@@ -654,8 +654,11 @@ def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[s
     true when a filter is given. Returns a ConvertReport (converted names, skipped names with the
     reason) and logs it on the "scalemm" logger. The root module itself is never swapped: pass
     its parent, or use Linear.from_linear. Forward hooks on a swapped module are not carried over.
+    fuse_wgrad_accumulation: given to every swapped Linear (gradient accumulation: Linear's docstring).
     """
     check_recipe(recipe)
+    if not isinstance(fuse_wgrad_accumulation, bool):
+        raise TypeError(f"convert: 'fuse_wgrad_accumulation' must be a bool, got {type(fuse_wgrad_accumulation).__name__}")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"convert: 'model' must be an nn.Module, got {type(model).__name__}")
     if filter is not None and not callable(filter):
@@ -687,7 +690,7 @@ def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[s
             if reason:
                 report.skipped[name] = reason
                 continue
-            done[id(child)] = Linear.from_linear(child, recipe)
+            done[id(child)] = Linear.from_linear(child, recipe, fuse_wgrad_accumulation=fuse_wgrad_accumulation)
             setattr(parent, child_name, done[id(child)])
             report.converted.append(name)
     log.info("%s", report)

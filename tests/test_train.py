@@ -596,6 +596,11 @@ def test_convert_swaps_eligible_layers_in_place():
     with pytest.raises(TypeError, match="'recipe' must be"):
         convert(model, None)
     assert convert(model, NVFP4()).converted == ["5"]  # converted layers are left alone
+    fused = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    convert(fused, FP8Rowwise(), fuse_wgrad_accumulation=True)
+    assert fused[0].fuse_wgrad_accumulation and not model[0].fuse_wgrad_accumulation
+    with pytest.raises(TypeError, match="fuse_wgrad_accumulation"):
+        convert(fused, FP8Rowwise(), fuse_wgrad_accumulation=None)
 
 
 def test_linear_eligibility_reads_the_gemm_rules():
