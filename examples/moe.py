@@ -39,12 +39,13 @@ def permute(experts: torch.Tensor, num_experts: int):
 
 class MoEBlock(torch.nn.Module):
     def __init__(self, hidden: int, inter: int, experts: int, top_k: int, *, recipe=FP8Rowwise(), device=None,
-                 dtype=None):
+                 dtype=None, fuse_wgrad_accumulation: bool = False):
         super().__init__()
         self.hidden, self.inter, self.experts, self.top_k = hidden, inter, experts, top_k
         self.router = torch.nn.Linear(hidden, experts, bias=False, device=device, dtype=dtype)
-        self.gate_up = GroupedLinear(experts, hidden, 2 * inter, recipe=recipe, device=device, dtype=dtype)
-        self.down = GroupedLinear(experts, inter, hidden, recipe=recipe, device=device, dtype=dtype)
+        kw = dict(recipe=recipe, device=device, dtype=dtype, fuse_wgrad_accumulation=fuse_wgrad_accumulation)
+        self.gate_up = GroupedLinear(experts, hidden, 2 * inter, **kw)
+        self.down = GroupedLinear(experts, inter, hidden, **kw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]

@@ -636,6 +636,22 @@ def test_moe_block_end_to_end(name):
         assert sqnr(got, want) > floor, sqnr(got, want)
 
 
+def test_moe_block_micro_steps_with_fused_accumulation():
+    """examples/moe.py with fuse_wgrad_accumulation: two micro-steps give the experts' gradients of the unfused block
+    (within a rounding of the sum)."""
+    moe = _load_example("moe")
+    torch.manual_seed(0)
+    blocks = [moe.MoEBlock(64, 32, 8, 2, fuse_wgrad_accumulation=f) for f in (False, True)]
+    blocks[1].load_state_dict(blocks[0].state_dict())
+    x = torch.randn(2, 40, 64)
+    for _ in range(2):
+        for b in blocks:
+            b(x).square().mean().backward()
+    for name in ("gate_up", "down"):
+        a, b = getattr(blocks[0], name).weight.grad, getattr(blocks[1], name).weight.grad
+        assert rel(b, a) < 1e-5 and torch.count_nonzero(a) > 0
+
+
 @pytest.mark.parametrize("name", ["fp8_rowwise", "nvfp4"])
 def test_train_ops_pass_opcheck(name):
     """torch.library.opcheck: schema (no aliasing or mutation), fakes, AOT dispatch. The GEMM ops skip
