@@ -169,8 +169,8 @@ def summarize(rows, model=None, num_sms=132, full=False, baseline=None):
                                            for r in rows],
               "torch per-tensor": [r["us"]["torch_rowwise"] / r["us"]["torch_tensorwise"] for r in rows]}
     if full:
-        ratios["the rule's widths in clusters of 2"] = [r["us"]["torch_rowwise"] / r["us"][full_pick(r, sm90.TILE_COST_FULL)]
-                                             for r in rows]
+        ratios["the rule's widths in clusters of 2"] = [
+            r["us"]["torch_rowwise"] / r["us"][full_pick(r, sm90.TILE_COST_FULL)] for r in rows]
         if baseline:  # other costs, every kernel with its bias leaf (the rule before a change)
             for name, sel in (("sweep", [r for r in rows if not held_out(r)]), ("held-out", [r for r in rows if held_out(r)]),
                               ("all", rows)):

@@ -743,8 +743,8 @@ def bias_free_full_kernel(config: GemmConfig) -> bool:
     three kernels (full_tile_config), in clusters of 2 and of 1. H100, 114 prefill points, each kernel against
     itself with the leaf in the same process: 128x128 in one chunk over k-tile pairs 0.999x / 1.026x in two runs,
     128x192 0.998-1.012x and 128x256 0.999-1.005x in four: small and not stable between runs, but never a loss
-    beyond 0.2% on the geomean. (The earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it, the loss growing with K: how the
-    epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
+    beyond 0.2% on the geomean. (The earlier 128x128 kernel in two overlapped chunks ran 0.967-0.970x without it,
+    the loss growing with K: how the epilogue changes the main loop's code was not looked into.) In clusters of 1 (136 narrow-layer and 256-768-token
     points, perf/results/h100/fp8_full_one_wave/): 1.004-1.019x. The kernels not measured keep the leaf."""
     return config.compiled() in {full_tile_config(n, c) for n in TILE_COST_FULL for c in (1, 2)}
 
