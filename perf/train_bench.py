@@ -81,6 +81,20 @@ class Experts(torch.nn.Module):
         return self.down(a, offsets)
 
 
+class ExpertLayer(torch.nn.Module):
+    """One expert layer alone over tokens sorted by expert: a GroupedLinear, or (w given) bf16
+    torch._grouped_mm with torch's own autograd (issue 13's "GroupedLinear fwd+bwd against _grouped_mm")."""
+
+    def __init__(self, layer=None, w=None):
+        super().__init__()
+        self.layer, self.w = layer, w
+
+    def forward(self, x, offsets):
+        if self.w is not None:
+            return torch._grouped_mm(x, self.w.transpose(-2, -1), offs=offsets)
+        return self.layer(x, offsets)
+
+
 def mlp_contenders(hidden, inter, cache_weight, fuse_wgrad_accumulation=False):
     torch.manual_seed(0)
     base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False))
@@ -268,7 +282,9 @@ def main(argv=None):
     p.add_argument("--cache-weight", action="store_true", help="reuse the quantized weights across calls")
     p.add_argument("--fuse-wgrad-accumulation", action="store_true",
                    help="FP8 Linear / GroupedLinear add dW into .grad in their wgrad epilogue")
-    p.add_argument("--only", choices=("mlp", "moe"), default=None)
+    p.add_argument("--only", choices=("mlp", "moe", "moe-layers"), default=None,
+                   help="one block; moe-layers (never in the default run): the experts' gate_up and down "
+                        "GroupedLinear each alone, fwd + bwd, without the SiLU * up between them")
     p.add_argument("--profile", action="store_true",
                    help="also profile one step of each contender (top kernels -> <out>/train_profile.txt)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: a check of the script itself")
@@ -311,6 +327,27 @@ def main(argv=None):
         print(f"(moe: {T} routed rows, {int((sizes == 0).sum())} empty experts, largest {int(sizes.max())} rows)")
         rows += run_block(f"qwen3-30b-a3b experts, {M} tok", models, moe_input, lambda m, x, o: m(x, o),
                           3 * 2 * T * (hidden * 2 * inter + inter * hidden), args)
+    if args.only == "moe-layers":
+        E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
+        models = moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
+        sizes = routed_sizes(M, E, k, seed=0)
+        T = int(sizes.sum())
+        for name, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
+            layers = {}
+            for n, m in models.items():
+                if n == "bf16":
+                    layers[n] = ExpertLayer(w=m.w1 if name == "gate_up" else m.w2) if DEVICE == "cuda" else \
+                        ExpertLayer(m.gate_up if name == "gate_up" else m.down)
+                else:
+                    layers[n] = ExpertLayer(m.gate_up if name == "gate_up" else m.down)
+
+            def layer_input(K=K, N=N):
+                g = torch.Generator(device=DEVICE).manual_seed(3)
+                x = torch.randn(T, K, device=DEVICE, dtype=BF16, generator=g).requires_grad_()
+                offsets = torch.cumsum(sizes, 0).to(torch.int32).to(DEVICE)
+                return x, torch.randn(T, N, device=DEVICE, dtype=BF16, generator=g) * 1e-2, offsets
+            rows += run_block(f"qwen3-30b-a3b {name} layer, {M} tok", layers, layer_input, lambda m, x, o: m(x, o),
+                              3 * 2 * T * K * N, args)
     summary = {b: {r["contender"]: r["speedup_vs_bf16"] for r in rows if r["block"] == b}
                for b in dict.fromkeys(r["block"] for r in rows)}
     summary["geomean_scalemm_fp8_rowwise_vs_bf16"] = geomean(

@@ -59,6 +59,7 @@ _TRAIN_LAYERS = [
     (128, 512, 256, None, torch.bfloat16, torch.float32), (128, 256, 512, None, torch.bfloat16, torch.float32),
     (512, 512, 256, None, torch.bfloat16, torch.float32), (512, 512, 512, None, torch.bfloat16, torch.float32),
     (512, 64, 512, None, torch.bfloat16, torch.float32),  # convergence, mlp
+    (512, 64, 512, None, torch.bfloat16, torch.bfloat16),  # tests (fused wgrad accumulation, swap-AB wgrad)
     (1024, 1024, 512, 8, torch.bfloat16, torch.float32), (1024, 512, 512, 8, torch.bfloat16, torch.float32),  # moe
     (8192, 28672, 4096, None, torch.bfloat16, torch.bfloat16),  # perf/train_bench.py
     (8192, 4096, 14336, None, torch.bfloat16, torch.bfloat16),

@@ -686,7 +686,12 @@ def fused_wgrad_accumulation_check(device, dtype=torch.bfloat16):
     layers = {"grouped": lambda fuse, recipe: GroupedLinear(E, K, N, recipe=recipe, device=device, dtype=dtype,
                                                             fuse_wgrad_accumulation=fuse),
               "dense": lambda fuse, recipe: Linear(K, 2 * K, recipe=recipe, device=device, dtype=dtype,
-                                                   fuse_wgrad_accumulation=fuse)}
+                                                   fuse_wgrad_accumulation=fuse),
+              # 64 out features: dW's 64 rows put the wgrad on the swap-AB kernel (D written transposed, and
+              # .grad read through the same transposed view)
+              "narrow": lambda fuse, recipe: Linear(2 * K, 64, recipe=recipe, device=device, dtype=dtype,
+                                                    fuse_wgrad_accumulation=fuse)}
+    inputs = {"grouped": x, "dense": x[:210], "narrow": torch.randn(512, 2 * K, device=device, dtype=torch.bfloat16)}
     for kind, make in layers.items():
         for recipe in (FP8Rowwise(), FP8Tensorwise()):
             plain, fused = make(False, recipe), make(True, recipe)
@@ -696,7 +701,7 @@ def fused_wgrad_accumulation_check(device, dtype=torch.bfloat16):
             for step in range(3):
                 grads = []
                 for layer in (plain, fused):
-                    xi = (x[:210] if kind == "dense" else x).clone().requires_grad_()
+                    xi = inputs[kind].clone().requires_grad_()
                     y = layer(xi, offsets) if kind == "grouped" else layer(xi)
                     y.backward(torch.linspace(-1, 1, y.numel(), device=device).reshape(y.shape).to(y.dtype))
                     grads.append(xi.grad)
@@ -712,7 +717,7 @@ def fused_wgrad_accumulation_check(device, dtype=torch.bfloat16):
                     assert torch.count_nonzero(fused.weight.grad[1]) == 0
         # torch.autograd.grad wants dW returned: never fused, .grad untouched
         before = fused.weight.grad.clone()
-        xi = (x[:210] if kind == "dense" else x).clone().requires_grad_()
+        xi = inputs[kind].clone().requires_grad_()
         y = fused(xi, offsets) if kind == "grouped" else fused(xi)
         (dw,) = torch.autograd.grad(y.float().sum(), [fused.weight])
         assert dw is not None and torch.count_nonzero(dw) > 0 and torch.equal(fused.weight.grad, before)

@@ -25,3 +25,20 @@ def test_smoke_run_writes_json_and_profiles(tmp_path):
     for n in contenders:  # one table per contender, with the scalemm ops visible in the scalemm ones
         assert f"experts, 64 tok: {n}\n" in profile
     assert "scalemm::train_grouped_gemm" in profile
+
+
+def test_smoke_run_of_the_expert_layers_alone(tmp_path):
+    """--only moe-layers: gate_up and down each alone, every contender, against bf16 with an SQNR."""
+    spec = importlib.util.spec_from_file_location("train_bench_layers_under_test", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        spec.loader.exec_module(module)
+        module.main(["--smoke", "--only", "moe-layers", "--out", str(tmp_path)])
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    rows = json.loads((tmp_path / "train_bench.json").read_text())["rows"]
+    assert [r["block"] for r in rows[::len(rows) // 2]] == ["qwen3-30b-a3b gate_up layer, 64 tok",
+                                                           "qwen3-30b-a3b down layer, 64 tok"]
+    fp8 = [r for r in rows if r["contender"] == "scalemm_fp8_rowwise"]
+    assert len(fp8) == 2 and all(r["ms"] > 0 and r["output_sqnr_db_vs_bf16"] > 20 for r in fp8)
