@@ -102,7 +102,28 @@ def _byte_plan(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
     """Packed e2m1 codes uint8 [..., N, K/2] (even element in the low nibble) -> the byte order
     the SM90 kernel reads, uint8 [..., N, K_pad/2] with K_pad = ceil(K/64)*64 (zero codes pad).
-    Two byte gathers and one select per chunk (no unpacked copy of the codes)."""
+    CUDA tensors: one pass of scalemm/nvfp4_dequant.cuh's prepare_sm90 (a training step re-quantizes its
+    weights, so it runs every step there); CPU tensors: the same bytes from two byte gathers and one
+    select per chunk in torch ops (_prepare_sm90_torch)."""
+    if qdata.is_cuda:
+        return _prepare_sm90_cuda(qdata)
+    return _prepare_sm90_torch(qdata)
+
+
+def _prepare_sm90_cuda(qdata: torch.Tensor) -> torch.Tensor:
+    *lead, n, half = qdata.shape
+    k_pad = -(-(half * 2) // CHUNK_K) * CHUNK_K
+    q = qdata.contiguous()
+    out = torch.empty((*lead, n, k_pad // 2), dtype=torch.uint8, device=q.device)
+    rows = q.numel() // half if half else 0
+    if rows:
+        args = abi.Nvfp4PrepareArgs(qdata=q.data_ptr(), out=out.data_ptr(), rows=rows, half=half,
+                                    stream=torch._C._cuda_getCurrentRawStream(q.device.index))
+        _dequant_fn("scalemm_nvfp4_prepare_sm90")(ctypes.byref(args))
+    return out
+
+
+def _prepare_sm90_torch(qdata: torch.Tensor) -> torch.Tensor:
     *lead, n, half = qdata.shape
     k_pad = -(-(half * 2) // CHUNK_K) * CHUNK_K
     if k_pad != half * 2:
@@ -379,7 +400,60 @@ def _gemm_workspace_fn(spec: KernelSpec):
 
 @functools.lru_cache(maxsize=None)
 def _dequant_launcher():
-    return build(dequant_kernel_spec()).function("scalemm_nvfp4_dequant", [ctypes.POINTER(abi.Nvfp4DequantArgs)])
+    return _dequant_fn("scalemm_nvfp4_dequant")
+
+
+# The nvfp4_dequant kernel library's entry points (templates/nvfp4_dequant.cu) and their argument structs.
+_DEQUANT_ARGS = {"scalemm_nvfp4_dequant": abi.Nvfp4DequantArgs, "scalemm_nvfp4_prepare_sm90": abi.Nvfp4PrepareArgs,
+                 "scalemm_nvfp4_wgrad_to_bf16": abi.Nvfp4WgradDecodeArgs,
+                 "scalemm_nvfp4_wgrad_scale": abi.Nvfp4WgradScaleArgs}
+
+
+@functools.lru_cache(maxsize=None)
+def _dequant_fn(name: str):
+    """An entry point of the nvfp4_dequant kernel library (dequant_kernel_spec)."""
+    return build(dequant_kernel_spec()).function(name, [ctypes.POINTER(_DEQUANT_ARGS[name])])
+
+
+def decode_wgrad_blocks_bf16(qdata: torch.Tensor, scales: torch.Tensor, base: torch.Tensor, local: torch.Tensor,
+                             cp: torch.Tensor) -> torch.Tensor:
+    """bf16 [K, W] = value(code) x block scale of an NVFP4 wgrad-layout copy's codes qdata uint8 [K, W/2] (CUDA),
+    each 16-column block b's scale at byte base[b] + swizzle_offset(k, local[b], cp[b]) of `scales` (base[b] < 0:
+    zeros). scalemm.training.decode_wgrad_bf16 builds the block arrays; exact (docs/numerics.md section 4)."""
+    K, half = qdata.shape
+    out = torch.empty((K, 2 * half), dtype=torch.bfloat16, device=qdata.device)
+    if out.numel():
+        q, s = qdata.contiguous(), scales.contiguous()
+        b64, l32 = base.to(torch.int64).contiguous(), local.to(torch.int32).contiguous()
+        c32 = cp.to(torch.int32).contiguous()
+        args = abi.Nvfp4WgradDecodeArgs(qdata=q.data_ptr(), scales=s.data_ptr(), base=b64.data_ptr(),
+                                        local=l32.data_ptr(), cp=c32.data_ptr(), out=out.data_ptr(), k=K, w=2 * half,
+                                        stream=torch._C._cuda_getCurrentRawStream(q.device.index))
+        _dequant_fn("scalemm_nvfp4_wgrad_to_bf16")(ctypes.byref(args))
+    return out
+
+
+_OUT_KINDS = {torch.bfloat16: abi.kOutBf16, torch.float16: abi.kOutF16, torch.float32: abi.kOutF32}
+
+
+def scale_grouped_wgrad(acc: torch.Tensor, alpha_dy: torch.Tensor, alpha_x: torch.Tensor, has_rows: torch.Tensor,
+                        out_dtype: torch.dtype) -> torch.Tensor:
+    """[G, N, K] of out_dtype = fl(fl(alpha_dy * alpha_x) * acc) rounded once, 0 where has_rows[g] is False, from
+    a bf16 acc [G, N, K] (CUDA) and fp32 alpha_dy [G] or [G, N], alpha_x [G] or [G, K]: the NVFP4 grouped wgrad's
+    global scales in one pass (in place for bf16 out)."""
+    G, N, K = acc.shape
+    acc = acc.contiguous()
+    out = acc if out_dtype == torch.bfloat16 else torch.empty(acc.shape, dtype=out_dtype, device=acc.device)
+    if out.numel() == 0:
+        return out
+    a_dy, a_x = alpha_dy.float().contiguous(), alpha_x.float().contiguous()
+    rows = has_rows.to(torch.uint8).contiguous()
+    args = abi.Nvfp4WgradScaleArgs(acc=acc.data_ptr(), out=out.data_ptr(), alpha_dy=a_dy.data_ptr(),
+                                   dy_vec=int(a_dy.dim() == 2), alpha_x=a_x.data_ptr(), x_vec=int(a_x.dim() == 2),
+                                   has_rows=rows.data_ptr(), groups=G, n=N, k=K, out_kind=_OUT_KINDS[out_dtype],
+                                   stream=torch._C._cuda_getCurrentRawStream(acc.device.index))
+    _dequant_fn("scalemm_nvfp4_wgrad_scale")(ctypes.byref(args))
+    return out
 
 
 @_per_device

@@ -24,9 +24,9 @@ transformed data: legitimate only as a pair, which is the only way this module u
 
 NVFP4 grouped wgrad: scalemm has no NVFP4 grouped wgrad kernel. GroupedLinear's NVFP4 wgrad
 quantizes dy and x to NVFP4 wgrad copies exactly as the recipe says (RHT, SR), decodes their
-codes x block scales exactly to bf16 on the device (no host sync) and multiplies them with
-torch._grouped_mm (bf16 in, fp32 accumulation, bf16 out), then applies both global scales in
-fp32. Its one deviation from an NVFP4 GEMM: the accumulator is rounded to bf16 before the global
+codes x block scales exactly to bf16 on the device (no host sync; on CUDA one kernel pass each,
+gemm_nvfp4.decode_wgrad_blocks_bf16) and multiplies them with torch._grouped_mm (bf16 in, fp32
+accumulation, bf16 out), then applies both global scales in fp32 (gemm_nvfp4.scale_grouped_wgrad). Its one deviation from an NVFP4 GEMM: the accumulator is rounded to bf16 before the global
 scales are applied (relative error <= 2^-9 on top of the fp32 result's).
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .formats import FP8Tensor, GroupedFP8Tensor, GroupedNVFP4Tensor, NVFP4Tenso
 from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
 from .formats.nvfp4 import e2m1_decode, grouped_nvfp4_shapes, nvfp4_shapes, unpack_fp4
 from .gemm import gemm as _gemm
+from .gemm_nvfp4 import decode_wgrad_blocks_bf16, scale_grouped_wgrad
 from .grouped import grouped_gemm as _grouped_gemm
 from .grouped import grouped_gemm_wgrad as _grouped_gemm_wgrad
 from .quantize import quantize_fp8, quantize_nvfp4
@@ -332,9 +333,13 @@ def decode_wgrad_bf16(t: GroupedNVFP4Tensor) -> torch.Tensor:
     owned = g < G
     g = g.clamp(max=G - 1)
     local = (col - p[g]) // bs
-    k = torch.arange(K, device=dev)[:, None]
     Rp = layout.round_up(K, layout.SF_TILE_ROWS)
-    idx = Rp * sf[g][None, :] + layout.swizzle_offset(k, local[None, :], cp[g][None, :])
+    # per block: where its group's scale matrix starts (-1: columns past every group), its column there, its width
+    base, cp_b = torch.where(owned, Rp * sf[g], -1), cp[g]
+    if dev.type == "cuda":  # one pass of the nvfp4_dequant library's wgrad_to_bf16 (the same bits as below)
+        return decode_wgrad_blocks_bf16(t.qdata, t.scales.view(torch.uint8), base, local, cp_b)
+    k = torch.arange(K, device=dev)[:, None]
+    idx = base[None, :] + layout.swizzle_offset(k, local[None, :], cp_b[None, :])
     idx = torch.where(owned[None, :], idx, 0)
     scales = t.scales.view(torch.uint8).reshape(-1)[idx.reshape(-1)].view(torch.float8_e4m3fn).to(torch.bfloat16)
     scales = torch.where(owned[None, :], scales.reshape(K, -1), 0.0)
@@ -360,6 +365,8 @@ def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets,
     ends = layout.wgrad_column_starts(offsets, T)[1:].to(torch.int32)  # padded column ends
     acc = torch._grouped_mm(a, b.t(), offs=ends)  # [G, N, K]
     starts, stops = layout.group_bounds(offsets, T)
+    if acc.is_cuda:  # one pass (scalemm/nvfp4_dequant.cuh's wgrad_scale), the same bits as below
+        return scale_grouped_wgrad(acc, dy.alpha, x.alpha, stops > starts, out_dtype).reshape(G, a.shape[0], b.shape[0])
     has_rows = (stops > starts)[:, None, None]
     ar = dy.alpha[:, None, None] if dy.alpha.dim() == 1 else dy.alpha[:, :, None]
     ac = x.alpha[:, None, None] if x.alpha.dim() == 1 else x.alpha[:, None, :]

@@ -157,7 +157,7 @@ def _template_launchers() -> dict:
 
 def test_every_template_launcher_takes_one_struct_pointer():
     launchers = _template_launchers()
-    assert len(launchers) == 16
+    assert len(launchers) == 19
     for name, (template, params) in launchers.items():
         m = re.fullmatch(r"scalemm::(\w+) const\* a", params)
         assert m and m[1] in abi.structs, f"{template}: {name}({params}) does not take an abi.h struct by pointer"
@@ -197,6 +197,8 @@ def test_python_declares_each_launcher_with_its_struct(monkeypatch):
     gemm_nvfp4._gemm_workspace_fn.__wrapped__(gemm_nvfp4.nvfp4_gemm_kernel_spec(nv_cfg, act_dtype=bf16, out_dtype=bf16,
                                                                                 epilogue=epi.scaled(bf16))[0])
     gemm_nvfp4._dequant_launcher.__wrapped__()
+    for name in gemm_nvfp4._DEQUANT_ARGS:
+        gemm_nvfp4._dequant_fn.__wrapped__(name)
     gemm_nvfp4._skinny_launcher.__wrapped__(gemm_nvfp4.skinny_kernel_spec(
         gemm_nvfp4.SkinnyConfig(1), act_dtype=bf16, out_dtype=bf16))
     gemm_nvfp4._skinny_splits_fn.__wrapped__(gemm_nvfp4.skinny_kernel_spec(

@@ -212,6 +212,21 @@ def test_nan_weight_block_propagates_to_its_column_only():
     assert not out[:, torch.arange(N, device="cuda") != 3].isnan().any()
 
 
+@pytest.mark.parametrize("shape", [(256, 128), (3, 40, 1040), (7, 8), (5, 48), (2, 64, 2048)])
+def test_prepare_kernel_is_the_torch_permutation(shape):
+    """prepare_sm90_weight on CUDA (one pass of the prepare_sm90 kernel) gives the bytes of its torch form, for
+    whole and partial 64-element chunks (K % 64 != 0: zero codes pad), stacked experts, a non-contiguous view."""
+    from scalemm.gemm_nvfp4 import _prepare_sm90_torch
+    g = torch.Generator(device="cuda").manual_seed(sum(shape))
+    q = torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda", generator=g)
+    got = prepare_sm90_weight(q)
+    assert torch.equal(got, _prepare_sm90_torch(q))
+    assert torch.equal(got.cpu(), prepare_sm90_weight(q.cpu()))
+    wide = torch.randint(0, 256, (*shape[:-1], shape[-1] + 8), dtype=torch.uint8, device="cuda", generator=g)
+    view = wide[..., 8:]  # rows 8 bytes off the 16-byte alignment
+    assert torch.equal(prepare_sm90_weight(view), _prepare_sm90_torch(view))
+
+
 def test_prepared_weight_is_cached_and_refreshed():
     w = _weights(256, 256, "tensor", seed=41)
     from scalemm.gemm_nvfp4 import _prepared_weight

@@ -402,24 +402,31 @@ def test_experts_to_rows_moves_whole_rows(K, E, n, pad):
     assert torch.equal(got, u8.unflatten(1, (E, n)).permute(1, 0, 2).reshape(E * K, n))
 
 
-def test_decode_wgrad_matches_the_host_dequantization():
+def decode_wgrad_check(device):
+    """training.decode_wgrad_bf16 (on CUDA: the wgrad_to_bf16 kernel) against the host dequantization of the same
+    wgrad copy, bit for bit: ragged, empty and leading-empty groups, both scalings, RHT, NaN blocks, zeros."""
     from scalemm.formats.nvfp4 import dequantize_nvfp4_grouped
     torch.manual_seed(0)
-    x = torch.randn(90, 256) * torch.logspace(-2, 2, 256)
+    x = (torch.randn(90, 256) * torch.logspace(-2, 2, 256)).to(device)
     for offs, scaling in (([20, 20, 90], "token"), ([0, 64, 70, 85], "tensor")):
-        offsets = torch.tensor(offs, dtype=torch.int32)
+        offsets = torch.tensor(offs, dtype=torch.int32, device=device)
         q = scalemm.quantize_nvfp4_grouped(x, offsets, scaling=scaling, columnwise=True, rht=True).columnwise
         want = dequantize_nvfp4_grouped(q, padded=True, apply_alpha=False)
         assert torch.equal(training.decode_wgrad_bf16(q).float(), want)
     # NaN blocks (scale 0x7F), negative zeros, empty and zero groups: the same bits
     x = torch.randn(300, 64) * torch.rand(300, 1).mul(10).exp2()
     x[7, 3], x[20:40], x[50] = float("nan"), 0.0, -0.0
-    offsets = torch.tensor([0, 17, 17, 200, 300], dtype=torch.int32)
-    q = scalemm.quantize_nvfp4_grouped(x.to(torch.bfloat16), offsets, scaling="tensor", columnwise=True).columnwise
+    offsets = torch.tensor([0, 17, 17, 200, 300], dtype=torch.int32, device=device)
+    q = scalemm.quantize_nvfp4_grouped(x.to(device, torch.bfloat16), offsets, scaling="tensor",
+                                       columnwise=True).columnwise
     got, want = training.decode_wgrad_bf16(q).float(), dequantize_nvfp4_grouped(q, padded=True, apply_alpha=False)
     assert got.isnan().any() and torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
     assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan())
+
+
+def test_decode_wgrad_matches_the_host_dequantization():
+    decode_wgrad_check("cpu")
 
 
 # ---------------------------------------------------------------------------

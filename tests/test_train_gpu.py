@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from scalemm.nn import GroupedLinear, Linear
-from test_train import RECIPES, _load_example, emulated_grouped, emulated_linear, fused_wgrad_accumulation_check, rel
+from test_train import (RECIPES, _load_example, decode_wgrad_check, emulated_grouped, emulated_linear,
+                        fused_wgrad_accumulation_check, rel)
 
 pytestmark = pytest.mark.gpu
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,3 +154,30 @@ def test_fused_wgrad_accumulation_in_a_cuda_graph():
         layers[1](x, offsets).backward(dy)
     torch.cuda.synchronize()
     assert torch.equal(layers[0].weight.grad, layers[1].weight.grad)
+
+
+def test_decode_wgrad_kernel_matches_the_host_dequantization():
+    decode_wgrad_check("cuda")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("K", [64, 36])  # 36: no 16-byte rows (one element per thread)
+def test_grouped_wgrad_scale_kernel_is_the_torch_formula(out_dtype, per_channel, K):
+    """scale_grouped_wgrad: fl(fl(alpha_dy * alpha_x) * acc) rounded once to out_dtype, zeros for groups without
+    rows, bit for bit against the same formula in torch ops (training._nvfp4_grouped_wgrad's CPU path)."""
+    from scalemm.gemm_nvfp4 import scale_grouped_wgrad
+    G, N = 5, 24
+    g = torch.Generator(device="cuda").manual_seed(3)
+    acc = (torch.randn(G, N, K, device="cuda", generator=g) * 100).to(torch.bfloat16)
+    a_dy = torch.rand((G, N) if per_channel else (G,), device="cuda", generator=g) * 3
+    a_x = torch.rand((G, K) if per_channel else (G,), device="cuda", generator=g) * 3
+    has_rows = torch.tensor([True, False, True, True, False], device="cuda")
+    ar = a_dy[:, None, None] if a_dy.dim() == 1 else a_dy[:, :, None]
+    ac = a_x[:, None, None] if a_x.dim() == 1 else a_x[:, None, :]
+    want = torch.empty(acc.shape, dtype=out_dtype, device="cuda")
+    torch.mul(acc, ar * ac, out=want)
+    want.masked_fill_(~has_rows[:, None, None], 0.0)
+    got = scale_grouped_wgrad(acc.clone(), a_dy, a_x, has_rows, out_dtype)
+    assert got.dtype == out_dtype and torch.equal(got, want)
+    assert not torch.signbit(got[~has_rows]).any()

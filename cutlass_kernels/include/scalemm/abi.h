@@ -212,6 +212,51 @@ struct Nvfp4DequantArgs {
   void* stream;
 };
 
+// NVFP4 packed codes -> the byte order the SM90 kernels read (scalemm/nvfp4_dequant.cuh, prepare_sm90).
+struct Nvfp4PrepareArgs {
+  void const* qdata;  // uint8 [rows, half], half = K / 2
+  void* out;          // uint8 [rows, ceil(K / 64) * 32]
+  int64_t rows;
+  int64_t half;
+  void* stream;
+};
+
+// An NVFP4 wgrad-layout copy -> bf16 value(code) x block scale, no global scale (wgrad_to_bf16).
+struct Nvfp4WgradDecodeArgs {
+  void const* qdata;   // uint8 [k, w / 2]
+  void const* scales;  // e4m3, each group's own swizzled matrix
+  void const* base;    // int64 [w / 16]: first scale byte of the block's group, -1 for columns past every group
+  void const* local;   // int32 [w / 16]: the block's column in its group's matrix
+  void const* cp;      // int32 [w / 16]: that matrix's padded width
+  void* out;           // bf16 [k, w]
+  int64_t k;
+  int64_t w;
+  void* stream;
+};
+
+// Output element types of the NVFP4 grouped wgrad's scaling pass.
+enum OutKind : int {
+  kOutBf16 = 0,
+  kOutF16 = 1,
+  kOutF32 = 2,
+};
+
+// The NVFP4 grouped wgrad's global scales (wgrad_scale): out = fl(fl(alpha_dy * alpha_x) * acc), 0 in empty groups.
+struct Nvfp4WgradScaleArgs {
+  void const* acc;       // bf16 [groups, n, k]
+  void* out;             // [groups, n, k] of out_kind (may be acc itself for bf16)
+  void const* alpha_dy;  // fp32 [groups] (dy_vec 0) or [groups, n] (dy_vec 1)
+  int64_t dy_vec;
+  void const* alpha_x;   // fp32 [groups] (x_vec 0) or [groups, k] (x_vec 1)
+  int64_t x_vec;
+  void const* has_rows;  // uint8 [groups]: the group holds rows
+  int64_t groups;
+  int64_t n;
+  int64_t k;
+  int64_t out_kind;      // OutKind
+  void* stream;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Quantizers (scalemm/quant.cuh), one library per input dtype. x is [m, k] of that dtype; the
 // rowwise copy quantizes x, the columnwise copy x^T [k, m]; a null q_row / q_col skips that copy.

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "scalemm/quant_grouped.cuh"
@@ -94,6 +96,168 @@ inline int launch_rows_to_bf16(const uint8_t* qdata, const uint8_t* scales, __nv
     const dim3 grid(unsigned((rows + kWarps - 1) / kWarps), unsigned((k / 8 + kChunkWords - 1) / kChunkWords));
     nvfp4_rows_to_bf16<<<grid, kThreads, 0, stream>>>(p);
   }
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SM90 kernels' byte order of packed codes (scalemm.gemm_nvfp4.prepare_sm90_weight, which does the same in torch
+// ops for CPU tensors): [rows, half] bytes (even element in the low nibble) -> [rows, chunks * 32], chunks =
+// ceil(2 half / 64), zero codes past the row. In each 32-byte chunk (64 elements), byte j holds elements lo(j)
+// (low nibble) and lo(j) + 8 (high nibble); both sit in the same nibble (lo(j) % 2) of source bytes lo(j) / 2 and
+// lo(j) / 2 + 4.
+__host__ __device__ constexpr int prepared_lo(int j) {
+  return 16 * (2 * ((j % 8) / 4) + j % 2) + 2 * (j / 8) + (j % 4) / 2;
+}
+
+// One thread per chunk: its 32 source bytes in registers, 32 prepared bytes out (two 16-byte stores).
+__global__ void __launch_bounds__(kThreads) prepare_sm90(const uint8_t* q, uint8_t* out, int64_t rows, int64_t half,
+                                                         int64_t chunks) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= rows * chunks) return;
+  const int64_t r = i / chunks, c = i - r * chunks;
+  const uint8_t* src = q + r * half + 32 * c;
+  const int64_t avail = half - 32 * c;  // < 32 in a row's last chunk when K % 64 != 0
+  uint32_t w[8];
+  if (avail >= 32 && reinterpret_cast<uintptr_t>(src) % 8 == 0) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const uint2 d = __ldg(reinterpret_cast<const uint2*>(src) + v);
+      w[2 * v] = d.x;
+      w[2 * v + 1] = d.y;
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < 8; ++v) {
+      uint32_t x = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        if (4 * v + b < avail) x |= uint32_t(__ldg(src + 4 * v + b)) << (8 * b);
+      w[v] = x;
+    }
+  }
+  auto byte = [&](int i) { return (w[i / 4] >> (8 * (i % 4))) & 0xFFu; };
+  uint32_t o[8];
+#pragma unroll
+  for (int v = 0; v < 8; ++v) {
+    uint32_t x = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int j = 4 * v + b, lo = prepared_lo(j);
+      const uint32_t a = byte(lo / 2), e = byte(lo / 2 + 4);
+      const uint32_t y = (lo % 2) ? ((a >> 4) | (e & 0xF0u)) : ((a & 0x0Fu) | ((e << 4) & 0xF0u));
+      x |= y << (8 * b);
+    }
+    o[v] = x;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(out + (r * chunks + c) * 32);
+  dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+inline int launch_prepare_sm90(const uint8_t* q, uint8_t* out, int64_t rows, int64_t half, cudaStream_t stream) {
+  const int64_t chunks = (2 * half + 63) / 64, n = rows * chunks;
+  if (n > 0) prepare_sm90<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(q, out, rows, half, chunks);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------
+// An NVFP4 wgrad-layout copy [K, W] (tokens along W in 16-element blocks, each group's scales its own swizzled
+// matrix: docs/numerics.md section 5) -> bf16 value(code) x block scale, exact, no global scale
+// (scalemm.training.decode_wgrad_bf16 has the torch form). Per 16-column block b the caller gives where its
+// group's scales start (base[b] = Rp * sf_offset of the group; -1: columns past every group, decoded as zeros),
+// its column in that matrix (local[b]) and the matrix's padded width (cp[b]). One thread per (row k, block b).
+__global__ void __launch_bounds__(kThreads) wgrad_to_bf16(const uint8_t* q, const uint8_t* scales, const int64_t* base,
+                                                          const int32_t* local, const int32_t* cp, __nv_bfloat16* out,
+                                                          int64_t K, int64_t blocks) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= K * blocks) return;
+  const int64_t k = i / blocks, b = i - k * blocks;
+  uint4* dst = reinterpret_cast<uint4*>(out + (k * blocks + b) * 16);
+  const int64_t at = __ldg(base + b);
+  if (at < 0) {
+    dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const int64_t c = __ldg(local + b), pitch = __ldg(cp + b);
+  const uint32_t s = __ldg(scales + at + (k / 128) * 128 * pitch + (c / 4) * 512 + (k % 32) * 16 + ((k / 32) % 4) * 4 +
+                           c % 4);
+  const uint2 codes = __ldg(reinterpret_cast<const uint2*>(q + (k * blocks + b) * 8));
+  uint32_t pairs[4];
+  sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(s, pairs);  // pairs[0]: (s, s) x 2^(126 - kDecodeShift)
+  const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
+  static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
+  uint32_t o[8];
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {  // byte h of the 8: elements 2h (low nibble) and 2h + 1
+    const uint32_t t = (h < 4 ? codes.x : codes.y) >> (8 * (h % 4));
+    const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
+    o[h] = sm90::mul2<cutlass::bfloat16_t>(
+        sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x), pairs[0]), up);
+  }
+  dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+inline int launch_wgrad_to_bf16(const uint8_t* q, const uint8_t* scales, const int64_t* base, const int32_t* local,
+                                const int32_t* cp, __nv_bfloat16* out, int64_t K, int64_t W, cudaStream_t stream) {
+  const int64_t blocks = W / 16, n = K * blocks;
+  if (n > 0)
+    wgrad_to_bf16<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(q, scales, base, local, cp, out, K,
+                                                                                     blocks);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The NVFP4 grouped wgrad's global scales: out[g, n, k] = fl(fl(alpha_dy * alpha_x) * acc[g, n, k]) rounded once to
+// Out, 0 for groups without rows (has_rows[g] == 0). acc: bf16 [G, N, K]; alpha_dy [G] or [G, N] (dy_vec),
+// alpha_x [G] or [G, K] (x_vec). Eight consecutive k per thread (K % 8 == 0: 16-byte loads), else one.
+template <class Out>
+__device__ __forceinline__ Out out_of(float v) {
+  if constexpr (std::is_same_v<Out, float>) return v;
+  else if constexpr (std::is_same_v<Out, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return __float2half_rn(v);
+}
+
+template <class Out, int kVec>
+__global__ void __launch_bounds__(kThreads) wgrad_scale(const __nv_bfloat16* acc, Out* out, const float* alpha_dy,
+                                                        int dy_vec, const float* alpha_x, int x_vec,
+                                                        const uint8_t* has_rows, int64_t G, int64_t N, int64_t K) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x, per_row = K / kVec;
+  if (i >= G * N * per_row) return;
+  const int64_t row = i / per_row, k0 = (i - row * per_row) * kVec, g = row / N, n = row - g * N;
+  const bool live = __ldg(has_rows + g) != 0;
+  const float a = __ldg(alpha_dy + (dy_vec ? g * N + n : g));
+  __nv_bfloat16 v[kVec];
+  if constexpr (kVec == 8) {
+    *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(acc + row * K + k0));
+  } else {
+    v[0] = acc[row * K + k0];
+  }
+  Out r[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float s = __fmul_rn(a, __ldg(alpha_x + (x_vec ? g * K + k0 + j : g)));
+    r[j] = out_of<Out>(live ? __fmul_rn(s, __bfloat162float(v[j])) : 0.0f);
+  }
+  if constexpr (kVec == 8 && sizeof(Out) == 2) {
+    *reinterpret_cast<uint4*>(out + row * K + k0) = *reinterpret_cast<const uint4*>(r);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[row * K + k0 + j] = r[j];
+  }
+}
+
+template <class Out>
+int launch_wgrad_scale_as(const __nv_bfloat16* acc, Out* out, const float* alpha_dy, int dy_vec, const float* alpha_x,
+                          int x_vec, const uint8_t* has_rows, int64_t G, int64_t N, int64_t K, cudaStream_t stream) {
+  const bool vec = K % 8 == 0;
+  const int64_t n = G * N * (vec ? K / 8 : K);
+  if (n == 0) return static_cast<int>(cudaGetLastError());
+  const unsigned grid = unsigned((n + kThreads - 1) / kThreads);
+  if (vec)
+    wgrad_scale<Out, 8><<<grid, kThreads, 0, stream>>>(acc, out, alpha_dy, dy_vec, alpha_x, x_vec, has_rows, G, N, K);
+  else
+    wgrad_scale<Out, 1><<<grid, kThreads, 0, stream>>>(acc, out, alpha_dy, dy_vec, alpha_x, x_vec, has_rows, G, N, K);
   return static_cast<int>(cudaGetLastError());
 }
 
