@@ -8,15 +8,20 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "perf" / "train_bench.py"
 
 
-def test_smoke_run_writes_json_and_profiles(tmp_path):
-    spec = importlib.util.spec_from_file_location("train_bench_under_test", BENCH)
+def _run_bench(name, argv):
+    """perf/train_bench.py's main(argv), loaded as module `name` with perf/ on sys.path."""
+    spec = importlib.util.spec_from_file_location(name, BENCH)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec.loader.exec_module(module)
-        module.main(["--smoke", "--only", "moe", "--profile", "--out", str(tmp_path)])
+        module.main(argv)
     finally:
         sys.path.remove(str(BENCH.parent))
+
+
+def test_smoke_run_writes_json_and_profiles(tmp_path):
+    _run_bench("train_bench_under_test", ["--smoke", "--only", "moe", "--profile", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "train_bench.json").read_text())
     contenders = [r["contender"] for r in result["rows"]]
     assert contenders[0] == "bf16" and "scalemm_fp8_rowwise" in contenders and "scalemm_nvfp4" in contenders
@@ -29,14 +34,7 @@ def test_smoke_run_writes_json_and_profiles(tmp_path):
 
 def test_smoke_run_of_the_expert_layers_alone(tmp_path):
     """--only moe-layers: gate_up and down each alone, every contender, against bf16 with an SQNR."""
-    spec = importlib.util.spec_from_file_location("train_bench_layers_under_test", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        spec.loader.exec_module(module)
-        module.main(["--smoke", "--only", "moe-layers", "--out", str(tmp_path)])
-    finally:
-        sys.path.remove(str(BENCH.parent))
+    _run_bench("train_bench_layers_under_test", ["--smoke", "--only", "moe-layers", "--out", str(tmp_path)])
     rows = json.loads((tmp_path / "train_bench.json").read_text())["rows"]
     assert [r["block"] for r in rows[::len(rows) // 2]] == ["qwen3-30b-a3b gate_up layer, 64 tok",
                                                            "qwen3-30b-a3b down layer, 64 tok"]
