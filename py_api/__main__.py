@@ -100,16 +100,17 @@ def chunked_promotion_test_configs():
 def kernel_set(name: str):
     """Named sets of kernels to prebuild: default (the heuristic's picks), tests, sweep, nvfp4, decode (the
     NVFP4 decode kernels and the quantizers: the skinny GPU tests, the decode benchmark and profile), skinny
-    (only the skinny kernels and the bf16 quantizers: the skinny GPU tests and `nvfp4_explore.py
-    --candidates loops`, the quickest to build), train, all."""
+    (only the skinny kernels, the bf16 quantizers and the nvfp4_dequant library, whose prepare_sm90 makes the
+    wgmma loop's prepared weights: the skinny GPU tests and `nvfp4_explore.py --candidates loops`, the quickest to
+    build), train, all."""
     if name == "train":
         return _train_specs()
     if name == "skinny":
-        from .gemm_nvfp4 import _skinny_build_specs
+        from .gemm_nvfp4 import _skinny_build_specs, dequant_kernel_spec
         from .quantize import kernel_specs as quant_specs
         from .quantize_grouped import kernel_specs as grouped_quant_specs
         bf16 = [s for s in list(quant_specs()) + list(grouped_quant_specs()) if s.name.endswith("_bfloat16")]
-        return _skinny_build_specs() + bf16
+        return _skinny_build_specs() + bf16 + [dequant_kernel_spec()]
     if name == "decode":
         from .gemm_nvfp4 import build_set as nvfp4_build_set
         from .quantize import kernel_specs as quant_specs

@@ -269,10 +269,11 @@ def test_decode_kernel_set():
     assert any(all(f"_{loop}_" not in n for loop in others) for n in skinny)
     assert any(n.startswith("nvfp4_gemm_") for n in names)
     assert skinny == {s.name for s in kernel_set("tests") if "skinny" in s.name}
-    # --set skinny: the same skinny kernels and the bf16 quantizers only, all of them in --set decode
+    # --set skinny: the same skinny kernels, the bf16 quantizers and the nvfp4_dequant library (the wgmma loop's
+    # prepared weights) only, all of them in --set decode
     small = [s.name for s in kernel_set("skinny")]
     assert {n for n in small if "skinny" in n} == skinny and set(small) <= set(names)
-    assert sorted(n for n in small if "skinny" not in n) == ["quant_bfloat16", "quant_grouped_bfloat16"]
+    assert sorted(n for n in small if "skinny" not in n) == ["nvfp4_dequant", "quant_bfloat16", "quant_grouped_bfloat16"]
 
 
 def test_guarded_reads_script_on_cpu(capsys, guarded_reads):
