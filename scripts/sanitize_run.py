@@ -30,6 +30,16 @@ def quantizers(dev):
     scalemm.quantize_fp8_stacked(w, scaling="token")
     scalemm.quantize_nvfp4_stacked(w, scaling="token")
     scalemm.quantize_nvfp4_residual(x, [0, 5, 17])
+    # the NVFP4 training glue (nvfp4_dequant library): prepared codes with a partial last chunk (K = 80), the
+    # wgrad-layout decode of ragged and empty groups, the grouped wgrad's global scales (K % 8 != 0: one per thread)
+    from scalemm.gemm_nvfp4 import prepare_sm90_weight, scale_grouped_wgrad
+    from scalemm.training import decode_wgrad_bf16
+    prepare_sm90_weight(torch.randint(0, 256, (3, 40, 40), device=dev, dtype=torch.uint8))
+    o = torch.tensor([5, 5, 130, 131, 200, 256], device=dev, dtype=torch.int32)
+    decode_wgrad_bf16(scalemm.quantize_nvfp4_grouped(x, o, columnwise=True).columnwise)
+    acc = torch.randn(3, 8, 36, device=dev).to(torch.bfloat16)
+    scale_grouped_wgrad(acc, torch.ones(3, 8, device=dev), torch.ones(3, 36, device=dev),
+                        torch.tensor([True, False, True], device=dev), torch.float32)
 
 
 def fp8_gemms(dev):
