@@ -421,6 +421,12 @@ def decode_wgrad_blocks_bf16(qdata: torch.Tensor, scales: torch.Tensor, base: to
     each 16-column block b's scale at byte base[b] + swizzle_offset(k, local[b], cp[b]) of `scales` (base[b] < 0:
     zeros). scalemm.training.decode_wgrad_bf16 builds the block arrays; exact (docs/numerics.md section 4)."""
     K, half = qdata.shape
+    blocks = 2 * half // 16
+    if not qdata.is_cuda or qdata.dtype != torch.uint8 or half % 8:
+        raise ValueError(f"decode_wgrad_blocks_bf16: qdata must be CUDA uint8 [K, W/2] with W % 16 == 0, got "
+                         f"{qdata.dtype} {tuple(qdata.shape)} on {qdata.device}")
+    if any(t.numel() != blocks or t.device != qdata.device for t in (base, local, cp)):
+        raise ValueError(f"decode_wgrad_blocks_bf16: base, local and cp need {blocks} entries on {qdata.device}")
     out = torch.empty((K, 2 * half), dtype=torch.bfloat16, device=qdata.device)
     if out.numel():
         q, s = qdata.contiguous(), scales.contiguous()
@@ -442,6 +448,15 @@ def scale_grouped_wgrad(acc: torch.Tensor, alpha_dy: torch.Tensor, alpha_x: torc
     a bf16 acc [G, N, K] (CUDA) and fp32 alpha_dy [G] or [G, N], alpha_x [G] or [G, K]: the NVFP4 grouped wgrad's
     global scales in one pass (in place for bf16 out)."""
     G, N, K = acc.shape
+    if not acc.is_cuda or acc.dtype != torch.bfloat16 or out_dtype not in _OUT_KINDS:
+        raise ValueError(f"scale_grouped_wgrad: acc must be a CUDA bf16 tensor and out_dtype one of "
+                         f"{tuple(_OUT_KINDS)}, got {acc.dtype} on {acc.device}, {out_dtype}")
+    for t, name, per in ((alpha_dy, "alpha_dy", N), (alpha_x, "alpha_x", K)):
+        if tuple(t.shape) not in ((G,), (G, per)) or t.device != acc.device:
+            raise ValueError(f"scale_grouped_wgrad: {name} must be [{G}] or [{G}, {per}] on {acc.device}, got "
+                             f"{tuple(t.shape)} on {t.device}")
+    if tuple(has_rows.shape) != (G,) or has_rows.device != acc.device:
+        raise ValueError(f"scale_grouped_wgrad: has_rows must be [{G}] on {acc.device}, got {tuple(has_rows.shape)}")
     acc = acc.contiguous()
     out = acc if out_dtype == torch.bfloat16 else torch.empty(acc.shape, dtype=out_dtype, device=acc.device)
     if out.numel() == 0:

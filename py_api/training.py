@@ -26,7 +26,8 @@ NVFP4 grouped wgrad: scalemm has no NVFP4 grouped wgrad kernel. GroupedLinear's 
 quantizes dy and x to NVFP4 wgrad copies exactly as the recipe says (RHT, SR), decodes their
 codes x block scales exactly to bf16 on the device (no host sync; on CUDA one kernel pass each,
 gemm_nvfp4.decode_wgrad_blocks_bf16) and multiplies them with torch._grouped_mm (bf16 in, fp32
-accumulation, bf16 out), then applies both global scales in fp32 (gemm_nvfp4.scale_grouped_wgrad). Its one deviation from an NVFP4 GEMM: the accumulator is rounded to bf16 before the global
+accumulation, bf16 out), then applies both global scales in fp32 (gemm_nvfp4.scale_grouped_wgrad).
+Its one deviation from an NVFP4 GEMM: the accumulator is rounded to bf16 before the global
 scales are applied (relative error <= 2^-9 on top of the fp32 result's).
 """
 from __future__ import annotations
@@ -366,7 +367,8 @@ def _nvfp4_grouped_wgrad(dy: GroupedNVFP4Tensor, x: GroupedNVFP4Tensor, offsets,
     acc = torch._grouped_mm(a, b.t(), offs=ends)  # [G, N, K]
     starts, stops = layout.group_bounds(offsets, T)
     if acc.is_cuda:  # one pass (scalemm/nvfp4_dequant.cuh's wgrad_scale), the same bits as below
-        return scale_grouped_wgrad(acc, dy.alpha, x.alpha, stops > starts, out_dtype).reshape(G, a.shape[0], b.shape[0])
+        out = scale_grouped_wgrad(acc, dy.alpha, x.alpha, stops > starts, out_dtype)
+        return out.reshape(G, a.shape[0], b.shape[0])
     has_rows = (stops > starts)[:, None, None]
     ar = dy.alpha[:, None, None] if dy.alpha.dim() == 1 else dy.alpha[:, :, None]
     ac = x.alpha[:, None, None] if x.alpha.dim() == 1 else x.alpha[:, None, :]
