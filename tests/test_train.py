@@ -751,3 +751,15 @@ def fused_wgrad_accumulation_check(device, dtype=torch.bfloat16):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_fused_wgrad_accumulation(dtype):
     fused_wgrad_accumulation_check("cpu", dtype)
+
+
+def test_nvfp4_wgrad_kernel_helpers_check_their_arguments():
+    """The CUDA helpers behind the NVFP4 grouped wgrad refuse what their kernels cannot read, before launching."""
+    from scalemm.gemm_nvfp4 import decode_wgrad_blocks_bf16, scale_grouped_wgrad
+    acc = torch.zeros(2, 4, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="acc must be a CUDA bf16 tensor"):
+        scale_grouped_wgrad(acc, torch.ones(2), torch.ones(2), torch.ones(2, dtype=torch.bool), torch.bfloat16)
+    blocks = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="qdata must be CUDA uint8"):
+        decode_wgrad_blocks_bf16(torch.zeros(4, 16, dtype=torch.uint8), torch.zeros(512, dtype=torch.uint8), blocks,
+                                 blocks, blocks)

@@ -181,3 +181,17 @@ def test_grouped_wgrad_scale_kernel_is_the_torch_formula(out_dtype, per_channel,
     got = scale_grouped_wgrad(acc.clone(), a_dy, a_x, has_rows, out_dtype)
     assert got.dtype == out_dtype and torch.equal(got, want)
     assert not torch.signbit(got[~has_rows]).any()
+
+
+def test_nvfp4_wgrad_kernel_helpers_refuse_bad_shapes():
+    from scalemm.gemm_nvfp4 import decode_wgrad_blocks_bf16, scale_grouped_wgrad
+    acc = torch.zeros(2, 4, 8, dtype=torch.bfloat16, device="cuda")
+    rows = torch.ones(2, dtype=torch.bool, device="cuda")
+    with pytest.raises(ValueError, match=r"alpha_x must be \[2\] or \[2, 8\]"):
+        scale_grouped_wgrad(acc, torch.ones(2, device="cuda"), torch.ones(2, 4, device="cuda"), rows, torch.bfloat16)
+    with pytest.raises(ValueError, match="has_rows"):
+        scale_grouped_wgrad(acc, torch.ones(2, device="cuda"), torch.ones(2, device="cuda"), rows[:1], torch.bfloat16)
+    q = torch.zeros(4, 16, dtype=torch.uint8, device="cuda")  # W = 32: two blocks
+    short = torch.zeros(1, dtype=torch.int64, device="cuda")
+    with pytest.raises(ValueError, match="need 2 entries"):
+        decode_wgrad_blocks_bf16(q, torch.zeros(512, dtype=torch.uint8, device="cuda"), short, short, short)
