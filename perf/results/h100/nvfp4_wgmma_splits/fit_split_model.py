@@ -2,7 +2,10 @@
 a grid over its constants (saturating CTAs, overhead chunks, fractional waves, a per-split cost).
   python3 fit_split_model.py run1_splits.txt
 """
-import re, math, itertools, sys
+import math
+import re
+import sys
+
 def load(path):
     pts=[]
     for l in open(path):
