@@ -298,7 +298,7 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
         bias=None if bias is None else bias.data_ptr(), bias_mode=mode_bias, n=N, tokens=M, k=K,
         scale_cols=-(-(K // 16) // 4) * 4, splits=cfg.splits,
         device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
-    return spec, args, decoded  # (decoded: alive until the launch is queued)
+    return spec, args, (decoded, weight)  # (kept alive until the launch is queued: see gemm_nvfp4's weight)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -331,7 +331,7 @@ def _resident_where_it_pays(config: SkinnyConfig, M, N, K, out_dtype, activation
 
 def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
     """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device)."""
-    spec, args, _decoded = _skinny_call(a, b, bias, out, cfg, activation, offsets)
+    spec, args, _alive = _skinny_call(a, b, bias, out, cfg, activation, offsets)
     try:
         _skinny_launcher(spec)(ctypes.byref(args))
     except KernelError as e:  # the resident loop's launcher refuses a split of its choice whose tokens do not fit
@@ -574,8 +574,11 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
     spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=act, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias}
+    # held until the launch: made inside a CUDA-graph capture, the copy is not cached (_prepared_weight), and a
+    # dropped one's memory went to the workspace allocated below (the kernel then read its weights from it)
+    weight = _prepared_weight(b.qdata)
     args = abi.Nvfp4GemmArgs(
-        weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
+        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
         x_scales=x_scales, d=out.data_ptr(), n=N, tokens=M, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K, scale_cols=-(-(K // 16) // 4) * 4,
         device=device.index, raster={"m": 0, "n": 1, "auto": 2}[cfg.raster], swizzle=cfg.swizzle, splits=1,
         stream=torch._C._cuda_getCurrentRawStream(device.index))
@@ -766,8 +769,9 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     spec, emitted = nvfp4_grouped_kernel_spec(cfg.compiled(), act_dtype=act, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias_leaf}
     ws = torch.empty(_grouped_workspace_bytes(G), dtype=torch.uint8, device=device)
+    weight = _prepared_weight(b.qdata)  # held until the launch (see gemm_nvfp4)
     args = abi.Nvfp4GroupedGemmArgs(
-        weight=_prepared_weight(b.qdata).data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
+        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
         x_scales=x_scales, x_sf_offsets=x_sf_offsets, d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, n=N, tokens=T, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K,
         scale_cols=-(-(K // 16) // 4) * 4, leaf_count=len(emitted.leaves), workspace=ws.data_ptr(),
         workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
