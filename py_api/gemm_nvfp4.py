@@ -105,9 +105,10 @@ def prepare_sm90_weight(qdata: torch.Tensor) -> torch.Tensor:
     CUDA tensors: one pass of scalemm/nvfp4_dequant.cuh's prepare_sm90 (a training step re-quantizes its
     weights, so it runs every step there); CPU tensors: the same bytes from two byte gathers and one
     select per chunk in torch ops (_prepare_sm90_torch)."""
-    if qdata.is_cuda:
-        return _prepare_sm90_cuda(qdata)
-    return _prepare_sm90_torch(qdata)
+    if not isinstance(qdata, torch.Tensor) or qdata.dtype != torch.uint8 or qdata.dim() < 2:
+        raise ValueError(f"prepare_sm90_weight: qdata must be packed codes, uint8 [..., N, K/2], got "
+                         f"{getattr(qdata, 'dtype', type(qdata).__name__)} {tuple(getattr(qdata, 'shape', ()))}")
+    return _prepare_sm90_cuda(qdata) if qdata.is_cuda else _prepare_sm90_torch(qdata)
 
 
 def _prepare_sm90_cuda(qdata: torch.Tensor) -> torch.Tensor:

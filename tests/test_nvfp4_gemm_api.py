@@ -355,3 +355,10 @@ def test_default_config_rasters_stream_k_along_the_weight_rows():
     assert decode.compiled() == replace(decode, raster="auto")  # a run-time knob: the same kernel
     prefill = default_nvfp4_config(4096, 8192, 8192)
     assert not prefill.stream_k and prefill.raster == "auto"
+
+
+def test_prepare_refuses_what_is_not_packed_codes():
+    with pytest.raises(ValueError, match=r"qdata must be packed codes, uint8 \[..., N, K/2\]"):
+        prepare_sm90_weight(torch.zeros(4, 16, dtype=torch.float32))
+    with pytest.raises(ValueError, match="qdata must be packed codes"):
+        prepare_sm90_weight(torch.zeros(16, dtype=torch.uint8))

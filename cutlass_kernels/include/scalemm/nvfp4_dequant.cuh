@@ -34,6 +34,23 @@ struct Params {
 // H100 against 89% for this one, perf/NOTES.md.)
 constexpr int kChunkWords = 128;
 constexpr int kWarps = kThreads / 32;
+
+// One word of packed codes (8 elements, even ones in the low nibbles) of one 16-element block -> 4 bf16x2 of
+// value(code) x s exactly: `pair` is e4m3x4_to_scale_pairs' pair of that block's scale byte (s x 2^(126 - 8)).
+__device__ __forceinline__ uint4 decode_word_bf16(uint32_t word, uint32_t pair) {
+  const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
+  static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
+  uint32_t o[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {  // byte b: elements 2b (low nibble) and 2b + 1
+    const uint32_t t = word >> (8 * b);
+    const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
+    o[b] = sm90::mul2<cutlass::bfloat16_t>(
+        sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x), pair), up);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
   const int64_t words_per_row = p.k / 8;
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -49,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
   const uint32_t* q = reinterpret_cast<const uint32_t*>(p.qdata) + r * words_per_row;
   uint4* out = reinterpret_cast<uint4*>(p.out) + r * words_per_row;
   // the row's scales in the 128x4 layout (docs/numerics.md section 5); block c at + (c / 4) * 512 + c % 4
-  const uint8_t* srow_scales = p.scales + (srow / 128) * 128 * p.cp + (srow % 32) * 16 + ((srow / 32) % 4) * 4;
+  const uint8_t* srow_scales = p.scales + quant::swizzle_offset(srow, 0, p.cp);
   constexpr int kPerLane = kChunkWords / 32;
   uint32_t words[kPerLane], scales[kPerLane];
 #pragma unroll
@@ -67,17 +84,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
     if (live) {
       uint32_t pairs[4];
       sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(scales[j], pairs);
-      const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
-      static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
-      uint32_t o[4];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {  // byte b: elements 2b (low nibble) and 2b + 1
-        const uint32_t t = words[j] >> (8 * b);
-        const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
-        o[b] = sm90::mul2<cutlass::bfloat16_t>(
-            sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x), pairs[0]), up);
-      }
-      v = make_uint4(o[0], o[1], o[2], o[3]);
+      v = decode_word_bf16(words[j], pairs[0]);
     }
     out[w] = v;
   }
@@ -100,8 +107,8 @@ inline int launch_rows_to_bf16(const uint8_t* qdata, const uint8_t* scales, __nv
 }
 
 // ---------------------------------------------------------------------------------------------
-// The SM90 kernels' byte order of packed codes (scalemm.gemm_nvfp4.prepare_sm90_weight, which does the same in torch
-// ops for CPU tensors): [rows, half] bytes (even element in the low nibble) -> [rows, chunks * 32], chunks =
+// The SM90 kernels' byte order of packed codes ("Prepared layout" in scalemm/sm90/nvfp4_mainloop.hpp;
+// scalemm.gemm_nvfp4.prepare_sm90_weight does the same in torch ops for CPU tensors): [rows, half] bytes (even element in the low nibble) -> [rows, chunks * 32], chunks =
 // ceil(2 half / 64), zero codes past the row. In each 32-byte chunk (64 elements), byte j holds elements lo(j)
 // (low nibble) and lo(j) + 8 (high nibble); both sit in the same nibble (lo(j) % 2) of source bytes lo(j) / 2 and
 // lo(j) / 2 + 4.
@@ -178,24 +185,12 @@ __global__ void __launch_bounds__(kThreads) wgrad_to_bf16(const uint8_t* q, cons
     dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
     return;
   }
-  const int64_t c = __ldg(local + b), pitch = __ldg(cp + b);
-  const uint32_t s = __ldg(scales + at + (k / 128) * 128 * pitch + (c / 4) * 512 + (k % 32) * 16 + ((k / 32) % 4) * 4 +
-                           c % 4);
+  const uint32_t s = __ldg(scales + at + quant::swizzle_offset(k, __ldg(local + b), __ldg(cp + b)));
   const uint2 codes = __ldg(reinterpret_cast<const uint2*>(q + (k * blocks + b) * 8));
   uint32_t pairs[4];
-  sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(s, pairs);  // pairs[0]: (s, s) x 2^(126 - kDecodeShift)
-  const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
-  static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
-  uint32_t o[8];
-#pragma unroll
-  for (int h = 0; h < 8; ++h) {  // byte h of the 8: elements 2h (low nibble) and 2h + 1
-    const uint32_t t = (h < 4 ? codes.x : codes.y) >> (8 * (h % 4));
-    const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
-    o[h] = sm90::mul2<cutlass::bfloat16_t>(
-        sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x), pairs[0]), up);
-  }
-  dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-  dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(s, pairs);  // pairs[0]: the block's (s, s)
+  dst[0] = decode_word_bf16(codes.x, pairs[0]);
+  dst[1] = decode_word_bf16(codes.y, pairs[0]);
 }
 
 inline int launch_wgrad_to_bf16(const uint8_t* q, const uint8_t* scales, const int64_t* base, const int32_t* local,
