@@ -105,7 +105,7 @@ def time_point_nvfp4(M, N, K, num_sms=132, torchao=None):
     given torchao's NVFP4Tensor class, torchao's weight-only NVFP4 linear ("torchao_w4a16")."""
     from scalemm.cutlass_kernels.configs import default_nvfp4_config, skinny_config_for_tokens
     from scalemm.gemm_nvfp4 import skinny_problem
-    copies = l2_copies(int(N * K * 0.5625))
+    copies = l2_copies(int(N * K * 0.5625), most=64)  # at most 8 copies left small layers' NVFP4 weights in L2
     g = torch.Generator(device="cuda").manual_seed(M * 7 + N + 1)
     w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
     wq = [scalemm.quantize_nvfp4(w, scaling="token") for w in w16]

@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_sweep import bench, geomean  # noqa: E402
+from gemm_sweep import L2_BYTES, bench, geomean  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels.configs import (GROUPED_TUNING_CANDIDATES, SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
@@ -118,9 +118,18 @@ def main():
             continue
         sizes = routed_sizes(tokens, E, k, seed=i)
         T, G = int(sizes.sum()), E
-        offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
         gen = torch.Generator(device="cuda").manual_seed(i)
         copies = max(1, min(4, math.ceil(128e6 / (G * N * K))))
+        # A call reads only the experts holding rows. At decode those are few (Qwen3-30B-A3B at 1 token: 8 experts,
+        # 14 MB of NVFP4 weights), and the same routing on every call kept them in L2, which a model's decode step
+        # (every other layer's weights in between) does not. So the calls rotate over `routings` routings, the
+        # experts' rows moved along by G / routings each, until the smallest contender's expert weights (NVFP4) read
+        # per round are twice the L2.
+        routed_bytes = int((sizes > 0).sum()) * N * K * 9 // 16
+        routings = max(1, min(16, G, math.ceil(2 * L2_BYTES / routed_bytes)))
+        offs_all = [torch.cumsum(torch.roll(sizes, r * (G // routings)), 0).to(torch.int32).cuda()
+                    for r in range(routings)]
+        sets = max(copies, routings)  # bench's input sets: call j reads weight copy j % copies, routing j % routings
         a = (torch.randn(T, K, device="cuda", generator=gen) * 4).to(E4M3)
         bs = [_random_e4m3((G, N, K), gen) for _ in range(copies)]
         sa = torch.rand(T, device="cuda", generator=gen) + 0.5
@@ -130,38 +139,45 @@ def main():
         b16 = bs[0].to(torch.bfloat16)
         fns = {
             "torch_scaled_grouped_mm": lambda j: torch._scaled_grouped_mm(
-                a, bs[j].transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True),
-            "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs),
+                a, bs[j % copies].transpose(-2, -1), sa, sb, offs=offs_all[j % routings], out_dtype=torch.bfloat16,
+                use_fast_accum=True),
+            "torch_grouped_mm_bf16": lambda j: torch._grouped_mm(a16, b16.transpose(-2, -1), offs=offs_all[j % routings]),
         }
         if "fp8" in formats:
-            fns["scalemm"] = lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
-                                                            scale_a_per="token")
+            fns["scalemm"] = lambda j: scalemm.grouped_gemm(a, bs[j % copies], offs_all[j % routings], sa, sb, out=out,
+                                                            fast_accum=True, scale_a_per="token")
         if "nvfp4" in formats:  # one weight set: every model's NVFP4 expert stack is larger than L2
             wq = scalemm.quantize_nvfp4_stacked(b16, scaling="token")
-            xq = scalemm.quantize_nvfp4_grouped(a16, offs, scaling="token")
-            fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out)
-            fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out)
+            xqs = [scalemm.quantize_nvfp4_grouped(a16, o, scaling="token") for o in offs_all]
+            fns["nvfp4_w4a16"] = lambda j: scalemm.grouped_gemm(a16, wq, offs_all[j % routings], out=out)
+            fns["nvfp4_w4a4"] = lambda j: scalemm.grouped_gemm(xqs[j % routings], wq, None, out=out)
             skinny = skinny_config_for_groups(T, G)
             if skinny is not None:  # the skinny kernel pinned (the default takes it up to 4 rows per expert),
                 # with its default loop and with the wgmma loop (W4A4: after the bf16 decode pass)
                 wg = SkinnyConfig(skinny.token_tiles, mainloop="wgmma") if "wgmma" in SKINNY_MAINLOOPS else None
-                fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=skinny)
-                fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=skinny)
+                fns["nvfp4_w4a16_skinny"] = lambda j: scalemm.grouped_gemm(a16, wq, offs_all[j % routings], out=out,
+                                                                           config=skinny)
+                fns["nvfp4_w4a4_skinny"] = lambda j: scalemm.grouped_gemm(xqs[j % routings], wq, None, out=out,
+                                                                          config=skinny)
                 if "wgmma" in SKINNY_MAINLOOPS:  # (A/B runs against builds without the wgmma loop)
-                    fns["nvfp4_w4a16_wgmma"] = lambda j: scalemm.grouped_gemm(a16, wq, offs, out=out, config=wg)
-                    fns["nvfp4_w4a4_wgmma"] = lambda j: scalemm.grouped_gemm(xq, wq, None, out=out, config=wg)
+                    fns["nvfp4_w4a16_wgmma"] = lambda j: scalemm.grouped_gemm(a16, wq, offs_all[j % routings], out=out,
+                                                                              config=wg)
+                    fns["nvfp4_w4a4_wgmma"] = lambda j: scalemm.grouped_gemm(xqs[j % routings], wq, None, out=out,
+                                                                             config=wg)
         if args.tune:
             for cfg in GROUPED_TUNING_CANDIDATES:
-                fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j], offs, sa, sb, out=out, fast_accum=True,
-                                                               scale_a_per="token", config=c))(cfg)
+                fn = (lambda c: lambda j: scalemm.grouped_gemm(a, bs[j % copies], offs_all[j % routings], sa, sb,
+                                                               out=out, fast_accum=True, scale_a_per="token",
+                                                               config=c))(cfg)
                 try:
                     fn(0)
                     fns[cfg.key()] = fn
                 except Exception as e:
                     print(f"  {cfg.key()} failed: {str(e).splitlines()[0]}", file=sys.stderr)
-        us = bench(fns, copies)
+        us = bench(fns, sets)
         flop = 2 * T * N * K
         row = {"model": model, "phase": phase, "tokens": tokens, "proj": proj, "G": G, "T": T, "N": N, "K": K,
+               "routings": routings,
                "empty_groups": int((sizes == 0).sum()), "max_group": int(sizes.max()),
                "config": default_grouped_config(T, G, N, K).key(), "us": us,
                "tflops": {k2: flop / v / 1e6 for k2, v in us.items()},
@@ -180,7 +196,7 @@ def main():
               + "".join(f"  {n} {us[n]:.1f} us ({row[n + '_vs_bf16']:.2f}x bf16)" for n in NVFP4_NAMES if n in us)
               + (f"  best {row['best']} {row['best_speedup']:.3f}" if args.tune else ""), flush=True)
         del a, bs, a16, b16, out, fns
-        wq = xq = None
+        wq = xqs = None
         torch.cuda.empty_cache()  # 256 experts x 4096 x 7168 weights: keep an 80 GB H100 in bounds
     summary = {}
     if "fp8" in formats:

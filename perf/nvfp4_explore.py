@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-import math
 import re
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_sweep import L2_BYTES, bench, torchao_nvfp4, torchao_w4a16  # noqa: E402
+from gemm_sweep import bench, l2_copies, torchao_nvfp4, torchao_w4a16  # noqa: E402
 from quant_bench import moe_routing_counts  # noqa: E402
 
 import scalemm  # noqa: E402
@@ -72,7 +71,7 @@ def auto_splits(M, N, K):
 
 
 def point(M, N, K, which="all", loops=tuple(SKINNY_MAINLOOPS)):
-    copies = max(1, min(8, math.ceil(2 * L2_BYTES / (N * K * 0.5625))))
+    copies = l2_copies(int(N * K * 0.5625), most=64)  # the NVFP4 weights past L2 too (at most 8 left 1024 x 4096's in it)
     g = torch.Generator(device="cuda").manual_seed(M + N)
     ws = [scalemm.quantize_nvfp4(torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16), scaling="token")
           for _ in range(copies)]
