@@ -1,6 +1,6 @@
 """nn.Linear-style modules on scalemm's kernels.
 
-FP8Linear: inference only (a frozen FP8 weight). Linear, GroupedLinear and convert(): training
+FP8Linear, NVFP4Linear: inference only (frozen FP8 / NVFP4 weights). Linear, GroupedLinear and convert(): training
 (autograd through scalemm's quantizers and GEMMs, high-precision master weights), following a
 recipe of scalemm.recipes; docs/training.md describes them.
 """
@@ -16,17 +16,78 @@ import torch
 
 from . import ops  # noqa: F401  registers torch.ops.scalemm.train_*
 from . import training
-from .formats import INPUT_DTYPES, layout
+from .formats import INPUT_DTYPES, NVFP4Tensor, layout
+from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
-from .quantize import quantize_fp8
+from .quantize import quantize_fp8, quantize_nvfp4
 from .recipes import FP8Rowwise, Recipe, check_recipe, from_key
 
-__all__ = ["FP8Linear", "Linear", "GroupedLinear", "convert", "ConvertReport", "linear_eligibility"]
+__all__ = ["FP8Linear", "NVFP4Linear", "Linear", "GroupedLinear", "convert", "ConvertReport", "linear_eligibility"]
 
 log = logging.getLogger("scalemm")
 
 
-class FP8Linear(torch.nn.Module):
+class _FrozenQuantized(torch.nn.Module):
+    """The inference modules' rule for model casts: the quantized buffers (_QUANTIZED) keep their dtype and
+    bits and follow only device moves; every other buffer (the bias) goes through the cast."""
+
+    _QUANTIZED: tuple = ()
+
+    def _apply(self, fn, recurse=True):
+        """nn.Module applies `fn` to every buffer for .to(), .half(), .cuda(), ... The quantized
+        buffers take only its device: where fn would change their dtype (a model cast, seen on an
+        empty probe of the same dtype and device, so no converted copy is made), they are moved
+        unchanged instead. The bias goes through fn like any float buffer."""
+        kept = {name: self._buffers[name] for name in self._QUANTIZED}
+        for name in kept:
+            self._buffers[name] = None  # skipped by the generic pass
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._buffers.update(kept)
+        for name, t in kept.items():
+            if t is not None:
+                probe = fn(t.new_empty(0))
+                self._buffers[name] = fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
+        return self
+
+    def _where(self) -> str:
+        return f"{type(self).__name__}(in_features={self.in_features}, out_features={self.out_features})"
+
+
+def _check_sizes(where, in_features, out_features):
+    for name, v in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{where}: '{name}' must be a positive int, got {v!r}")
+
+
+def _check_inference_features(where, in_features, out_features):
+    """The inference modules' shape rules: in_features a multiple of 16 (the formats' blocks and 16-byte FP8
+    rows), out_features a multiple of 8 (16-byte output rows)."""
+    _check_sizes(where, in_features, out_features)
+    if in_features % 16 or out_features % 8:
+        raise ValueError(f"{where} needs in_features % 16 == 0 and out_features % 8 == 0 (TMA rows), "
+                         f"got {in_features}, {out_features}")
+
+
+def _check_x(where, x, features, dtypes, device) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        names = [str(d).replace("torch.", "") for d in dtypes]
+        raise TypeError(f"{where}: x must be {', '.join(names[:-1])} or {names[-1]}, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != features:
+        raise ValueError(f"{where}: expected x[..., {features}], got shape {tuple(x.shape)}")
+    if x.device != device:
+        raise ValueError(f"{where}: x is on {x.device}, the layer on {device}")
+
+
+def _no_grad(where, x) -> None:
+    if torch.is_grad_enabled() and getattr(x, "requires_grad", False):
+        raise RuntimeError(f"{where}: an inference module: run it under torch.no_grad() / inference_mode()")
+
+
+class FP8Linear(_FrozenQuantized):
     """An inference drop-in for nn.Linear: FP8 e4m3 weights with one scale per output channel,
     activations quantized per token on the fly, one scalemm.gemm with the scales and the bias
     folded into its epilogue.
@@ -54,12 +115,7 @@ class FP8Linear(torch.nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None,
                  fast_accum: bool = True):
         super().__init__()
-        for name, v in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"FP8Linear: '{name}' must be a positive int, got {v!r}")
-        if in_features % 16 or out_features % 8:
-            raise ValueError(f"FP8Linear needs in_features % 16 == 0 and out_features % 8 == 0 (TMA rows), "
-                             f"got {in_features}, {out_features}")
+        _check_inference_features("FP8Linear", in_features, out_features)
         for name, v in (("bias", bias), ("fast_accum", fast_accum)):
             if not isinstance(v, bool):
                 raise TypeError(f"FP8Linear: '{name}' must be a bool, got {type(v).__name__}")
@@ -88,35 +144,8 @@ class FP8Linear(torch.nn.Module):
             mod.bias = linear.bias.detach().to(w.dtype).clone()
         return mod
 
-    def _apply(self, fn, recurse=True):
-        """nn.Module applies `fn` to every buffer for .to(), .half(), .cuda(), ... The quantized
-        buffers take only its device: where fn would change their dtype (a model cast, seen on an
-        empty probe of the same dtype and device, so no converted copy is made), they are moved
-        unchanged instead. The bias goes through fn like any float buffer."""
-        kept = {name: self._buffers[name] for name in self._QUANTIZED}
-        for name in kept:
-            self._buffers[name] = None  # skipped by the generic pass
-        try:
-            super()._apply(fn, recurse)
-        finally:
-            self._buffers.update(kept)
-        for name, t in kept.items():
-            if t is not None:
-                probe = fn(t.new_empty(0))
-                self._buffers[name] = fn(t) if probe.dtype == t.dtype else t.to(device=probe.device)
-        return self
-
-    def _where(self) -> str:
-        return f"FP8Linear(in_features={self.in_features}, out_features={self.out_features})"
-
     def _check(self, x, w, s) -> None:
         where = self._where()
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in INPUT_DTYPES:
-            raise TypeError(f"{where}: x must be bfloat16, float16 or float32, got {x.dtype}")
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"{where}: expected x[..., {self.in_features}], got shape {tuple(x.shape)}")
         if not isinstance(w, torch.Tensor) or w.dtype != torch.float8_e4m3fn \
                 or tuple(w.shape) != (self.out_features, self.in_features):
             raise TypeError(f"{where}: weight must be float8_e4m3fn [{self.out_features}, {self.in_features}], got "
@@ -124,13 +153,10 @@ class FP8Linear(torch.nn.Module):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != (self.out_features,):
             raise TypeError(f"{where}: weight_scale_inv must be float32 [{self.out_features}], got "
                             f"{getattr(s, 'dtype', type(s).__name__)} {tuple(getattr(s, 'shape', ()))}")
-        if x.device != w.device:
-            raise ValueError(f"{where}: x is on {x.device}, the layer on {w.device}")
+        _check_x(where, x, self.in_features, INPUT_DTYPES, w.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and getattr(x, "requires_grad", False):
-            raise RuntimeError(f"{self._where()}: an inference module: run it under torch.no_grad() / "
-                               "inference_mode()")
+        _no_grad(self._where(), x)
         buffers = self._buffers  # one dict read each (nn.Module's attribute lookup of a buffer costs more)
         w, s, bias = buffers["weight"], buffers["weight_scale_inv"], buffers["bias"]
         self._check(x, w, s)
@@ -147,6 +173,159 @@ class FP8Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, fp8 e4m3 per-channel weights, per-token activations")
+
+
+class NVFP4Linear(_FrozenQuantized):
+    """An inference drop-in for nn.Linear with NVFP4 weights: e2m1 codes, one e4m3 scale per 16 inputs
+    (128x4 swizzled as scalemm's quantizers write them) and an fp32 global scale alpha per output channel
+    (weight_scaling="token", the default) or per tensor. One scalemm.gemm per call, the alphas and the bias
+    folded into its epilogue in fp32 (docs/numerics.md: exact dequantization, fp32 accumulation).
+
+    mode="w4a16" (default): x (bf16 or fp16) is the GEMM's other operand as it is:
+        y = alpha_w[n] * (x @ dequant(W)^T) + b[n].
+    mode="w4a4": x (bf16, fp16 or fp32) is quantized to NVFP4 per token on the fly (scalemm.quantize_nvfp4,
+        scaling="token"): y = alpha_x[m] * alpha_w[n] * (dequant(q(x)) @ dequant(W)^T) + b[n].
+    y has x's dtype. On Hopper the kernels decode the weights exactly into bf16 (fp16 for fp16 activations)
+    tensor-core operands; up to 64 tokens a streaming kernel reads them as they are stored (decode). CPU
+    tensors run scalemm's reference (same numerics). Inference only: calling it with grad enabled on an
+    input that requires grad raises.
+
+    Buffers: weight uint8 [out, in / 2] (two codes per byte, even input in the low nibble), weight_scales
+    float8_e4m3fn [Rp * Cp] (swizzled), weight_alpha and weight_amax fp32 [out] ("token") or 0-d ("tensor"),
+    bias [out] or None. Model casts leave the quantized buffers as they are and cast the bias (FP8Linear's
+    rule); the bias is cast to x's dtype in forward when the two differ.
+
+    Build it with from_linear (quantizes an nn.Linear's weight), from_quantized (an NVFP4Tensor from
+    scalemm.quantize_nvfp4) or from_blocks (codes, unswizzled [out, in / 16] block scales and a global scale,
+    the way NVFP4 checkpoints usually store them).
+    """
+
+    _QUANTIZED = ("weight", "weight_scales", "weight_alpha", "weight_amax")
+    MODES = ("w4a16", "w4a4")
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None,
+                 mode: str = "w4a16", weight_scaling: str = "token"):
+        super().__init__()
+        _check_inference_features("NVFP4Linear", in_features, out_features)
+        if not isinstance(bias, bool):
+            raise TypeError(f"NVFP4Linear: 'bias' must be a bool, got {type(bias).__name__}")
+        if mode not in self.MODES:
+            raise ValueError(f"NVFP4Linear: 'mode' must be one of {self.MODES}, got {mode!r}")
+        if weight_scaling not in ("token", "tensor"):
+            raise ValueError(f"NVFP4Linear: 'weight_scaling' must be 'token' (per output channel) or 'tensor', "
+                             f"got {weight_scaling!r}")
+        self.in_features, self.out_features, self.mode, self.weight_scaling = in_features, out_features, mode, \
+            weight_scaling
+        shapes = nvfp4_shapes(out_features, in_features, weight_scaling)
+        for name, field_ in (("weight", "qdata"), ("weight_scales", "scales"), ("weight_alpha", "alpha"),
+                             ("weight_amax", "amax")):
+            shape, dtype = shapes[field_]
+            self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device))
+        self.weight_alpha.fill_(1.0)
+        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16, device=device) if bias else None)
+        self._container = (None, None)  # (key, NVFP4Tensor) over the buffers: see _weight
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, *, mode: str = "w4a16",
+                    weight_scaling: str = "token") -> "NVFP4Linear":
+        """Quantize an nn.Linear's weight (bf16/fp16/fp32) with scalemm.quantize_nvfp4 (alpha per output
+        channel, or per tensor); keep its bias in the weight's dtype."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        if w.dtype not in INPUT_DTYPES:
+            raise TypeError(f"from_linear: the weight of Linear(in_features={linear.in_features}, out_features="
+                            f"{linear.out_features}) must be bfloat16, float16 or float32, got {w.dtype} (cast the "
+                            "layer first, e.g. linear.to(torch.bfloat16))")
+        _check_inference_features("NVFP4Linear", linear.in_features, linear.out_features)
+        q = quantize_nvfp4(w.contiguous(), scaling=weight_scaling)
+        return cls.from_quantized(q, None if linear.bias is None else linear.bias.detach().to(w.dtype), mode=mode)
+
+    @classmethod
+    def from_quantized(cls, weight: NVFP4Tensor, bias: Optional[torch.Tensor] = None, *,
+                       mode: str = "w4a16") -> "NVFP4Linear":
+        """A layer over an NVFP4Tensor [out, in] with a rowwise copy (scalemm.quantize_nvfp4 of the weight,
+        no RHT); its tensors are copied. bias: None or [out] (bf16, fp16 or fp32), on the weight's device."""
+        if not isinstance(weight, NVFP4Tensor) or weight.qdata is None or weight.rht:
+            raise TypeError("from_quantized: 'weight' must be an NVFP4Tensor with a rowwise copy and no RHT "
+                            f"(scalemm.quantize_nvfp4(w)), got {weight!r}")
+        out_features, in_features = weight.shape
+        device = weight.qdata.device
+        if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype not in INPUT_DTYPES
+                                 or tuple(bias.shape) != (out_features,) or bias.device != device):
+            raise ValueError(f"from_quantized: 'bias' must be None or a [{out_features}] bfloat16, float16 or "
+                             f"float32 tensor on {device}, got {getattr(bias, 'dtype', type(bias).__name__)} "
+                             f"{tuple(getattr(bias, 'shape', ()))}")
+        mod = cls(in_features, out_features, bias is not None, device=device, mode=mode,
+                  weight_scaling=weight.scaling)
+        for name, t in (("weight", weight.qdata), ("weight_scales", weight.scales), ("weight_alpha", weight.alpha),
+                        ("weight_amax", weight.amax)):
+            mod._buffers[name].copy_(t)
+        if bias is not None:
+            mod.bias = bias.detach().clone()
+        return mod
+
+    @classmethod
+    def from_blocks(cls, codes: torch.Tensor, block_scales: torch.Tensor, alpha: torch.Tensor,
+                    bias: Optional[torch.Tensor] = None, *, mode: str = "w4a16") -> "NVFP4Linear":
+        """A layer from NVFP4 weights in plain (unswizzled) form: codes uint8 [out, in / 2] (element 2i in the
+        low nibble of byte i), block_scales float8_e4m3fn [out, in / 16] (row-major: the scale of inputs
+        16j .. 16j + 15 of row n at [n, j]) and alpha fp32, 0-d or [out]: weight = value(code) x block scale x
+        alpha. The scales are swizzled here (scalemm.formats.layout.swizzle_scales); weight_amax is set to
+        alpha x 6 x 448, the amax the quantizer would have derived alpha from."""
+        if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8 or codes.dim() != 2:
+            raise TypeError(f"from_blocks: 'codes' must be a uint8 [out, in / 2] tensor, got "
+                            f"{getattr(codes, 'dtype', type(codes).__name__)} {tuple(getattr(codes, 'shape', ()))}")
+        out_features, in_features = codes.shape[0], 2 * codes.shape[1]
+        if (not isinstance(block_scales, torch.Tensor) or block_scales.dtype != torch.float8_e4m3fn
+                or tuple(block_scales.shape) != (out_features, in_features // 16)):
+            raise TypeError(f"from_blocks: 'block_scales' must be a float8_e4m3fn [{out_features}, "
+                            f"{in_features // 16}] tensor, got {getattr(block_scales, 'dtype', type(block_scales).__name__)}"
+                            f" {tuple(getattr(block_scales, 'shape', ()))}")
+        if (not isinstance(alpha, torch.Tensor) or alpha.dtype != torch.float32
+                or tuple(alpha.shape) not in ((), (out_features,))):
+            raise TypeError(f"from_blocks: 'alpha' must be a float32 0-d or [{out_features}] tensor, got "
+                            f"{getattr(alpha, 'dtype', type(alpha).__name__)} {tuple(getattr(alpha, 'shape', ()))}")
+        _check_inference_features("NVFP4Linear", in_features, out_features)
+        scaling = "tensor" if alpha.dim() == 0 else "token"
+        weight = NVFP4Tensor(codes.contiguous(), layout.swizzle_scales(block_scales.contiguous()), alpha.contiguous(),
+                             alpha * (6.0 * 448.0), (out_features, in_features), scaling, torch.bfloat16)
+        return cls.from_quantized(weight, bias, mode=mode)
+
+    def _weight(self, buffers) -> NVFP4Tensor:
+        """The weight buffers as an NVFP4Tensor, kept between calls while the buffers are the same tensors at the
+        same versions (a load_state_dict, an in-place change or a device move builds it again)."""
+        ts = tuple(buffers[name] for name in self._QUANTIZED)
+        key = tuple((id(t), t._version) for t in ts)
+        if self._container[0] != key:
+            try:
+                w = NVFP4Tensor(*ts, (self.out_features, self.in_features), self.weight_scaling, torch.bfloat16)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{self._where()}: its weight buffers do not form an NVFP4 weight: {e}") from e
+            self._container = (key, w)
+        return self._container[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        where = self._where()
+        _no_grad(where, x)
+        buffers = self._buffers
+        w, bias = self._weight(buffers), buffers["bias"]
+        w4a4 = self.mode == "w4a4"
+        _check_x(where, x, self.in_features, INPUT_DTYPES if w4a4 else INPUT_DTYPES[:2], w.qdata.device)
+        if bias is not None and bias.dtype != x.dtype:
+            bias = bias.to(x.dtype)
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        try:
+            a = quantize_nvfp4(x2.contiguous(), scaling="token") if w4a4 else x2.contiguous()
+            y = gemm(a, w, bias=bias, out_dtype=x.dtype)
+        except (TypeError, ValueError) as e:  # e.g. a CUDA layout rule: say which layer
+            raise type(e)(f"{where}: {e}") from e
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"mode={self.mode}, nvfp4 weights (alpha per {'channel' if self.weight_scaling == 'token' else 'tensor'})"
+                + (", per-token nvfp4 activations" if self.mode == "w4a4" else ""))
 
 
 # ---------------------------------------------------------------------------
@@ -172,9 +351,7 @@ def linear_eligibility(in_features: int, out_features: int) -> Optional[str]:
 
 
 def _check_features(cls_name, in_features, out_features, recipe):
-    for name, v in (("in_features", in_features), ("out_features", out_features)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{cls_name}: '{name}' must be a positive int, got {v!r}")
+    _check_sizes(cls_name, in_features, out_features)
     if recipe is not None:
         check_recipe(recipe)
         reason = linear_eligibility(in_features, out_features)
@@ -184,14 +361,7 @@ def _check_features(cls_name, in_features, out_features, recipe):
 
 
 def _check_input(where, x, features, weight):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"{where}: x must be bfloat16, float16 or float32, got {x.dtype}")
-    if x.dim() == 0 or x.shape[-1] != features:
-        raise ValueError(f"{where}: expected x[..., {features}], got shape {tuple(x.shape)}")
-    if x.device != weight.device:
-        raise ValueError(f"{where}: x is on {x.device}, the layer on {weight.device}")
+    _check_x(where, x, features, INPUT_DTYPES, weight.device)
     if weight.dtype not in INPUT_DTYPES:
         raise TypeError(f"{where}: the weight must be bfloat16, float16 or float32 (the master copy the quantizers "
                         f"read), got {weight.dtype}")

@@ -101,3 +101,27 @@ def test_fp8_linear_nan_and_inf_weights():
             lin.weight[3, 2] = bad
             y = FP8Linear.from_linear(lin)(torch.randn(5, 64))
         assert check(y[:, 3]).all() and torch.isfinite(torch.cat([y[:, :3], y[:, 4:]], 1)).all()
+
+
+@pytest.mark.parametrize("weight_scaling", ["token", "tensor"])
+def test_nvfp4_linear_nan_and_inf(weight_scaling):
+    """docs/nan_inf.md's NVFP4Linear table (CPU reference path: the kernels match it bit for bit)."""
+    from scalemm.nn import NVFP4Linear
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 32).to(torch.bfloat16)
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight[3, 5] = float("nan")
+        y = NVFP4Linear.from_linear(lin, weight_scaling=weight_scaling)(x)
+        assert y.isnan().any(0).nonzero().flatten().tolist() == [3] and y[:, 3].isnan().all()
+        lin.weight[3, 5] = float("inf")
+        layer = NVFP4Linear.from_linear(lin, weight_scaling=weight_scaling)
+        assert not torch.isfinite(layer.weight_amax).all() and torch.isfinite(layer(x)).all()
+        lin.weight[3, 5] = 0.1
+        w4a4 = NVFP4Linear.from_linear(lin, weight_scaling=weight_scaling, mode="w4a4")
+        x[1, 7] = float("nan")
+        y = w4a4(x)
+        assert y.isnan().any(1).nonzero().flatten().tolist() == [1] and y[1].isnan().all()
+        x[1, 7] = float("inf")
+        assert torch.isfinite(w4a4(x)).all()  # finite and wrong
+        assert not torch.isfinite(NVFP4Linear.from_linear(lin, weight_scaling=weight_scaling)(x)[1]).all()  # w4a16

@@ -108,3 +108,152 @@ def test_fp8_linear_errors_name_the_layer():
     with pytest.raises(TypeError, match=r"from_linear: the weight of Linear\(in_features=32, out_features=16\) must be "
                                         r"bfloat16, float16 or float32, got torch.float64"):
         FP8Linear.from_linear(torch.nn.Linear(32, 16).double())
+
+
+# ---------------------------------------------------------------------------
+# NVFP4Linear
+# ---------------------------------------------------------------------------
+
+import scalemm  # noqa: E402
+from scalemm.formats import layout  # noqa: E402
+from scalemm.nn import NVFP4Linear  # noqa: E402
+
+
+def _nvfp4_check(device, mode, weight_scaling, x_dtype=torch.bfloat16):
+    """NVFP4Linear is scalemm.gemm on the layer's quantized weight, bit for bit; within NVFP4's error of nn.Linear."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(256, 128, bias=True, device=device, dtype=x_dtype)
+    mod = NVFP4Linear.from_linear(lin, mode=mode, weight_scaling=weight_scaling)
+    x = torch.randn(3, 5, 256, device=device, dtype=x_dtype)
+    with torch.no_grad():
+        y, ref = mod(x), lin(x)
+    w = scalemm.quantize_nvfp4(lin.weight.detach(), scaling=weight_scaling)
+    a = scalemm.quantize_nvfp4(x.reshape(15, 256), scaling="token") if mode == "w4a4" else x.reshape(15, 256)
+    assert y.shape == (3, 5, 128) and y.dtype == x_dtype
+    assert torch.equal(y.reshape(15, 128), scalemm.gemm(a, w, bias=lin.bias.detach(), out_dtype=x_dtype))
+    rel = ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert rel < (0.2 if mode == "w4a4" else 0.15), rel  # e2m1 with e4m3 block scales: ~10% per operand
+    assert mode in repr(mod)
+
+
+@pytest.mark.parametrize("mode,weight_scaling,x_dtype", [("w4a16", "token", torch.bfloat16),
+                                                         ("w4a16", "tensor", torch.float16),
+                                                         ("w4a4", "token", torch.bfloat16),
+                                                         ("w4a4", "tensor", torch.float32)])
+def test_nvfp4_linear_cpu(mode, weight_scaling, x_dtype):
+    _nvfp4_check("cpu", mode, weight_scaling, x_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,weight_scaling,x_dtype", [("w4a16", "token", torch.bfloat16),
+                                                         ("w4a16", "tensor", torch.float16),
+                                                         ("w4a4", "token", torch.bfloat16),
+                                                         ("w4a4", "tensor", torch.float32)])
+def test_nvfp4_linear_gpu(mode, weight_scaling, x_dtype):
+    _nvfp4_check("cuda", mode, weight_scaling, x_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 16, 64, 300])
+@pytest.mark.parametrize("mode", ["w4a16", "w4a4"])
+def test_nvfp4_linear_gpu_matches_cpu_and_replays_in_a_graph(tokens, mode):
+    """Decode (the skinny kernel) and prefill token counts: the GPU layer matches the CPU reference layer within
+    accumulation order, and a captured call (the weight's first call made before the capture) replays on new x."""
+    torch.manual_seed(2)
+    lin = torch.nn.Linear(1024, 512, dtype=torch.bfloat16)
+    cpu = NVFP4Linear.from_linear(lin, mode=mode)
+    gpu = NVFP4Linear.from_linear(lin.cuda(), mode=mode)
+    x = torch.randn(tokens, 1024, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = cpu(x).double()
+        got = gpu(x.cuda()).double().cpu()
+        assert ((got - want).norm() / want.norm()).item() < 1e-2  # bf16 outputs of two accumulation orders
+        xg = x.cuda()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = gpu(xg)
+        xg.copy_(torch.randn(tokens, 1024, dtype=torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, gpu(xg))
+
+
+def test_nvfp4_linear_from_blocks_and_state_dict():
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(128, 64, dtype=torch.bfloat16)
+    q = scalemm.quantize_nvfp4(lin.weight.detach(), scaling="token")
+    ref = NVFP4Linear.from_quantized(q, lin.bias.detach())
+    blocks = layout.unswizzle_scales(q.scales, 64, 128 // 16)
+    mod = NVFP4Linear.from_blocks(q.qdata, blocks, q.alpha, lin.bias.detach())
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(mod(x), ref(x))
+        fresh = NVFP4Linear(128, 64)
+        out = fresh(x)  # zero weights: the bias alone
+        assert torch.equal(out, torch.zeros_like(out))
+        fresh.load_state_dict(mod.state_dict())  # in place: the layer sees the new weights
+        assert torch.equal(fresh(x), ref(x))
+    assert list(mod.state_dict()) == ["weight", "weight_scales", "weight_alpha", "weight_amax", "bias"]
+    per_tensor = NVFP4Linear.from_blocks(q.qdata, blocks, torch.tensor(0.5), mode="w4a4")
+    assert per_tensor.weight_scaling == "tensor" and per_tensor.bias is None
+
+
+@pytest.mark.parametrize("cast", CASTS)
+def test_nvfp4_linear_survives_model_casts(cast):
+    fn, dtype = CASTS[cast]
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(NVFP4Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16), mode="w4a4"),
+                                torch.nn.ReLU())
+    layer = model[0]
+    kept = {name: layer._buffers[name].clone() for name in NVFP4Linear._QUANTIZED}
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        before = layer(x)
+    assert fn(model) is model
+    for name, t in kept.items():
+        got = layer._buffers[name]
+        assert got.dtype == t.dtype and torch.equal(got.view(torch.uint8), t.view(torch.uint8)), name
+    assert layer.bias.dtype == dtype
+    with torch.no_grad():
+        y = model(x.to(dtype))
+    assert y.dtype == dtype and y.shape == (3, 32)
+    if dtype == torch.bfloat16:
+        assert torch.equal(y, torch.relu(before))
+
+
+def test_nvfp4_linear_leading_dims_and_no_tokens():
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
+    with torch.no_grad():
+        assert layer(torch.randn(2, 0, 64, dtype=torch.bfloat16)).shape == (2, 0, 32)
+        assert layer(torch.randn(64, dtype=torch.bfloat16)).shape == (32,)
+
+
+def test_nvfp4_linear_errors_name_the_layer():
+    where = r"NVFP4Linear\(in_features=64, out_features=32\)"
+    with pytest.raises(ValueError, match="in_features % 16"):
+        NVFP4Linear(40, 32)
+    with pytest.raises(ValueError, match="'mode' must be one of"):
+        NVFP4Linear(64, 32, mode="w8a8")
+    with pytest.raises(ValueError, match="'weight_scaling' must be"):
+        NVFP4Linear(64, 32, weight_scaling="block")
+    layer = NVFP4Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
+    with torch.no_grad():
+        with pytest.raises(TypeError, match=where + r": x must be bfloat16 or float16, got torch.float32"):
+            layer(torch.randn(2, 64))  # W4A16 takes 16-bit activations; mode="w4a4" quantizes fp32 ones
+        with pytest.raises(ValueError, match=where + r": expected x\[\.\.\., 64\], got shape \(2, 16\)"):
+            layer(torch.randn(2, 16, dtype=torch.bfloat16))
+        broken = NVFP4Linear.from_linear(torch.nn.Linear(64, 32))
+        broken.weight_scales = broken.weight_scales.view(torch.uint8)  # replaced by hand
+        with pytest.raises(TypeError, match=where + ": its weight buffers do not form an NVFP4 weight"):
+            broken(torch.randn(2, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match=where + ": an inference module"):
+        layer(torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True))
+    q = scalemm.quantize_nvfp4(torch.randn(32, 64), columnwise=True, rht=True)
+    with pytest.raises(TypeError, match="with a rowwise copy and no RHT"):
+        NVFP4Linear.from_quantized(q.columnwise)  # RHT-transformed
+    with pytest.raises(TypeError, match="with a rowwise copy and no RHT"):
+        NVFP4Linear.from_quantized(scalemm.quantize_nvfp4(torch.randn(32, 64), rowwise=False, columnwise=True))
+    with pytest.raises(ValueError, match=r"'bias' must be None or a \[32\]"):
+        NVFP4Linear.from_quantized(q, torch.zeros(16))
+    with pytest.raises(TypeError, match=r"'block_scales' must be a float8_e4m3fn \[32, 4\]"):
+        NVFP4Linear.from_blocks(q.qdata, torch.zeros(32, 8, dtype=torch.float8_e4m3fn), q.alpha)
