@@ -22,7 +22,7 @@ from .gemm import gemm
 from .quantize import quantize_fp8, quantize_nvfp4
 from .recipes import FP8Rowwise, Recipe, check_recipe, from_key
 
-__all__ = ["FP8Linear", "NVFP4Linear", "Linear", "GroupedLinear", "convert", "ConvertReport", "linear_eligibility"]
+__all__ = ["FP8Linear", "NVFP4Linear", "Linear", "GroupedLinear", "convert", "convert_for_inference", "ConvertReport", "linear_eligibility"]
 
 log = logging.getLogger("scalemm")
 
@@ -803,14 +803,59 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
 
 @dataclass
 class ConvertReport:
-    """What convert() did: the converted modules' names, and the skipped nn.Linear modules with why."""
+    """What convert() / convert_for_inference() did: the converted modules' names, and the skipped nn.Linear
+    modules with why."""
     converted: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)
+    by: str = "convert"
 
     def __str__(self) -> str:
-        lines = [f"scalemm.nn.convert: {len(self.converted)} converted, {len(self.skipped)} skipped"]
+        lines = [f"scalemm.nn.{self.by}: {len(self.converted)} converted, {len(self.skipped)} skipped"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
+
+
+def _swap_linears(where: str, model: torch.nn.Module, filter, eligible: Callable[[torch.nn.Linear], Optional[str]],
+                  make: Callable[[torch.nn.Linear], torch.nn.Module], skip_type: type) -> ConvertReport:
+    """convert's and convert_for_inference's walk: every exact nn.Linear submodule of `model` that filter(name,
+    module) keeps and eligible(module) passes (None, else the reason) is replaced by make(module), in place; one
+    shared by several parents once. Modules of skip_type (already converted) are left alone."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"{where}: 'model' must be an nn.Module, got {type(model).__name__}")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"{where}: 'filter' must be callable(name, module) -> bool or None, got "
+                        f"{type(filter).__name__}")
+    if type(model) is torch.nn.Linear:
+        raise TypeError(f"{where} swaps a model's submodules in place and cannot replace the model itself: "
+                        f"use {'scalemm.nn.Linear' if where == 'convert' else 'the inference layer'}.from_linear")
+    report = ConvertReport(by=where)
+    done: dict[int, torch.nn.Module] = {}  # a Linear shared by several parents is converted once
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent._modules.items()):  # every name: named_children skips repeats
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if not isinstance(child, torch.nn.Linear) or isinstance(child, skip_type):
+                continue
+            if id(child) in done:
+                setattr(parent, child_name, done[id(child)])
+                report.converted.append(name)
+                continue
+            reason = None
+            if type(child) is not torch.nn.Linear:
+                reason = f"{type(child).__name__} is a subclass of nn.Linear (its forward may differ)"
+            elif filter is not None and not filter(name, child):
+                reason = "excluded by the filter"
+            elif child.weight.dtype not in INPUT_DTYPES:
+                reason = f"weight dtype {child.weight.dtype} (the quantizers read bf16, fp16 or fp32)"
+            else:
+                reason = eligible(child)
+            if reason:
+                report.skipped[name] = reason
+                continue
+            done[id(child)] = make(child)
+            setattr(parent, child_name, done[id(child)])
+            report.converted.append(name)
+    log.info("%s", report)
+    return report
 
 
 def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[str, torch.nn.Module], bool]] = None,
@@ -829,39 +874,36 @@ def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[s
     check_recipe(recipe)
     if not isinstance(fuse_wgrad_accumulation, bool):
         raise TypeError(f"convert: 'fuse_wgrad_accumulation' must be a bool, got {type(fuse_wgrad_accumulation).__name__}")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"convert: 'model' must be an nn.Module, got {type(model).__name__}")
-    if filter is not None and not callable(filter):
-        raise TypeError(f"convert: 'filter' must be callable(name, module) -> bool or None, got "
-                        f"{type(filter).__name__}")
-    if type(model) is torch.nn.Linear:
-        raise TypeError("convert swaps a model's submodules in place and cannot replace the model itself: "
-                        "use scalemm.nn.Linear.from_linear(model, recipe)")
-    report = ConvertReport()
-    done: dict[int, Linear] = {}  # a Linear shared by several parents is converted once
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent._modules.items()):  # every name: named_children skips repeats
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            if not isinstance(child, torch.nn.Linear) or isinstance(child, Linear):
-                continue
-            if id(child) in done:
-                setattr(parent, child_name, done[id(child)])
-                report.converted.append(name)
-                continue
-            reason = None
-            if type(child) is not torch.nn.Linear:
-                reason = f"{type(child).__name__} is a subclass of nn.Linear (its forward may differ)"
-            elif filter is not None and not filter(name, child):
-                reason = "excluded by the filter"
-            elif child.weight.dtype not in INPUT_DTYPES:
-                reason = f"weight dtype {child.weight.dtype} (the quantizers read bf16, fp16 or fp32)"
-            else:
-                reason = linear_eligibility(child.in_features, child.out_features)
-            if reason:
-                report.skipped[name] = reason
-                continue
-            done[id(child)] = Linear.from_linear(child, recipe, fuse_wgrad_accumulation=fuse_wgrad_accumulation)
-            setattr(parent, child_name, done[id(child)])
-            report.converted.append(name)
-    log.info("%s", report)
-    return report
+    return _swap_linears("convert", model, filter, lambda m: linear_eligibility(m.in_features, m.out_features),
+                         lambda m: Linear.from_linear(m, recipe, fuse_wgrad_accumulation=fuse_wgrad_accumulation),
+                         Linear)
+
+
+INFERENCE_FORMATS = ("nvfp4", "fp8")
+
+
+def convert_for_inference(model: torch.nn.Module, format: str = "nvfp4",
+                          filter: Optional[Callable[[str, torch.nn.Module], bool]] = None, *, mode: str = "w4a16",
+                          weight_scaling: str = "token") -> ConvertReport:
+    """Swap the eligible nn.Linear submodules of `model` for inference layers with quantized weights, in place:
+    NVFP4Linear.from_linear(m, mode=mode, weight_scaling=weight_scaling) for format="nvfp4", FP8Linear.from_linear(m)
+    for "fp8" (mode and weight_scaling are NVFP4's). The nn.Linear's weight is quantized and dropped (the new
+    module's buffers are its state). Eligible as for convert, with the inference layers' rule (in_features % 16 ==
+    0, out_features % 8 == 0). Returns a ConvertReport, also logged on the "scalemm" logger. Run the model under
+    torch.no_grad() / inference_mode() afterwards."""
+    if format not in INFERENCE_FORMATS:
+        raise ValueError(f"convert_for_inference: 'format' must be one of {INFERENCE_FORMATS}, got {format!r}")
+    if format == "nvfp4":
+        NVFP4Linear(16, 8, mode=mode, weight_scaling=weight_scaling, device="meta")  # the options' checks, up front
+        make = lambda m: NVFP4Linear.from_linear(m, mode=mode, weight_scaling=weight_scaling)  # noqa: E731
+    else:
+        make = FP8Linear.from_linear
+    cls = NVFP4Linear if format == "nvfp4" else FP8Linear
+
+    def eligible(m):
+        try:
+            _check_inference_features(cls.__name__, m.in_features, m.out_features)
+        except ValueError as e:
+            return str(e)
+        return None
+    return _swap_linears("convert_for_inference", model, filter, eligible, make, (FP8Linear, NVFP4Linear))

@@ -257,3 +257,33 @@ def test_nvfp4_linear_errors_name_the_layer():
         NVFP4Linear.from_quantized(q, torch.zeros(16))
     with pytest.raises(TypeError, match=r"'block_scales' must be a float8_e4m3fn \[32, 4\]"):
         NVFP4Linear.from_blocks(q.qdata, torch.zeros(32, 8, dtype=torch.float8_e4m3fn), q.alpha)
+
+
+def test_convert_for_inference():
+    """nn.Linear submodules swapped in place for NVFP4Linear / FP8Linear; ineligible ones reported with why; a
+    shared Linear converted once; the model's outputs are the layers' own."""
+    from scalemm.nn import FP8Linear, convert_for_inference
+    torch.manual_seed(5)
+    shared = torch.nn.Linear(64, 64, dtype=torch.bfloat16)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128, dtype=torch.bfloat16), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 64, dtype=torch.bfloat16), shared, shared,
+                                torch.nn.Linear(64, 20, dtype=torch.bfloat16),  # out_features % 8
+                                torch.nn.Linear(20, 32, dtype=torch.bfloat16))  # in_features % 16
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = NVFP4Linear.from_linear(model[0], mode="w4a4")(x)
+    report = convert_for_inference(model, "nvfp4", mode="w4a4", filter=lambda name, m: name != "2")
+    assert report.converted == ["0", "3", "4"] and set(report.skipped) == {"2", "5", "6"}
+    assert report.skipped["2"] == "excluded by the filter" and "out_features % 8" in report.skipped["5"]
+    assert str(report).startswith("scalemm.nn.convert_for_inference: 3 converted, 3 skipped")
+    assert isinstance(model[0], NVFP4Linear) and model[0].mode == "w4a4" and model[3] is model[4]
+    with torch.no_grad():
+        assert torch.equal(model[0](x), want)
+    report = convert_for_inference(model, "fp8")  # the converted layers are left alone
+    assert report.converted == ["2"] and isinstance(model[2], FP8Linear) and isinstance(model[0], NVFP4Linear)
+    with pytest.raises(ValueError, match="'format' must be one of"):
+        convert_for_inference(model, "int4")
+    with pytest.raises(ValueError, match="'mode' must be one of"):
+        convert_for_inference(model, mode="w2a2")
+    with pytest.raises(TypeError, match="cannot replace the model itself"):
+        convert_for_inference(torch.nn.Linear(64, 64))
