@@ -54,6 +54,18 @@ class _FrozenQuantized(torch.nn.Module):
     def _where(self) -> str:
         return f"{type(self).__name__}(in_features={self.in_features}, out_features={self.out_features})"
 
+    @staticmethod
+    def _linear_weight(linear) -> torch.Tensor:
+        """from_linear's argument check: an nn.Linear whose weight the quantizers read; its weight, detached."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        if w.dtype not in INPUT_DTYPES:
+            raise TypeError(f"from_linear: the weight of Linear(in_features={linear.in_features}, out_features="
+                            f"{linear.out_features}) must be bfloat16, float16 or float32, got {w.dtype} (cast the "
+                            "layer first, e.g. linear.to(torch.bfloat16))")
+        return w
+
 
 def _check_sizes(where, in_features, out_features):
     for name, v in (("in_features", in_features), ("out_features", out_features)):
@@ -128,13 +140,7 @@ class FP8Linear(_FrozenQuantized):
     def from_linear(cls, linear: torch.nn.Linear, *, fast_accum: bool = True) -> "FP8Linear":
         """Quantize an nn.Linear's weight (bf16/fp16/fp32) per output channel (scalemm.quantize_fp8,
         "token" scaling over the weight's rows); keep its bias in the weight's dtype."""
-        if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
-        w = linear.weight.detach()
-        if w.dtype not in INPUT_DTYPES:
-            raise TypeError(f"from_linear: the weight of Linear(in_features={linear.in_features}, out_features="
-                            f"{linear.out_features}) must be bfloat16, float16 or float32, got {w.dtype} (cast the "
-                            "layer first, e.g. linear.to(torch.bfloat16))")
+        w = cls._linear_weight(linear)
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, device=w.device,
                   fast_accum=fast_accum)
         q = quantize_fp8(w.contiguous(), scaling="token")
@@ -230,13 +236,7 @@ class NVFP4Linear(_FrozenQuantized):
                     weight_scaling: str = "token") -> "NVFP4Linear":
         """Quantize an nn.Linear's weight (bf16/fp16/fp32) with scalemm.quantize_nvfp4 (alpha per output
         channel, or per tensor); keep its bias in the weight's dtype."""
-        if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(f"from_linear takes an nn.Linear, got {type(linear).__name__}")
-        w = linear.weight.detach()
-        if w.dtype not in INPUT_DTYPES:
-            raise TypeError(f"from_linear: the weight of Linear(in_features={linear.in_features}, out_features="
-                            f"{linear.out_features}) must be bfloat16, float16 or float32, got {w.dtype} (cast the "
-                            "layer first, e.g. linear.to(torch.bfloat16))")
+        w = cls._linear_weight(linear)
         _check_inference_features("NVFP4Linear", linear.in_features, linear.out_features)
         q = quantize_nvfp4(w.contiguous(), scaling=weight_scaling)
         return cls.from_quantized(q, None if linear.bias is None else linear.bias.detach().to(w.dtype), mode=mode)

@@ -136,19 +136,17 @@ def _nvfp4_check(device, mode, weight_scaling, x_dtype=torch.bfloat16):
     assert mode in repr(mod)
 
 
-@pytest.mark.parametrize("mode,weight_scaling,x_dtype", [("w4a16", "token", torch.bfloat16),
-                                                         ("w4a16", "tensor", torch.float16),
-                                                         ("w4a4", "token", torch.bfloat16),
-                                                         ("w4a4", "tensor", torch.float32)])
+NVFP4_CASES = [("w4a16", "token", torch.bfloat16), ("w4a16", "tensor", torch.float16), ("w4a4", "token", torch.bfloat16),
+               ("w4a4", "tensor", torch.float32)]
+
+
+@pytest.mark.parametrize("mode,weight_scaling,x_dtype", NVFP4_CASES)
 def test_nvfp4_linear_cpu(mode, weight_scaling, x_dtype):
     _nvfp4_check("cpu", mode, weight_scaling, x_dtype)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,weight_scaling,x_dtype", [("w4a16", "token", torch.bfloat16),
-                                                         ("w4a16", "tensor", torch.float16),
-                                                         ("w4a4", "token", torch.bfloat16),
-                                                         ("w4a4", "tensor", torch.float32)])
+@pytest.mark.parametrize("mode,weight_scaling,x_dtype", NVFP4_CASES)
 def test_nvfp4_linear_gpu(mode, weight_scaling, x_dtype):
     _nvfp4_check("cuda", mode, weight_scaling, x_dtype)
 
@@ -287,3 +285,23 @@ def test_convert_for_inference():
         convert_for_inference(model, mode="w2a2")
     with pytest.raises(TypeError, match="cannot replace the model itself"):
         convert_for_inference(torch.nn.Linear(64, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("in_features,out_features", [(1040, 24), (2080, 8), (16, 8), (4096, 1000), (7168, 2112)])
+@pytest.mark.parametrize("tokens", [1, 7, 17, 65, 129])
+def test_nvfp4_linear_gpu_odd_shapes(in_features, out_features, tokens):
+    """Shapes off the usual grid (K an odd multiple of 16, so no skinny kernel; N of 8 or not a multiple of 64; one
+    block of K) at decode and prefill token counts: W4A4 with fp32 activations (fp32 output) against the CPU
+    layer within accumulation order, W4A16 in bf16 within its rounding."""
+    torch.manual_seed(in_features + out_features + tokens)
+    lin = torch.nn.Linear(in_features, out_features, dtype=torch.float32)
+    x = torch.randn(tokens, in_features)
+    for mode, xs, tol in (("w4a4", x, 1e-5), ("w4a16", x.to(torch.bfloat16), 4e-3)):
+        cpu = NVFP4Linear.from_linear(lin, mode=mode)
+        gpu = NVFP4Linear.from_linear(lin.cuda(), mode=mode)
+        lin.cpu()
+        with torch.no_grad():
+            want, got = cpu(xs).double(), gpu(xs.cuda()).double().cpu()
+        assert not got.isnan().any()
+        assert ((got - want).norm() / want.norm()).item() <= tol, mode
