@@ -115,6 +115,8 @@ class FP8Linear(_FrozenQuantized):
     and cast the bias, which follows the model's dtype; device moves move all three. The bias is
     cast to x's dtype in forward when the two differ.
 
+    Under torch.compile it calls scalemm.ops' custom ops (quantize_fp8, gemm): fullgraph works.
+
     NaN and Inf (docs/nan_inf.md): each row of x is quantized with its own scale. A NaN in a row
     makes that row of y all NaN. An Inf in a row does not reach y: the row is quantized with
     scale 1 (the Inf saturates to +-448, small values lose precision or underflow), so that row
@@ -168,9 +170,13 @@ class FP8Linear(_FrozenQuantized):
         self._check(x, w, s)
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)
-        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        x2 = (x if x.dim() == 2 else x.reshape(-1, self.in_features)).contiguous()
+        if torch.compiler.is_compiling():  # the same calls as custom ops (scalemm.ops), which dynamo traces
+            data, scale_inv = torch.ops.scalemm.quantize_fp8(x2, "token")
+            y = torch.ops.scalemm.gemm(data, w, scale_inv, s, bias, x.dtype, self.fast_accum)
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
         try:
-            xq = quantize_fp8(x2.contiguous(), scaling="token")
+            xq = quantize_fp8(x2, scaling="token")
             y = gemm(xq.data, w, xq.scale_inv, s, bias=bias, out_dtype=x.dtype, fast_accum=self.fast_accum)
         except (TypeError, ValueError) as e:  # e.g. a CUDA layout rule: say which layer
             raise type(e)(f"{self._where()}: {e}") from e
@@ -201,6 +207,7 @@ class NVFP4Linear(_FrozenQuantized):
     bias [out] or None. Model casts leave the quantized buffers as they are and cast the bias (FP8Linear's
     rule); the bias is cast to x's dtype in forward when the two differ.
 
+    Under torch.compile it calls scalemm.ops' custom ops (quantize_nvfp4, gemm_nvfp4): fullgraph works.
     Build it with from_linear (quantizes an nn.Linear's weight), from_quantized (an NVFP4Tensor from
     scalemm.quantize_nvfp4) or from_blocks (codes, unswizzled [out, in / 16] block scales and a global scale,
     the way NVFP4 checkpoints usually store them).
@@ -309,14 +316,19 @@ class NVFP4Linear(_FrozenQuantized):
         where = self._where()
         _no_grad(where, x)
         buffers = self._buffers
-        w, bias = self._weight(buffers), buffers["bias"]
-        w4a4 = self.mode == "w4a4"
-        _check_x(where, x, self.in_features, INPUT_DTYPES if w4a4 else INPUT_DTYPES[:2], w.qdata.device)
+        bias, w4a4 = buffers["bias"], self.mode == "w4a4"
+        _check_x(where, x, self.in_features, INPUT_DTYPES if w4a4 else INPUT_DTYPES[:2], buffers["weight"].device)
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)
-        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        x2 = (x if x.dim() == 2 else x.reshape(-1, self.in_features)).contiguous()
+        if torch.compiler.is_compiling():  # the same calls as custom ops (scalemm.ops), which dynamo traces
+            a = torch.ops.scalemm.quantize_nvfp4(x2, "token", None)[:3] if w4a4 else (x2, None, None)
+            y = torch.ops.scalemm.gemm_nvfp4(*a, buffers["weight"], buffers["weight_scales"], buffers["weight_alpha"],
+                                             bias, x.dtype)
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
+        w = self._weight(buffers)
         try:
-            a = quantize_nvfp4(x2.contiguous(), scaling="token") if w4a4 else x2.contiguous()
+            a = quantize_nvfp4(x2, scaling="token") if w4a4 else x2
             y = gemm(a, w, bias=bias, out_dtype=x.dtype)
         except (TypeError, ValueError) as e:  # e.g. a CUDA layout rule: say which layer
             raise type(e)(f"{where}: {e}") from e

@@ -7,6 +7,7 @@ graph treats each as one opaque node (and CUDA graphs, e.g. mode="reduce-overhea
 the launches: they never synchronise with the host).
 
     y = torch.ops.scalemm.gemm(a, b, scale_a, scale_b, bias, torch.bfloat16, fast_accum)
+    y = torch.ops.scalemm.gemm_nvfp4(x, None, None, w_qdata, w_scales, w_alpha, bias, torch.bfloat16)
 
 Containers do not cross the op boundary: the quantize ops return the rowwise copy's tensors
 (quantize_fp8: (data, scale_inv); quantize_nvfp4: (qdata, scales, alpha, amax); ...). Options
@@ -24,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from .formats import NVFP4Tensor
 from .formats.base import Shapes
 from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
 from .formats.mxfp8 import mxfp8_shapes
@@ -36,7 +38,7 @@ from .quantize import quantize_nvfp4 as _quantize_nvfp4
 from .quantize_grouped import quantize_fp8_grouped as _quantize_fp8_grouped
 from .quantize_grouped import quantize_nvfp4_grouped as _quantize_nvfp4_grouped
 
-__all__ = ["gemm", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
+__all__ = ["gemm", "gemm_nvfp4", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
            "train_quantize", "train_gemm", "train_quantize_grouped", "train_quantize_stacked", "train_grouped_gemm",
            "quantize_nvfp4_grouped"]
 
@@ -61,6 +63,31 @@ def gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch
 @gemm.register_fake
 def _(a, b, scale_a, scale_b, bias, out_dtype, fast_accum):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("scalemm::gemm_nvfp4", mutates_args=())
+def gemm_nvfp4(a: torch.Tensor, a_scales: Optional[torch.Tensor], a_alpha: Optional[torch.Tensor], b: torch.Tensor,
+               b_scales: torch.Tensor, b_alpha: torch.Tensor, bias: Optional[torch.Tensor],
+               out_dtype: torch.dtype) -> torch.Tensor:
+    """scalemm.gemm with an NVFP4 weight as a custom op: b, b_scales, b_alpha the weight's rowwise copy (uint8 codes
+    [N, K/2], swizzled e4m3 scales, alpha 0-d or [N]); a bf16/fp16 [M, K] (W4A16: a_scales and a_alpha None) or
+    the activations' NVFP4 codes uint8 [M, K/2] with their scales and alpha (0-d or [M]; W4A4), e.g. from
+    torch.ops.scalemm.quantize_nvfp4."""
+    return _gemm(_nvfp4_operand(a, a_scales, a_alpha, "a") if a_scales is not None else a,
+                 _nvfp4_operand(b, b_scales, b_alpha, "b"), bias=bias, out_dtype=out_dtype)
+
+
+@gemm_nvfp4.register_fake
+def _(a, a_scales, a_alpha, b, b_scales, b_alpha, bias, out_dtype):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+def _nvfp4_operand(qdata, scales, alpha, name) -> NVFP4Tensor:
+    """An NVFP4Tensor of a rowwise copy's tensors (its amax, which no GEMM reads, derived from alpha)."""
+    if alpha is None or qdata.dtype != torch.uint8 or qdata.dim() != 2:
+        raise ValueError(f"gemm_nvfp4: '{name}' must be NVFP4 codes uint8 [rows, K/2] with its scales and alpha")
+    return NVFP4Tensor(qdata, scales, alpha, alpha * (6.0 * 448.0), (qdata.shape[0], 2 * qdata.shape[1]),
+                       "tensor" if alpha.dim() == 0 else "token", torch.bfloat16)
 
 
 @torch.library.custom_op("scalemm::grouped_gemm", mutates_args=())

@@ -305,3 +305,25 @@ def test_nvfp4_linear_gpu_odd_shapes(in_features, out_features, tokens):
             want, got = cpu(xs).double(), gpu(xs.cuda()).double().cpu()
         assert not got.isnan().any()
         assert ((got - want).norm() / want.norm()).item() <= tol, mode
+
+
+def _compiled_inference_modules(device):
+    torch.manual_seed(6)
+    lin = torch.nn.Linear(256, 64, device=device, dtype=torch.bfloat16)
+    x = torch.randn(2, 3, 256, device=device, dtype=torch.bfloat16)
+    layers = [FP8Linear.from_linear(lin), NVFP4Linear.from_linear(lin), NVFP4Linear.from_linear(lin, mode="w4a4"),
+              NVFP4Linear.from_linear(lin, mode="w4a4", weight_scaling="tensor")]
+    with torch.no_grad():
+        for layer in layers:
+            want = layer(x)
+            got = torch.compile(layer, backend="aot_eager", fullgraph=True)(x)  # scalemm.ops' custom ops
+            assert torch.equal(got, want), layer
+
+
+def test_inference_modules_compile_fullgraph():
+    _compiled_inference_modules("cpu")
+
+
+@pytest.mark.gpu
+def test_inference_modules_compile_fullgraph_gpu():
+    _compiled_inference_modules("cuda")

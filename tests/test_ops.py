@@ -118,3 +118,24 @@ def test_quantize_ops_on_gpu_under_compile():
     want = _want_all(x, offsets, amax)
     _assert_all_equal(_quant_all(x, offsets, amax), want)
     _assert_all_equal(torch.compile(_quant_all, backend="aot_eager", fullgraph=True)(x, offsets, amax), want)
+
+
+def test_gemm_nvfp4_op_matches_scalemm_gemm():
+    """scalemm::gemm_nvfp4: W4A16 and W4A4 (activations from scalemm::quantize_nvfp4) as scalemm.gemm on the
+    containers, bit for bit; the fake gives [M, N]; an operand that is not NVFP4 codes is refused."""
+    torch.manual_seed(1)
+    x = torch.randn(12, 64, dtype=torch.bfloat16)
+    w = scalemm.quantize_nvfp4(torch.randn(32, 64), scaling="token")
+    bias = torch.randn(32).to(torch.bfloat16)
+    op = torch.ops.scalemm.gemm_nvfp4
+    assert torch.equal(op(x, None, None, w.qdata, w.scales, w.alpha, bias, torch.bfloat16),
+                       scalemm.gemm(x, w, bias=bias))
+    qx, sx, ax, _ = torch.ops.scalemm.quantize_nvfp4(x, "token", None)
+    assert torch.equal(op(qx, sx, ax, w.qdata, w.scales, w.alpha, None, torch.float32),
+                       scalemm.gemm(scalemm.quantize_nvfp4(x, scaling="token"), w, out_dtype=torch.float32))
+    with FakeTensorMode() as mode:
+        fx, fq = mode.from_tensor(x), mode.from_tensor(w.qdata)
+        out = op(fx, None, None, fq, mode.from_tensor(w.scales), mode.from_tensor(w.alpha), None, torch.float16)
+        assert out.shape == (12, 32) and out.dtype == torch.float16
+    with pytest.raises(ValueError, match="NVFP4 codes uint8"):
+        op(x, sx, ax, w.qdata, w.scales, w.alpha, None, torch.bfloat16)
