@@ -16,7 +16,7 @@ import torch
 
 from . import ops  # noqa: F401  registers torch.ops.scalemm.train_*
 from . import training
-from .formats import INPUT_DTYPES, NVFP4Tensor, layout
+from .formats import INPUT_DTYPES, NVFP4_GLOBAL_MAX, NVFP4Tensor, layout
 from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
 from .quantize import quantize_fp8, quantize_nvfp4
@@ -279,7 +279,7 @@ class NVFP4Linear(_FrozenQuantized):
         low nibble of byte i), block_scales float8_e4m3fn [out, in / 16] (row-major: the scale of inputs
         16j .. 16j + 15 of row n at [n, j]) and alpha fp32, 0-d or [out]: weight = value(code) x block scale x
         alpha. The scales are swizzled here (scalemm.formats.layout.swizzle_scales); weight_amax is set to
-        alpha x 6 x 448, the amax the quantizer would have derived alpha from."""
+        alpha x 6 x 448 (NVFP4_GLOBAL_MAX), the amax the quantizer would have derived alpha from."""
         if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8 or codes.dim() != 2:
             raise TypeError(f"from_blocks: 'codes' must be a uint8 [out, in / 2] tensor, got "
                             f"{getattr(codes, 'dtype', type(codes).__name__)} {tuple(getattr(codes, 'shape', ()))}")
@@ -296,7 +296,7 @@ class NVFP4Linear(_FrozenQuantized):
         _check_inference_features("NVFP4Linear", in_features, out_features)
         scaling = "tensor" if alpha.dim() == 0 else "token"
         weight = NVFP4Tensor(codes.contiguous(), layout.swizzle_scales(block_scales.contiguous()), alpha.contiguous(),
-                             alpha * (6.0 * 448.0), (out_features, in_features), scaling, torch.bfloat16)
+                             alpha * NVFP4_GLOBAL_MAX, (out_features, in_features), scaling, torch.bfloat16)
         return cls.from_quantized(weight, bias, mode=mode)
 
     def _weight(self, buffers) -> NVFP4Tensor:

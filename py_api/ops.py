@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from .formats import NVFP4Tensor
+from .formats import NVFP4_GLOBAL_MAX, NVFP4Tensor
 from .formats.base import Shapes
 from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
 from .formats.mxfp8 import mxfp8_shapes
@@ -86,7 +86,7 @@ def _nvfp4_operand(qdata, scales, alpha, name) -> NVFP4Tensor:
     """An NVFP4Tensor of a rowwise copy's tensors (its amax, which no GEMM reads, derived from alpha)."""
     if alpha is None or qdata.dtype != torch.uint8 or qdata.dim() != 2:
         raise ValueError(f"gemm_nvfp4: '{name}' must be NVFP4 codes uint8 [rows, K/2] with its scales and alpha")
-    return NVFP4Tensor(qdata, scales, alpha, alpha * (6.0 * 448.0), (qdata.shape[0], 2 * qdata.shape[1]),
+    return NVFP4Tensor(qdata, scales, alpha, alpha * NVFP4_GLOBAL_MAX, (qdata.shape[0], 2 * qdata.shape[1]),
                        "tensor" if alpha.dim() == 0 else "token", torch.bfloat16)
 
 

@@ -376,8 +376,8 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
     Few tokens get a narrow tile_n (up to 128 tokens: one token tile, but see below); more tokens take 256-wide
     tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128), except where those leave SMs
     idle or a short last wave (_nvfp4_mid_tokens_config). Up to 128 tokens, when the tiles cannot fill the GPU (fewer
-    than num_sms), stream-K splits K (1.3-2x faster than data-parallel at decode). At 65-128 tokens with N <= 4096 two 64-token tiles instead of one of 128 (H100, stream-K
-    both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
+    than num_sms), stream-K splits K (1.3-2x faster than data-parallel at decode). At 65-128 tokens with N <= 4096
+    two 64-token tiles instead of one of 128 (H100, stream-K both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
     decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt). Stream-K configs take
     the tile raster along M (the weight rows; a run-time knob, the same kernel): 1-3% faster than CUTLASS's own pick
     (along N) at 64 and 128 tokens on three of four layer shapes and within 1% on the fourth, in three H100 runs, and
@@ -411,7 +411,7 @@ def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
 
 
 def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
-    """default_nvfp4_config above 128 tokens (the rule above NVFP4_ONE_WAVE_MAX_K)."""
+    """default_nvfp4_config above 128 tokens: the rule in the comment before NVFP4_ONE_WAVE_MAX_K."""
     rows = -(-N // 128)
     wide = rows * -(-M // 256)
     if wide >= num_sms:
