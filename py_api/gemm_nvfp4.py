@@ -22,6 +22,7 @@ import hashlib
 import os
 import weakref
 from dataclasses import replace
+from typing import Optional
 
 import torch
 
@@ -32,7 +33,7 @@ from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS,
                                       default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
-from .formats.base import check_host_offsets
+from .formats.base import check_host_offsets, version
 from .formats.nvfp4 import dequantize_nvfp4_grouped
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n
@@ -139,20 +140,22 @@ def _prepare_sm90_torch(qdata: torch.Tensor) -> torch.Tensor:
 # id(qdata) -> (weak reference to qdata, its version, prepared copy). The copy lives as long as the
 # weight (a finalizer drops it); an in-place change of the weight (a new version) re-prepares it.
 # Keyed by identity: tensors compare elementwise, so they cannot be dictionary keys themselves.
-_prepared: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+# An inference tensor (made under torch.inference_mode) has no version counter: its copy is kept as long as it
+# lives, so an in-place change of its codes is not seen (README, "NVFP4-weight GEMMs").
+_prepared: dict[int, tuple[weakref.ref, Optional[int], torch.Tensor]] = {}
 
 
 def _prepared_weight(qdata: torch.Tensor) -> torch.Tensor:
     key = id(qdata)
     hit = _prepared.get(key)
-    if hit is not None and hit[0]() is qdata and hit[1] == qdata._version:
+    if hit is not None and hit[0]() is qdata and hit[1] == version(qdata):
         return hit[2]
     prepared = prepare_sm90_weight(qdata)
     if _capturing(qdata.device):  # made by the graph: valid only when it replays, so not cached (_per_device)
         return prepared
     if hit is None or hit[0]() is not qdata:
         weakref.finalize(qdata, _prepared.pop, key, None)
-    _prepared[key] = (weakref.ref(qdata), qdata._version, prepared)
+    _prepared[key] = (weakref.ref(qdata), version(qdata), prepared)
     return prepared
 
 

@@ -17,6 +17,7 @@ import torch
 from . import ops  # noqa: F401  registers torch.ops.scalemm.train_*
 from . import training
 from .formats import INPUT_DTYPES, NVFP4_GLOBAL_MAX, NVFP4Tensor, layout
+from .formats.base import version
 from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
 from .quantize import quantize_fp8, quantize_nvfp4
@@ -230,12 +231,15 @@ class NVFP4Linear(_FrozenQuantized):
         self.in_features, self.out_features, self.mode, self.weight_scaling = in_features, out_features, mode, \
             weight_scaling
         shapes = nvfp4_shapes(out_features, in_features, weight_scaling)
-        for name, field_ in (("weight", "qdata"), ("weight_scales", "scales"), ("weight_alpha", "alpha"),
-                             ("weight_amax", "amax")):
-            shape, dtype = shapes[field_]
-            self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device))
-        self.weight_alpha.fill_(1.0)
-        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16, device=device) if bias else None)
+        # ordinary tensors even under torch.inference_mode: an in-place change (load_state_dict) must bump their
+        # version counter, which the GEMM's prepared copy of the codes is keyed on (an inference tensor has none)
+        with torch.inference_mode(False):
+            for name, field_ in (("weight", "qdata"), ("weight_scales", "scales"), ("weight_alpha", "alpha"),
+                                 ("weight_amax", "amax")):
+                shape, dtype = shapes[field_]
+                self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device))
+            self.weight_alpha.fill_(1.0)
+            self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16, device=device) if bias else None)
         self._container = (None, None)  # (key, NVFP4Tensor) over the buffers: see _weight
 
     @classmethod
@@ -265,11 +269,12 @@ class NVFP4Linear(_FrozenQuantized):
                              f"{tuple(getattr(bias, 'shape', ()))}")
         mod = cls(in_features, out_features, bias is not None, device=device, mode=mode,
                   weight_scaling=weight.scaling)
-        for name, t in (("weight", weight.qdata), ("weight_scales", weight.scales), ("weight_alpha", weight.alpha),
-                        ("weight_amax", weight.amax)):
-            mod._buffers[name].copy_(t)
-        if bias is not None:
-            mod.bias = bias.detach().clone()
+        with torch.inference_mode(False):  # ordinary tensors (__init__ says why)
+            for name, t in (("weight", weight.qdata), ("weight_scales", weight.scales), ("weight_alpha", weight.alpha),
+                            ("weight_amax", weight.amax)):
+                mod._buffers[name].copy_(t)
+            if bias is not None:
+                mod.bias = bias.detach().clone()
         return mod
 
     @classmethod
@@ -300,10 +305,11 @@ class NVFP4Linear(_FrozenQuantized):
         return cls.from_quantized(weight, bias, mode=mode)
 
     def _weight(self, buffers) -> NVFP4Tensor:
-        """The weight buffers as an NVFP4Tensor, kept between calls while the buffers are the same tensors at the
-        same versions (a load_state_dict, an in-place change or a device move builds it again)."""
+        """The weight buffers as an NVFP4Tensor, kept between calls while the buffers are the same tensor objects (the
+        container holds them, so in-place changes such as load_state_dict show through; a device move or a buffer
+        replaced by hand builds it again)."""
         ts = tuple(buffers[name] for name in self._QUANTIZED)
-        key = tuple((id(t), t._version) for t in ts)
+        key = tuple(id(t) for t in ts)
         if self._container[0] != key:
             try:
                 w = NVFP4Tensor(*ts, (self.out_features, self.in_features), self.weight_scaling, torch.bfloat16)
@@ -403,7 +409,7 @@ class _WeightCache:
     def get(self, w, key, extra: bool, make: Callable[[bool], list]) -> list:
         if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
             return make(extra)
-        stamp = (w.data_ptr(), w._version, w.dtype, w.device, key)
+        stamp = (w.data_ptr(), version(w), w.dtype, w.device, key)
         if self.ref is not None and self.ref() is w and self.stamp == stamp and (self.extra or not extra):
             return self.tensors
         tensors = make(extra)

@@ -327,3 +327,21 @@ def test_inference_modules_compile_fullgraph():
 @pytest.mark.gpu
 def test_inference_modules_compile_fullgraph_gpu():
     _compiled_inference_modules("cuda")
+
+
+def test_nvfp4_linear_built_under_inference_mode():
+    """A layer built (and its state loaded) under torch.inference_mode: its buffers are ordinary tensors, so an
+    in-place load bumps their versions (the GEMM's prepared copy of the codes is keyed on them) and shows in forward."""
+    torch.manual_seed(7)
+    a, b = torch.nn.Linear(64, 32, dtype=torch.bfloat16), torch.nn.Linear(64, 32, dtype=torch.bfloat16)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        layer = NVFP4Linear.from_linear(a)
+        assert not any(t.is_inference() for t in layer.state_dict().values())
+        want_a, want_b = layer(x), NVFP4Linear.from_linear(b)(x)
+        version = layer.weight._version
+        layer.load_state_dict(NVFP4Linear.from_linear(b).state_dict())
+        assert layer.weight._version > version
+        assert torch.equal(layer(x), want_b) and not torch.equal(want_a, want_b)
+    with torch.no_grad():
+        assert torch.equal(layer(x), want_b)

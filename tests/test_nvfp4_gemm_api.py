@@ -383,3 +383,19 @@ def test_default_config_above_128_tokens():
         (4096, 4096, 4096): "t128x256x64_c1x1_coop_swap",      # 3.9 waves
         (129, 64, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",   # 1 tile: no narrow tile busies half the SMs
     }
+
+
+def test_prepared_copy_of_an_inference_tensor():
+    """A weight quantized under torch.inference_mode is an inference tensor, which has no version counter: its prepared
+    copy is still made once and kept (it raised before); an ordinary tensor's in-place change still makes a new one."""
+    from scalemm.gemm_nvfp4 import _prepared_weight
+    with torch.inference_mode():
+        q = scalemm.quantize_nvfp4(torch.randn(256, 128))
+        assert q.qdata.is_inference()
+        first = _prepared_weight(q.qdata)
+        assert _prepared_weight(q.qdata) is first
+    assert torch.equal(first, prepare_sm90_weight(q.qdata))
+    w = scalemm.quantize_nvfp4(torch.randn(256, 128)).qdata
+    before = _prepared_weight(w)
+    w.add_(0)
+    assert _prepared_weight(w) is not before

@@ -271,6 +271,12 @@ def move(t: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
     return None if t is None else t.to(device)
 
 
+def version(t: torch.Tensor) -> Optional[int]:
+    """t's version counter (every in-place change bumps it), or None for an inference tensor (made under
+    torch.inference_mode), which has none: caches keyed on it then keep their entry as long as the tensor lives."""
+    return None if t.is_inference() else t._version
+
+
 # ---------------------------------------------------------------------------
 # the base class
 # ---------------------------------------------------------------------------
