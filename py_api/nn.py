@@ -323,6 +323,10 @@ class NVFP4Linear(_FrozenQuantized):
         _no_grad(where, x)
         buffers = self._buffers
         bias, w4a4 = buffers["bias"], self.mode == "w4a4"
+        if not w4a4 and getattr(x, "dtype", None) == torch.float32:
+            raise TypeError(f"{where}: x must be bfloat16 or float16 with mode='w4a16' (its activations go to bf16/fp16 "
+                            "tensor cores as they are), got torch.float32: cast the model (model.to(torch.bfloat16)) "
+                            "or use mode='w4a4'")
         _check_x(where, x, self.in_features, INPUT_DTYPES if w4a4 else INPUT_DTYPES[:2], buffers["weight"].device)
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)
@@ -908,7 +912,8 @@ def convert_for_inference(model: torch.nn.Module, format: str = "nvfp4",
     for "fp8" (mode and weight_scaling are NVFP4's). The nn.Linear's weight is quantized and dropped (the new
     module's buffers are its state). Eligible as for convert, with the inference layers' rule (in_features % 16 ==
     0, out_features % 8 == 0). Returns a ConvertReport, also logged on the "scalemm" logger. Run the model under
-    torch.no_grad() / inference_mode() afterwards."""
+    torch.no_grad() / inference_mode() afterwards; NVFP4 mode="w4a16" layers take bf16/fp16 activations (cast an fp32
+    model first, or take mode="w4a4")."""
     if format not in INFERENCE_FORMATS:
         raise ValueError(f"convert_for_inference: 'format' must be one of {INFERENCE_FORMATS}, got {format!r}")
     if format == "nvfp4":

@@ -236,8 +236,11 @@ def test_nvfp4_linear_errors_name_the_layer():
         NVFP4Linear(64, 32, weight_scaling="block")
     layer = NVFP4Linear.from_linear(torch.nn.Linear(64, 32, dtype=torch.bfloat16))
     with torch.no_grad():
-        with pytest.raises(TypeError, match=where + r": x must be bfloat16 or float16, got torch.float32"):
+        with pytest.raises(TypeError, match=where + r": x must be bfloat16 or float16 with mode='w4a16' .* got "
+                                                  r"torch.float32: cast the model .* or use mode='w4a4'"):
             layer(torch.randn(2, 64))  # W4A16 takes 16-bit activations; mode="w4a4" quantizes fp32 ones
+        with pytest.raises(TypeError, match=where + r": x must be bfloat16 or float16, got torch.float64"):
+            layer(torch.randn(2, 64, dtype=torch.float64))
         with pytest.raises(ValueError, match=where + r": expected x\[\.\.\., 64\], got shape \(2, 16\)"):
             layer(torch.randn(2, 16, dtype=torch.bfloat16))
         broken = NVFP4Linear.from_linear(torch.nn.Linear(64, 32))
