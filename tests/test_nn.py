@@ -348,3 +348,20 @@ def test_nvfp4_linear_built_under_inference_mode():
         assert torch.equal(layer(x), want_b) and not torch.equal(want_a, want_b)
     with torch.no_grad():
         assert torch.equal(layer(x), want_b)
+
+
+def test_quantize_for_inference_example_runs():
+    """examples/quantize_for_inference.py end to end on the CPU (the reference path): every eligible layer converted,
+    the 50-wide head skipped with its reason, the output close to the bf16 model's."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "quantize_for_inference.py")
+    spec = importlib.util.spec_from_file_location("quantize_for_inference", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    for argv, floor in ((["--layers", "1", "--hidden", "64", "--tokens", "3", "--compile"], 15.0),
+                        (["--layers", "1", "--hidden", "64", "--mode", "w4a4"], 12.0),
+                        (["--layers", "1", "--hidden", "64", "--format", "fp8"], 25.0)):
+        report, sqnr = example.main(argv)
+        assert report.converted == ["0", "2"] and list(report.skipped) == ["3"], report
+        assert sqnr > floor, (argv, sqnr)
