@@ -40,9 +40,8 @@ CANDIDATES = [GemmConfig(128, n, 64, 1, 1, s, swap_ab=True, stream_k=sk)
 def specs():
     """The kernels this script launches (for prebuilding: scalemm.jit.build_many(specs()))."""
     tree = epi.scaled(torch.bfloat16, bias=True, activation=None)
-    out = [nvfp4_gemm_kernel_spec(c.compiled(), act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)[0]
-           for c in CANDIDATES]
-    return out
+    return [nvfp4_gemm_kernel_spec(c.compiled(), act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)[0]
+            for c in CANDIDATES]
 
 
 def previous_config(M, N, K, num_sms=132) -> GemmConfig:

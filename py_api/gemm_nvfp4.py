@@ -402,11 +402,6 @@ def _gemm_workspace_fn(spec: KernelSpec):
     return build(spec).function("scalemm_nvfp4_gemm_workspace", [ctypes.POINTER(abi.GemmWorkspaceArgs)])
 
 
-@functools.lru_cache(maxsize=None)
-def _dequant_launcher():
-    return _dequant_fn("scalemm_nvfp4_dequant")
-
-
 # The nvfp4_dequant kernel library's entry points (templates/nvfp4_dequant.cu) and their argument structs.
 _DEQUANT_ARGS = {"scalemm_nvfp4_dequant": abi.Nvfp4DequantArgs, "scalemm_nvfp4_prepare_sm90": abi.Nvfp4PrepareArgs,
                  "scalemm_nvfp4_wgrad_to_bf16": abi.Nvfp4WgradDecodeArgs,
@@ -497,7 +492,7 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
         scale_cols=-(-(K // 16) // 4) * 4, offsets=None if offsets is None else offsets.data_ptr(), groups=G,
         table=None if table is None else table.data_ptr(),
         stream=torch._C._cuda_getCurrentRawStream(out.device.index))
-    _dequant_launcher()(ctypes.byref(args))
+    _dequant_fn("scalemm_nvfp4_dequant")(ctypes.byref(args))
     return out
 
 

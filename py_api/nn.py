@@ -16,7 +16,7 @@ import torch
 
 from . import ops  # noqa: F401  registers torch.ops.scalemm.train_*
 from . import training
-from .formats import INPUT_DTYPES, NVFP4_GLOBAL_MAX, NVFP4Tensor, layout
+from .formats import INPUT_DTYPES, NVFP4_GLOBAL_MAX, SCALINGS, NVFP4Tensor, layout
 from .formats.base import version
 from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
@@ -74,13 +74,27 @@ def _check_sizes(where, in_features, out_features):
             raise ValueError(f"{where}: '{name}' must be a positive int, got {v!r}")
 
 
-def _check_inference_features(where, in_features, out_features):
-    """The inference modules' shape rules: in_features a multiple of 16 (the formats' blocks and 16-byte FP8
-    rows), out_features a multiple of 8 (16-byte output rows)."""
-    _check_sizes(where, in_features, out_features)
+def _inference_ineligibility(in_features: int, out_features: int) -> Optional[str]:
+    """None when the inference modules can take these features, else why not: in_features a multiple of 16 (the
+    formats' blocks and 16-byte FP8 rows), out_features a multiple of 8 (16-byte output rows)."""
     if in_features % 16 or out_features % 8:
-        raise ValueError(f"{where} needs in_features % 16 == 0 and out_features % 8 == 0 (TMA rows), "
-                         f"got {in_features}, {out_features}")
+        return f"needs in_features % 16 == 0 and out_features % 8 == 0 (TMA rows), got {in_features}, {out_features}"
+    return None
+
+
+def _check_inference_features(where, in_features, out_features):
+    _check_sizes(where, in_features, out_features)
+    reason = _inference_ineligibility(in_features, out_features)
+    if reason:
+        raise ValueError(f"{where} {reason}")
+
+
+def _check_nvfp4_options(where, mode, weight_scaling):
+    if mode not in NVFP4Linear.MODES:
+        raise ValueError(f"{where}: 'mode' must be one of {NVFP4Linear.MODES}, got {mode!r}")
+    if weight_scaling not in SCALINGS:
+        raise ValueError(f"{where}: 'weight_scaling' must be 'token' (per output channel) or 'tensor', "
+                         f"got {weight_scaling!r}")
 
 
 def _check_x(where, x, features, dtypes, device) -> None:
@@ -223,11 +237,7 @@ class NVFP4Linear(_FrozenQuantized):
         _check_inference_features("NVFP4Linear", in_features, out_features)
         if not isinstance(bias, bool):
             raise TypeError(f"NVFP4Linear: 'bias' must be a bool, got {type(bias).__name__}")
-        if mode not in self.MODES:
-            raise ValueError(f"NVFP4Linear: 'mode' must be one of {self.MODES}, got {mode!r}")
-        if weight_scaling not in ("token", "tensor"):
-            raise ValueError(f"NVFP4Linear: 'weight_scaling' must be 'token' (per output channel) or 'tensor', "
-                             f"got {weight_scaling!r}")
+        _check_nvfp4_options("NVFP4Linear", mode, weight_scaling)
         self.in_features, self.out_features, self.mode, self.weight_scaling = in_features, out_features, mode, \
             weight_scaling
         shapes = nvfp4_shapes(out_features, in_features, weight_scaling)
@@ -838,10 +848,11 @@ class ConvertReport:
 
 
 def _swap_linears(where: str, model: torch.nn.Module, filter, eligible: Callable[[torch.nn.Linear], Optional[str]],
-                  make: Callable[[torch.nn.Linear], torch.nn.Module], skip_type: type) -> ConvertReport:
+                  make: Callable[[torch.nn.Linear], torch.nn.Module], skip_type, single: str) -> ConvertReport:
     """convert's and convert_for_inference's walk: every exact nn.Linear submodule of `model` that filter(name,
     module) keeps and eligible(module) passes (None, else the reason) is replaced by make(module), in place; one
-    shared by several parents once. Modules of skip_type (already converted) are left alone."""
+    shared by several parents once. Modules of skip_type (already converted) are left alone. single: what converts
+    one nn.Linear (said when `model` is one)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{where}: 'model' must be an nn.Module, got {type(model).__name__}")
     if filter is not None and not callable(filter):
@@ -849,7 +860,7 @@ def _swap_linears(where: str, model: torch.nn.Module, filter, eligible: Callable
                         f"{type(filter).__name__}")
     if type(model) is torch.nn.Linear:
         raise TypeError(f"{where} swaps a model's submodules in place and cannot replace the model itself: "
-                        f"use {'scalemm.nn.Linear' if where == 'convert' else 'the inference layer'}.from_linear")
+                        f"use {single}")
     report = ConvertReport(by=where)
     done: dict[int, torch.nn.Module] = {}  # a Linear shared by several parents is converted once
     for parent_name, parent in list(model.named_modules()):
@@ -898,7 +909,7 @@ def convert(model: torch.nn.Module, recipe: Recipe, filter: Optional[Callable[[s
         raise TypeError(f"convert: 'fuse_wgrad_accumulation' must be a bool, got {type(fuse_wgrad_accumulation).__name__}")
     return _swap_linears("convert", model, filter, lambda m: linear_eligibility(m.in_features, m.out_features),
                          lambda m: Linear.from_linear(m, recipe, fuse_wgrad_accumulation=fuse_wgrad_accumulation),
-                         Linear)
+                         Linear, "scalemm.nn.Linear.from_linear(model, recipe)")
 
 
 INFERENCE_FORMATS = ("nvfp4", "fp8")
@@ -917,16 +928,10 @@ def convert_for_inference(model: torch.nn.Module, format: str = "nvfp4",
     if format not in INFERENCE_FORMATS:
         raise ValueError(f"convert_for_inference: 'format' must be one of {INFERENCE_FORMATS}, got {format!r}")
     if format == "nvfp4":
-        NVFP4Linear(16, 8, mode=mode, weight_scaling=weight_scaling, device="meta")  # the options' checks, up front
-        make = lambda m: NVFP4Linear.from_linear(m, mode=mode, weight_scaling=weight_scaling)  # noqa: E731
+        _check_nvfp4_options("convert_for_inference", mode, weight_scaling)
+        cls, make = NVFP4Linear, lambda m: NVFP4Linear.from_linear(m, mode=mode, weight_scaling=weight_scaling)
     else:
-        make = FP8Linear.from_linear
-    cls = NVFP4Linear if format == "nvfp4" else FP8Linear
-
-    def eligible(m):
-        try:
-            _check_inference_features(cls.__name__, m.in_features, m.out_features)
-        except ValueError as e:
-            return str(e)
-        return None
-    return _swap_linears("convert_for_inference", model, filter, eligible, make, (FP8Linear, NVFP4Linear))
+        cls, make = FP8Linear, FP8Linear.from_linear
+    return _swap_linears("convert_for_inference", model, filter,
+                         lambda m: _inference_ineligibility(m.in_features, m.out_features), make,
+                         (FP8Linear, NVFP4Linear), f"scalemm.nn.{cls.__name__}.from_linear(model)")

@@ -73,6 +73,8 @@ def gemm_nvfp4(a: torch.Tensor, a_scales: Optional[torch.Tensor], a_alpha: Optio
     [N, K/2], swizzled e4m3 scales, alpha 0-d or [N]); a bf16/fp16 [M, K] (W4A16: a_scales and a_alpha None) or
     the activations' NVFP4 codes uint8 [M, K/2] with their scales and alpha (0-d or [M]; W4A4), e.g. from
     torch.ops.scalemm.quantize_nvfp4."""
+    if (a_scales is None) != (a_alpha is None):
+        raise ValueError("gemm_nvfp4: a_scales and a_alpha go together (NVFP4 activations) or are both None (W4A16)")
     return _gemm(_nvfp4_operand(a, a_scales, a_alpha, "a") if a_scales is not None else a,
                  _nvfp4_operand(b, b_scales, b_alpha, "b"), bias=bias, out_dtype=out_dtype)
 

@@ -196,7 +196,6 @@ def test_python_declares_each_launcher_with_its_struct(monkeypatch):
         epilogue=epi.scaled(bf16))[0])
     gemm_nvfp4._gemm_workspace_fn.__wrapped__(gemm_nvfp4.nvfp4_gemm_kernel_spec(nv_cfg, act_dtype=bf16, out_dtype=bf16,
                                                                                 epilogue=epi.scaled(bf16))[0])
-    gemm_nvfp4._dequant_launcher.__wrapped__()
     for name in gemm_nvfp4._DEQUANT_ARGS:
         gemm_nvfp4._dequant_fn.__wrapped__(name)
     gemm_nvfp4._skinny_launcher.__wrapped__(gemm_nvfp4.skinny_kernel_spec(

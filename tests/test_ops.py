@@ -139,3 +139,5 @@ def test_gemm_nvfp4_op_matches_scalemm_gemm():
         assert out.shape == (12, 32) and out.dtype == torch.float16
     with pytest.raises(ValueError, match="NVFP4 codes uint8"):
         op(x, sx, ax, w.qdata, w.scales, w.alpha, None, torch.bfloat16)
+    with pytest.raises(ValueError, match="a_scales and a_alpha go together"):
+        op(x, None, ax, w.qdata, w.scales, w.alpha, None, torch.bfloat16)  # an alpha a W4A16 call would drop
