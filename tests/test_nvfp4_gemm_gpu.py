@@ -817,3 +817,26 @@ def test_grouped_skinny_graph_replay_and_bad_offsets():
     offsets.copy_(torch.tensor([10, 5, 500, -3, 40, 41, 39, 1000], dtype=torch.int32))
     graph.replay()
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 64, 256])
+@pytest.mark.parametrize("w4a4", [False, True])
+def test_weight_quantized_under_inference_mode(tokens, w4a4):
+    """An NVFP4 weight made under torch.inference_mode is an inference tensor (no version counter): every CUDA path
+    (the skinny loops, the wgmma loop, the CUTLASS kernel, all through the prepared copy) takes it, inside and outside
+    inference_mode, and gives what the same weight made outside it gives, bit for bit."""
+    N, K = 4096, 4096
+    w_hp = _wide((N, K), 31).to(torch.bfloat16)
+    x = _wide((tokens, K), 32).to(torch.bfloat16)
+    a = scalemm.quantize_nvfp4(x, scaling="token") if w4a4 else x
+    plain = scalemm.quantize_nvfp4(w_hp)
+    want = scalemm.gemm(a, plain, out_dtype=torch.float32)
+    with torch.inference_mode():
+        w = scalemm.quantize_nvfp4(w_hp)
+        assert w.qdata.is_inference()
+        got_inside = scalemm.gemm(a, w, out_dtype=torch.float32)
+        again = scalemm.gemm(a, w, out_dtype=torch.float32)  # the kept prepared copy
+    got_outside = scalemm.gemm(a, w, out_dtype=torch.float32)
+    assert _rel_err(want, _exact(a, plain)) <= TOL[torch.float32]
+    for got in (got_inside, again, got_outside):
+        assert torch.equal(got, want)
