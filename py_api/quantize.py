@@ -23,7 +23,7 @@ from . import abi
 from . import reference
 from .arch import kernel_arch
 from .formats import MXFP8, NVFP4
-from .formats.base import check_amax, check_amax_used, check_input, check_last_dim, check_scaling, check_u64
+from .formats.base import check_amax, check_amax_used, check_delayed_amax, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
 from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
 from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
@@ -251,7 +251,7 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
                                 columnwise=col)
 
 
-def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
+def _fp8_cuda(x2, scaling, rowwise, columnwise, amax=None, amax_out=None) -> FP8Tensor:
     M, K = x2.shape
     dev = x2.device
     token = scaling == "token"
@@ -260,8 +260,10 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
         # keeps its row amaxes to itself (FP8Tensor holds none), so it gets no buffer for them
         row_amax = torch.empty((M,), dtype=f32, device=dev) if rowwise and columnwise else None
         col_amax = torch.empty((K,), dtype=f32, device=dev) if columnwise else None
-    else:
-        row_amax = col_amax = torch.empty((), dtype=f32, device=dev)
+    elif amax is not None:  # delayed scaling: scaled from the given amax; the copies' pass writes amax_out
+        row_amax = col_amax = amax
+    else:  # the amax pass's output: amax_out itself when given
+        row_amax = col_amax = amax_out if amax_out is not None else torch.empty((), dtype=f32, device=dev)
     d_row = sinv_row = d_col = sinv_col = None
     if rowwise:
         d_row, sinv_row = (_empty(*shape_dtype, dev) for shape_dtype in fp8_shapes(M, K, scaling).values())
@@ -270,7 +272,8 @@ def _fp8_cuda(x2, scaling, rowwise, columnwise) -> FP8Tensor:
     args = abi.QuantizeFp8Args(
         x=x2.data_ptr(), m=M, k=K, q_row=_p(d_row), scale_inv_row=_p(sinv_row), amax_row=_p(row_amax),
         row_token=int(token), q_col=_p(d_col), scale_inv_col=_p(sinv_col), amax_col=_p(col_amax),
-        col_token=int(token), stream=_stream(dev))
+        col_token=int(token), amax_given=int(amax is not None), amax_out=_p(amax_out if amax is not None else None),
+        stream=_stream(dev))
     _launcher(x2.dtype, "scalemm_quantize_fp8")(ctypes.byref(args))
     col = FP8Tensor._trusted(data=d_col, scale_inv=sinv_col, scaling=scaling, orig_dtype=x2.dtype,
                              columnwise=None) if columnwise else None
@@ -371,7 +374,8 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
 
 
 def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
-                 columnwise: bool = False) -> FP8Tensor:
+                 columnwise: bool = False, amax: Optional[torch.Tensor] = None,
+                 amax_out: Optional[torch.Tensor] = None) -> FP8Tensor:
     """Quantize x to FP8 e4m3 with current scaling (docs/numerics.md section 7).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 16 == 0 and
@@ -381,6 +385,10 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
       the rowwise copy, per column of x for the columnwise copy).
     Returns an FP8Tensor: data float8_e4m3fn [M, K] = e4m3(fl(x * scale)), scale_inv fp32
     (0-d or [M]); `.columnwise` holds x.T ([K, M], scale_inv 0-d or [K]).
+    Delayed scaling (scaling "tensor"; docs/training.md): `amax`, a 0-d fp32 tensor, is the amax
+    both copies are scaled from instead of x's own, so no amax pass runs; values beyond it
+    saturate to +-448. `amax_out`, a 0-d fp32 tensor, receives max|x| (NaN if x holds one) from
+    the same pass; with amax=None it receives the amax the copies used.
     """
     x2 = _as_matrix(x)
     M, K = x2.shape
@@ -389,10 +397,12 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
     _check_multiple(K, 16, "K (last dim)")
     if columnwise:
         _check_multiple(M, 16, "M (rows, for the columnwise copy)")
+    check_delayed_amax(amax, amax_out, scaling, (), x2.device)
     if _runs_kernels(x2):
         with _on_device(x2.device):
-            return _fp8_cuda(x2, scaling, rowwise, columnwise)
-    return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+            return _fp8_cuda(x2, scaling, rowwise, columnwise, amax, amax_out)
+    return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax,
+                                  amax_out=amax_out)
 
 
 def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = False) -> MXFP8Tensor:

@@ -31,7 +31,8 @@ from . import abi
 from . import quantize as _q
 from . import reference
 from .formats import MXFP8, NVFP4, layout
-from .formats.base import Shapes, check_host_offsets, check_input, check_last_dim, check_offsets, check_scaling
+from .formats.base import (Shapes, check_delayed_amax, check_host_offsets, check_input, check_last_dim, check_offsets,
+                           check_scaling)
 from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
 from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
@@ -115,16 +116,21 @@ def _table_slice(table: torch.Tensor, G: int, which: int) -> torch.Tensor:
     return table[start:start + G]
 
 
-def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=None, transposed=False):
+def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=None, transposed=False, amax=None,
+                      amax_out=None):
     """GroupedFP8Tensor, its columnwise copy (if any) in the wgrad layout; transposed=True (stacked weights,
-    group_rows rows per group, columnwise): (the rows copy, stacked W^T [G * K, group_rows]) instead."""
+    group_rows rows per group, columnwise): (the rows copy, stacked W^T [G * K, group_rows]) instead. amax /
+    amax_out [G]: delayed scaling (check_delayed_amax)."""
     T, K = x.shape
     dev = x.device
     f32 = torch.float32
     token = scaling == "token"
     rows_kernel = token and not columnwise  # one kernel (the C entry point): no group table, no row amax buffer
     table = None if rows_kernel else _table(G, dev)
-    g_amax = None if token else torch.empty(G, dtype=f32, device=dev)
+    g_amax = None  # the given amax, else the stats pass's output (amax_out itself when given)
+    if not token:
+        g_amax = amax if amax is not None else amax_out if amax_out is not None else torch.empty(G, dtype=f32,
+                                                                                                 device=dev)
     row_amax = torch.empty(T, dtype=f32, device=dev) if token and rowwise and not rows_kernel else None
     gcol_amax = torch.empty((G, K), dtype=f32, device=dev) if token and columnwise else None
     W = T if transposed else layout.wgrad_width(T, G)
@@ -139,7 +145,8 @@ def _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, group_rows=No
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), gcol_amax=_q._p(gcol_amax), q_row=_q._p(q_row),
         sinv_row=_q._p(sinv_row), q_col=_q._p(q_col), w=W, sinv_col=_q._p(sinv_col),
-        col_group_rows=group_rows if transposed else 0, stream=_q._stream(dev))
+        col_group_rows=group_rows if transposed else 0, amax_given=int(amax is not None),
+        amax_out=_q._p(amax_out if amax is not None else None), stream=_q._stream(dev))
     _launcher(x.dtype, "scalemm_quantize_fp8_grouped")(ctypes.byref(args))
     if transposed:
         wt = GroupedFP8Tensor(q_col, sinv_col.reshape(-1), layout.stacked_offsets(G, K, dev), (G * K, group_rows),
@@ -222,14 +229,21 @@ def _filled(shapes: Shapes, device) -> dict:
             for f, (shape, dtype) in shapes.items()}
 
 
-def _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise) -> GroupedFP8Tensor:
+def _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, amax=None, amax_out=None) -> GroupedFP8Tensor:
     K, dev = x.shape[1], x.device
     col = None
+    if amax_out is not None:
+        amax_out.zero_()  # every group empty
     if columnwise:
         col = GroupedFP8Tensor(**_filled(grouped_fp8_shapes(0, K, G, scaling, "wgrad"), dev), offsets=offsets,
                                shape=(0, K), scaling=scaling, orig_dtype=x.dtype, layout="wgrad")
     row = _filled(grouped_fp8_shapes(0, K, G, scaling, "rows"), dev) if rowwise else {"data": None, "scale_inv": None}
-    return GroupedFP8Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype, columnwise=col)
+    out = GroupedFP8Tensor(**row, offsets=offsets, shape=(0, K), scaling=scaling, orig_dtype=x.dtype, columnwise=col)
+    if amax is not None:  # the decode scales of the given amax, as the kernels write them for empty groups
+        for t in (out, col):
+            if t is not None and t.scale_inv is not None:
+                t.scale_inv.copy_(reference.fp8_scale_inv(amax))
+    return out
 
 
 def _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht) -> GroupedNVFP4Tensor:
@@ -249,7 +263,8 @@ def _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht) -> Gr
 # ---------------------------------------------------------------------------
 
 def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
-                         rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
+                         rowwise: bool = True, columnwise: bool = False, amax: Optional[torch.Tensor] = None,
+                         amax_out: Optional[torch.Tensor] = None) -> GroupedFP8Tensor:
     """Quantize the G groups of x to FP8 e4m3 with current scaling (docs/numerics.md section 7),
     in one pass.
 
@@ -263,6 +278,10 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
       g's tokens in columns [p_g, p_g + m_g), p_g = sum_{j<g} ceil(m_j/16)*16, zero padding;
       scale_inv [G] or [G, K].
     T = 0 (no tokens) gives empty copies: every group empty, scale_inv 1, no kernel.
+    Delayed scaling (scaling "tensor"; docs/training.md): `amax`, fp32 [G], is the amax each group
+      is scaled from instead of its own, so no amax pass runs; values beyond it saturate to +-448.
+      `amax_out`, fp32 [G], receives each group's max|x| (0 for an empty group) from the same pass;
+      with amax=None it receives the amaxes the copies used.
     Returns a GroupedFP8Tensor. Both copies come straight off one quantize pass, e.g.:
 
       xq = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True)
@@ -272,12 +291,14 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
                                       dyq.columnwise.scale_inv, xq.columnwise.scale_inv)
     """
     G = _check_grouped_args(x, offsets, 16, scaling, rowwise, columnwise)
+    check_delayed_amax(amax, amax_out, scaling, (G,), x.device)
     if x.shape[0] == 0:
-        return _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise)
+        return _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, amax, amax_out)
     if _q._on_cuda(x):
         with _q._on_device(x.device):
-            return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise)
-    return reference.quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+            return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, amax=amax, amax_out=amax_out)
+    return reference.quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
+                                          amax=amax, amax_out=amax_out)
 
 
 def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
@@ -383,19 +404,23 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise
     return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise)
 
 
-def quantize_fp8_stacked_pair(w: torch.Tensor, *, scaling: str = "tensor") -> tuple:
+def quantize_fp8_stacked_pair(w: torch.Tensor, *, scaling: str = "tensor", amax: Optional[torch.Tensor] = None,
+                              amax_out: Optional[torch.Tensor] = None) -> tuple:
     """(quantize_fp8_stacked(w), quantize_fp8_stacked(w.transpose(1, 2).contiguous())), the same bytes, from
     one pass over w on CUDA: W [E, N, K] for fprop and W^T [E, K, N] for dgrad. W^T's per-row scales are
     per (expert, input channel) over that expert's N values, what the stacked quantizer's columnwise pass
-    takes, and the kernel writes that copy straight in W^T's stacked layout. N % 16 == 0 (W^T's K)."""
+    takes, and the kernel writes that copy straight in W^T's stacked layout. N % 16 == 0 (W^T's K).
+    amax / amax_out [E] (scaling "tensor"): delayed scaling, per expert, as quantize_fp8_grouped's."""
     w2, offsets = _check_stacked(w, 16, scaling)
     E, N, K = w.shape
     _q._check_multiple(N, 16, "N (dim 1)", "w")
+    check_delayed_amax(amax, amax_out, scaling, (E,), w.device)
     if w2.device.type == "cuda":
         with _q._on_device(w.device):
-            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, True, group_rows=N, transposed=True)
-    return (reference.quantize_fp8_stacked(w, scaling=scaling),
-            reference.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling))
+            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, True, group_rows=N, transposed=True, amax=amax,
+                                     amax_out=amax_out)
+    return (reference.quantize_fp8_stacked(w, scaling=scaling, amax=amax, amax_out=amax_out),
+            reference.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling, amax=amax))
 
 
 def zero_rows_past_groups(out: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

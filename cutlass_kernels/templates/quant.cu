@@ -36,6 +36,12 @@ extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
 // two may be the same buffer), then the rowwise and/or columnwise copies.
 extern "C" int scalemm_quantize_fp8(scalemm::QuantizeFp8Args const* a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+  if (a->amax_given) {  // delayed scaling: the given amax, no amax pass; the copies' pass writes amax_out
+    if (a->row_token || a->col_token || a->amax_row != a->amax_col) return static_cast<int>(cudaErrorInvalidValue);
+    return q::launch_fp8<InT>(a->x, a->m, a->k, a->q_row, a->scale_inv_row, a->amax_row, 0, a->q_col,
+                              a->scale_inv_col, a->amax_col, 0, stream, a->amax_out);
+  }
+  if (a->amax_out) return static_cast<int>(cudaErrorInvalidValue);  // current scaling: amax_row is the amax
   if (a->row_token && a->q_row && !a->q_col)  // per-token rows: one kernel, amax included
     return q::launch_fp8_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->scale_inv_row, a->amax_row, stream);
   const int err = a->row_token

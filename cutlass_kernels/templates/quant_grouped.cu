@@ -12,11 +12,13 @@ namespace qg = scalemm::quant::grouped;
 // [K, W] (q_col, scale_inv [G] or [G, K]). Amax scratch: g_amax [G] (token = 0), row_amax [T] and
 // gcol_amax [G, K] (token = 1). The rowwise copy alone with token = 1 is one kernel that reads neither the
 // table nor row_amax: both may be null there. col_group_rows = n > 0 (stacked weights, n rows per group): the
-// columnwise copy is stacked W^T [G * K, n] instead of the wgrad layout.
+// columnwise copy is stacked W^T [G * K, n] instead of the wgrad layout. amax_given (token = 0, delayed scaling):
+// g_amax is the per-group amax to scale from, no stats pass, and amax_out [G] (or null) receives max|x| per group.
 extern "C" int scalemm_quantize_fp8_grouped(scalemm::QuantizeFp8GroupedArgs const* a) {
   return qg::launch_fp8_grouped<InT>(a->x, a->tokens, a->k, a->offsets, int(a->groups), a->table, int(a->token),
                                      a->g_amax, a->row_amax, a->gcol_amax, a->q_row, a->sinv_row, a->q_col, a->w,
-                                     a->sinv_col, a->col_group_rows, static_cast<cudaStream_t>(a->stream));
+                                     a->sinv_col, a->col_group_rows, static_cast<cudaStream_t>(a->stream),
+                                     int(a->amax_given), a->amax_out);
 }
 
 // Zero the rows of a grouped GEMM's output [rows, row_bytes] past the groups (see abi.h); any dtype.

@@ -72,6 +72,32 @@ def check_amax(amax, scaling: str, M: int, device: torch.device) -> None:
         raise ValueError(f"'amax' is on {amax.device} but 'x' is on {device}")
 
 
+def check_delayed_amax(amax, amax_out, scaling: str, shape: tuple, device: torch.device) -> None:
+    """FP8 delayed scaling's amaxes (scaling "tensor" only): `amax`, the amax to scale from, and `amax_out`, which
+    receives max|x| (per group where shape is [G]); each None or a float32 tensor of `shape` on x's device,
+    amax_out contiguous and apart from amax (the quantizer zeroes it before it reads amax)."""
+    if amax is None and amax_out is None:
+        return
+    if scaling != "tensor":
+        raise ValueError(f"'amax' / 'amax_out' (FP8 delayed scaling) take scaling='tensor', got {scaling!r}")
+    for name, t in (("amax", amax), ("amax_out", amax_out)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"'{name}' must be a torch.Tensor or None, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"'{name}' must be float32, got {t.dtype}")
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"'{name}' must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"'{name}' is on {t.device} but 'x' is on {device}")
+        if not t.is_contiguous():
+            raise ValueError(f"'{name}' must be contiguous")
+    if amax is not None and amax_out is not None and amax.untyped_storage().data_ptr() == \
+            amax_out.untyped_storage().data_ptr():
+        raise ValueError("'amax_out' must not share memory with 'amax' (it is zeroed before 'amax' is read)")
+
+
 def check_amax_used(scaling: str, rowwise: bool, columnwise: bool, rht: bool) -> None:
     """A given amax must feed some copy: the rowwise one, or the columnwise one when it shares the
     rowwise amax (scaling "tensor" without rht)."""

@@ -13,7 +13,7 @@ Conventions shared with the kernels:
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -45,7 +45,8 @@ def _host_bounds(offsets: torch.Tensor, T: int):
 
 
 def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
-                         rowwise: bool = True, columnwise: bool = False) -> GroupedFP8Tensor:
+                         rowwise: bool = True, columnwise: bool = False, amax: Optional[torch.Tensor] = None,
+                         amax_out: Optional[torch.Tensor] = None) -> GroupedFP8Tensor:
     """Grouped FP8 e4m3 current scaling (docs/numerics.md section 7), one loop iteration per group.
 
     x: [T, K] bf16/fp16/fp32, rows sorted by group; offsets int32 [G] cumulative row ends.
@@ -53,16 +54,24 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
     column of x within each group (columnwise).
     Rowwise: data [T, K], scale_inv [G] or [T]. Columnwise (wgrad layout): data [K, W],
     W = wgrad_width(T, G), group g's rows as columns [p_g, p_g + m_g), zero padding;
-    scale_inv [G] or [G, K].
+    scale_inv [G] or [G, K]. Delayed scaling ("tensor" only): a given `amax` [G] replaces the
+    groups' own (values beyond it saturate to +-448); `amax_out` [G] fp32 receives each group's
+    max|x| (0 for an empty group).
     """
     T, K, G = _check_grouped(x, offsets)
     check_scaling(scaling)
     _check_copies(rowwise, columnwise)
+    if (amax is not None or amax_out is not None) and scaling != "tensor":
+        raise ValueError("'amax' / 'amax_out' (delayed scaling) take scaling='tensor'")
     x32 = x.to(_F32).contiguous()
     starts, ends = _host_bounds(offsets, T)
     last = ends[-1]
     tensor = scaling == "tensor"
     g_amax = torch.stack([_abs_amax(x32[s:e]) for s, e in zip(starts, ends)]) if tensor else None
+    if amax_out is not None:
+        amax_out.copy_(g_amax)
+    if amax is not None:
+        g_amax = amax.to(_F32)
     e4m3 = torch.float8_e4m3fn
 
     data = scale_inv = None
@@ -227,13 +236,16 @@ def _stacked_offsets(w: torch.Tensor) -> torch.Tensor:
     return layout.stacked_offsets(E, N, w.device)
 
 
-def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedFP8Tensor:
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False,
+                         amax: Optional[torch.Tensor] = None, amax_out: Optional[torch.Tensor] = None) -> GroupedFP8Tensor:
     """Stacked expert weights w [E, N, K] as E independent FP8 tensors: data [E*N, K]
     (view as [E, N, K]), scale_inv [E] ("tensor") or [E*N] ("token": per output channel);
-    columnwise=True: also the wgrad-layout copy of the E groups of N rows."""
+    columnwise=True: also the wgrad-layout copy of the E groups of N rows. amax / amax_out [E]:
+    delayed scaling, as quantize_fp8_grouped."""
     offsets = _stacked_offsets(w)
     E, N, K = w.shape
-    t = quantize_fp8_grouped(w.reshape(E * N, K), offsets, scaling=scaling, columnwise=columnwise)
+    t = quantize_fp8_grouped(w.reshape(E * N, K), offsets, scaling=scaling, columnwise=columnwise, amax=amax,
+                             amax_out=amax_out)
     t.group_rows = N
     return t
 

@@ -18,7 +18,7 @@ from .numerics import (_F32, _ONE_OVER_448, _ONE_SIXTH, _abs_amax, _as_f32, _che
                        rht16_columnwise, sr_bits)
 
 __all__ = ["nvfp4_global_scale", "quantize_nvfp4", "dequantize_nvfp4", "quantize_fp8", "dequantize_fp8",
-           "quantize_mxfp8", "dequantize_mxfp8"]
+           "fp8_scale_inv", "quantize_mxfp8", "dequantize_mxfp8"]
 
 
 def _check_copies(rowwise: bool, columnwise: bool) -> None:
@@ -144,31 +144,45 @@ def _fp8_scale(amax: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return scale, _div(1.0, scale)
 
 
-def _fp8_rows(x: torch.Tensor, scaling: str):
-    amax = _abs_amax(x) if scaling == "tensor" else _abs_amax(x, dim=1)
+def fp8_scale_inv(amax: torch.Tensor) -> torch.Tensor:
+    """The FP8 decode scale (scale_inv) of an amax: fl(1 / fl(448 / amax)), 1 for amax 0, Inf or NaN."""
+    return _fp8_scale(amax.to(_F32))[1]
+
+
+def _fp8_rows(x: torch.Tensor, scaling: str, amax: Optional[torch.Tensor] = None):
+    if amax is None:
+        amax = _abs_amax(x) if scaling == "tensor" else _abs_amax(x, dim=1)
     scale, scale_inv = _fp8_scale(amax)
     scale_b = scale if scaling == "tensor" else scale[:, None]
     return e4m3_satfinite(x * scale_b), scale_inv
 
 
 def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
-                 columnwise: bool = False) -> FP8Tensor:
+                 columnwise: bool = False, amax: Optional[torch.Tensor] = None,
+                 amax_out: Optional[torch.Tensor] = None) -> FP8Tensor:
     """FP8 e4m3 current scaling (docs/numerics.md section 7).
 
     x: bf16/fp16/fp32 [M, K], any strides. scaling "tensor": one amax over x (both copies
     share it); "token": per row of x for the rowwise copy, per column of x for the
     columnwise one. data = e4m3_satfinite(fl(x * scale)), scale_inv = fl(1 / scale).
+    Delayed scaling ("tensor" only): a given 0-d `amax` replaces x's own (values beyond it
+    saturate to +-448); `amax_out` (0-d fp32) receives max|x| (NaN if x holds one).
     Returns an FP8Tensor (data float8_e4m3fn [M, K], scale_inv fp32 0-d or [M]);
     rowwise=False leaves data/scale_inv None, columnwise=True sets `.columnwise` (x.T).
     """
     _check_matrix(x, "x")
     check_scaling(scaling)
     _check_copies(rowwise, columnwise)
+    if (amax is not None or amax_out is not None) and scaling != "tensor":
+        raise ValueError("'amax' / 'amax_out' (delayed scaling) take scaling='tensor'")
     x32 = x.to(_F32).contiguous()
-    data, scale_inv = _fp8_rows(x32, scaling) if rowwise else (None, None)
+    if amax_out is not None:
+        amax_out.copy_(_abs_amax(x32))
+    given = None if amax is None else amax.to(_F32)
+    data, scale_inv = _fp8_rows(x32, scaling, given) if rowwise else (None, None)
     col = None
     if columnwise:
-        col = FP8Tensor(*_fp8_rows(x32.t().contiguous(), scaling), scaling, x.dtype)
+        col = FP8Tensor(*_fp8_rows(x32.t().contiguous(), scaling, given), scaling, x.dtype)
     return FP8Tensor(data, scale_inv, scaling, x.dtype, columnwise=col)
 
 

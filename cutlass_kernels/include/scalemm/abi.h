@@ -293,7 +293,9 @@ struct QuantizeNvfp4Args {
 };
 
 // FP8 e4m3 with current scaling: an amax pass into amax_row / amax_col (per row / per column
-// when *_token, else 0-d; the two may be one buffer), then the copies.
+// when *_token, else 0-d; the two may be one buffer), then the copies. Delayed scaling (tensor
+// scaling only): amax_given = 1 and amax_row = amax_col = the given 0-d amax: no amax pass, and the
+// copies' pass writes max|x| into amax_out (zeroed first; or null).
 struct QuantizeFp8Args {
   void const* x;              // [m, k]
   int64_t m;
@@ -306,6 +308,8 @@ struct QuantizeFp8Args {
   float* scale_inv_col;       // 0-d or [k]
   float* amax_col;            // amax scratch of the columnwise copy, 0-d or [k]
   int64_t col_token;
+  int64_t amax_given;         // 1: amax_row (= amax_col, 0-d) is the amax to scale from (delayed scaling)
+  float* amax_out;            // 0-d max|x| written by the quantize pass (amax_given only), or null
   void* stream;               // cudaStream_t
 };
 
@@ -348,6 +352,8 @@ struct QuantizeFp8GroupedArgs {
   int64_t col_group_rows;     // 0: q_col in the wgrad layout. n > 0 (every group n rows, n % 16 == 0, w = tokens =
                               // groups * n: stacked weights [groups, n, k]): q_col is [groups * k, n] instead, group
                               // g's transpose at rows g * k (stacked W^T, the dgrad operand)
+  int64_t amax_given;         // 1 (token = 0): g_amax is the per-group amax to scale from (delayed scaling): no stats pass
+  float* amax_out;            // [groups] per-group max|x| written by the quantize pass (amax_given only), or null
   void* stream;               // cudaStream_t
 };
 

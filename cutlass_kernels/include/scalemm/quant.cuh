@@ -161,7 +161,16 @@ struct TileParams {
   int64_t rp_col, cp_col;
   uint64_t seed, offset;  // stochastic rounding
   const uint64_t* seed_device;  // or null: sr_seed / sr_offset
+  float* amax_out;  // FP8 delayed scaling: max|x| of the tile's elements (atomic maximum, 0-d), or null
 };
+
+// Delayed scaling: the maximum of m over the lanes with the same key, atomically into out[key] by the first of them
+// (lanes with key < 0 take no part; every lane of the warp calls it). One atomic per warp and key.
+__device__ __forceinline__ void warp_amax_into(float* out, int key, float m) {
+  const unsigned peers = __match_any_sync(kFullMask, key);
+  const unsigned bits = __reduce_max_sync(peers, __float_as_uint(m) & 0x7fffffffu);
+  if (key >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) atomic_max_nonneg(out + key, __uint_as_float(bits));
+}
 
 // fp32 index of element (r, c) of the 128 x 64 shared tile: 16 rows of 16-byte chunks, the
 // chunk index XOR-swizzled so that both phases are bank-conflict-free:
@@ -391,6 +400,8 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
     const int rl = r4 + 64 * i;
     if constexpr (ROW) quantize_row_block<F, SR>(p, v, m0 + rl, col, blk, k0, tk == 0, g_row);
     if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    if constexpr (F == Format::kFP8)  // delayed scaling (uniform branch); elements past M or K were loaded as zeros
+      if (p.amax_out != nullptr) warp_amax_into(p.amax_out, 0, absmax_nan<16>(v));
   }
   if constexpr (COL) {
     __syncthreads();
@@ -666,15 +677,20 @@ int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s
             : launch_tiles_rc<Format::kNVFP4, T, false, false>(p, stream);
 }
 
+// amax_out (tensor scaling; delayed scaling's amax of x): zeroed here, then max|x| by the copies' pass; or null.
 template <typename T>
 int launch_fp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, float* scale_inv_row, const float* amax_row,
                int row_token, uint8_t* q_col, float* scale_inv_col, const float* amax_col, int col_token,
-               cudaStream_t stream) {
+               cudaStream_t stream, float* amax_out = nullptr) {
   if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
+  if (amax_out && (row_token || col_token)) return static_cast<int>(cudaErrorInvalidValue);
+  if (amax_out)
+    if (const cudaError_t err = cudaMemsetAsync(amax_out, 0, sizeof(float), stream)) return static_cast<int>(err);
   TileParams p{};
   p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kFP8, K, q_col != nullptr);
   p.q_row = q_row, p.g_row = scale_inv_row, p.amax_row = amax_row, p.row_token = row_token;
   p.q_col = q_col, p.g_col = scale_inv_col, p.amax_col = amax_col, p.col_token = col_token;
+  p.amax_out = amax_out;
   return launch_tiles_rc<Format::kFP8, T, false, false>(p, stream);
 }
 

@@ -365,6 +365,7 @@ struct GQuantParams {
   int64_t n_g_col;
   uint64_t seed, offset;  // NVFP4 stochastic rounding of the rowwise copy ([T, K] element order)
   const uint64_t* seed_device;  // or null: sr_seed / sr_offset
+  float* amax_out;  // FP8 delayed scaling: [G] per-group max|x| (atomic maxima), or null
 };
 
 template <Format F>
@@ -487,6 +488,8 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     const int rl = r4 + 64 * i;
     if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
     if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    if constexpr (F == Format::kFP8)  // delayed scaling (uniform branch); rows in no group and columns past K are zeros
+      if (p.amax_out != nullptr) warp_amax_into(p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
   }
   if constexpr (COL) {
     __syncthreads();
@@ -766,22 +769,28 @@ inline constexpr int kBadArgs = static_cast<int>(cudaErrorInvalidValue);
 // FP8: rowwise [T, K] (q_row) and/or the wgrad-layout columnwise copy [K, W] (q_col).
 // token: amax per row (rowwise) and per (group, column) (columnwise); else per group.
 // col_group_rows = n > 0: q_col is stacked W^T [G * K, n] (every group n rows: T = W = G * n, n % 16 == 0).
+// amax_given (token = 0, delayed scaling): g_amax holds the amax to scale from (no stats pass); amax_out [G], or null,
+// is zeroed, then receives each group's max|x| from the quantize pass.
 template <typename T>
 int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
                        float* g_amax, float* row_amax, float* gcol_amax, uint8_t* q_row, float* sinv_row,
-                       uint8_t* q_col, int64_t W, float* sinv_col, int64_t col_group_rows, cudaStream_t stream) {
+                       uint8_t* q_col, int64_t W, float* sinv_col, int64_t col_group_rows, cudaStream_t stream,
+                       int amax_given = 0, float* amax_out = nullptr) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || (q_col && W % 16 != 0)) return kBadArgs;
   if (col_group_rows && (!q_col || col_group_rows % 16 != 0 || W != G * col_group_rows || T_ != W)) return kBadArgs;
+  if ((amax_given && (token || !g_amax)) || (amax_out && !amax_given)) return kBadArgs;
   if (token && !q_col)  // per-token rows: one kernel (quantize_rows_kernel); no group table, no stats pass, and
     // row_amax only if given (the kernel keeps each row's amax in registers; null: not written)
     return launch_fp8_token_rows<T>(x, T_, K, q_row, sinv_row, row_amax, stream, offsets, G);
   if (!table || (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax)) return kBadArgs;
-  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token ? nullptr : g_amax,
+  int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token || amax_given ? nullptr : g_amax,
                                       token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
                                       stream);
+  if (!err) err = memset_f32(amax_out, G, stream);
   if (err) return err;
   const Table tb = make_table(table, G);
   GQuantParams p{};
+  p.amax_out = amax_out;
   p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
   p.q_row = q_row, p.amax_row = token ? row_amax : g_amax, p.row_token = token;
   p.q_col = q_col, p.W = W, p.col_group_rows = col_group_rows, p.amax_col = token ? gcol_amax : g_amax;
