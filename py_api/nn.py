@@ -21,7 +21,7 @@ from .formats.base import version
 from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
 from .quantize import quantize_fp8, quantize_nvfp4
-from .recipes import FP8Rowwise, Recipe, check_recipe, from_key
+from .recipes import ROLES, FP8Rowwise, Recipe, check_recipe, from_key
 
 __all__ = ["FP8Linear", "NVFP4Linear", "Linear", "GroupedLinear", "convert", "convert_for_inference", "ConvertReport", "linear_eligibility"]
 
@@ -451,6 +451,36 @@ class _RecipeLayer:
         self._n = None if recipe is None else training.field_count(recipe, grouped=self._GROUPED)
         if hasattr(self, "_wcache"):
             self._wcache.clear()
+        for role in ROLES:  # FP8DelayedScaling's histories belong to the recipe they were kept for
+            self._buffers.pop(f"amax_history_{role}", None)
+        self._amax_seeded = set()
+
+    @property
+    def _delayed(self):
+        """self under FP8DelayedScaling (the amax histories' owner, passed to the autograd Functions), else None."""
+        return self if self._recipe is not None and self._recipe.amax_history() else None
+
+    def _amax_history(self, role: str) -> torch.Tensor:
+        """The FP8DelayedScaling amax history of `role`: the non-persistent buffer amax_history_<role>, fp32 [H]
+        (Linear) or [H, num_experts] (GroupedLinear), made (zeros, not seeded) on the weight's device when it is
+        missing or elsewhere (a layer built on the meta device)."""
+        name = f"amax_history_{role}"
+        shape = (self._recipe.amax_history(),) + ((self.num_experts,) if self._GROUPED else ())
+        h = self._buffers.get(name)
+        if h is None or tuple(h.shape) != shape or h.device != self.weight.device:
+            h = torch.zeros(shape, dtype=torch.float32, device=self.weight.device)
+            self.register_buffer(name, h, persistent=False)
+            self._amax_seeded.discard(role)
+        return h
+
+    def _delayed_quantize(self, role: str, call):
+        """call(history, seeded) on this layer's amax history of `role` (training.delayed); seeded after it."""
+        if torch.compiler.is_compiling():
+            raise RuntimeError(f"scalemm.nn.{self._where()}: FP8DelayedScaling does not run under torch.compile (its "
+                               "histories are seeded on the first call, which is host state); use FP8Tensorwise there")
+        out = call(self._amax_history(role), role in self._amax_seeded)
+        self._amax_seeded.add(role)
+        return out
 
     def _apply(self, fn, recurse=True):
         self._wcache.clear()  # a device move or cast makes new weights
@@ -477,6 +507,24 @@ def _check_prepared(where, needed, prepared):
                                "prepared; run the forward with grad enabled")
 
 
+def _train_quantize(delayed, x2, key, role, rowwise, columnwise) -> list:
+    """The flat copies of x2 [M, K] for `role`: the custom op, or under FP8DelayedScaling (delayed: the layer) the
+    quantizer with the layer's amax history of the role."""
+    if delayed is None:
+        return torch.ops.scalemm.train_quantize(x2, key, role, rowwise, columnwise)
+    return training.flatten(delayed._delayed_quantize(role, lambda h, seeded: training.quantize(
+        x2, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, seeded=seeded)))
+
+
+def _train_quantize_grouped(delayed, x, offsets, key, role, rowwise, columnwise) -> list:
+    """_train_quantize's grouped form (x [T, K] sorted by expert)."""
+    if delayed is None:
+        return torch.ops.scalemm.train_quantize_grouped(x, offsets, key, role, rowwise, columnwise)
+    return training.flatten(delayed._delayed_quantize(role, lambda h, seeded: training.quantize_grouped(
+        x, offsets, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, seeded=seeded)),
+        grouped=True)
+
+
 class _LinearFn(torch.autograd.Function):
     """y = x W^T + b with the recipe's quantized GEMMs. Inputs: x2 [M, K], the master weight and
     bias (for their gradients), the recipe key and its tensors per copy (training.field_count),
@@ -485,20 +533,19 @@ class _LinearFn(torch.autograd.Function):
     (dgrad); autograd frees them after backward."""
 
     @staticmethod
-    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, fusing, *wq):
+    def forward(ctx, x2, weight, bias, key, n, need_dx, need_dw, fusing, delayed, *wq):
         M = x2.shape[0]
         # the columnwise copy needs M % 16: pad with zero rows (they change no amax and add 0 to dW)
         Mp = layout.round_up(M, training.TOKEN_ALIGN) if need_dw else M
         xp = torch.nn.functional.pad(x2, (0, 0, 0, Mp - M)) if Mp != M else x2.contiguous()
-        x_row, x_col = training.split(torch.ops.scalemm.train_quantize(xp, key, "input", True, need_dw), n, True,
-                                      need_dw)
+        x_row, x_col = training.split(_train_quantize(delayed, xp, key, "input", True, need_dw), n, True, need_dw)
         w_row, w_col = training.split(wq, n, True, need_dx)
         b = None if bias is None else bias.to(x2.dtype)
         y = torch.ops.scalemm.train_gemm("fprop", x_row, w_row, b, key, x2.dtype)
         ctx.save_for_backward(*(x_col or []), *(w_col if need_dx else []))
         ctx.key, ctx.n, ctx.M, ctx.Mp, ctx.n_wq, ctx.prepared = key, n, M, Mp, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x2.dtype, weight.dtype, None if bias is None else bias.dtype)
-        ctx.fusing = fusing
+        ctx.fusing, ctx.delayed = fusing, delayed
         return y[:M] if Mp != M else y
 
     @staticmethod
@@ -517,8 +564,8 @@ class _LinearFn(torch.autograd.Function):
         if need_dx or need_dw:
             M, Mp = ctx.M, ctx.Mp
             dyp = torch.nn.functional.pad(dy, (0, 0, 0, Mp - M)) if Mp != M else dy
-            d_row, d_col = training.split(torch.ops.scalemm.train_quantize(dyp, ctx.key, "grad", need_dx, need_dw),
-                                          n, need_dx, need_dw)
+            d_row, d_col = training.split(_train_quantize(ctx.delayed, dyp, ctx.key, "grad", need_dx, need_dw), n,
+                                          need_dx, need_dw)
             if need_dx:
                 dx = torch.ops.scalemm.train_gemm("dgrad", d_row, w_col, None, ctx.key, x_dtype)
                 dx = dx[:M] if Mp != M else dx
@@ -528,7 +575,7 @@ class _LinearFn(torch.autograd.Function):
                     training.gemm("wgrad", d_col, x_col, from_key(ctx.key), out_dtype=w_dtype, accumulate_into=into)
                 else:
                     dw = torch.ops.scalemm.train_gemm("wgrad", d_col, x_col, None, ctx.key, w_dtype)
-        return (dx, dw, db, None, None, None, None, None) + (None,) * ctx.n_wq
+        return (dx, dw, db, None, None, None, None, None, None) + (None,) * ctx.n_wq
 
 
 class Linear(_RecipeLayer, torch.nn.Linear):
@@ -593,7 +640,7 @@ class Linear(_RecipeLayer, torch.nn.Linear):
         w = self.weight
 
         def make(col):
-            return list(torch.ops.scalemm.train_quantize(w.detach(), key, "weight", True, col))
+            return list(_train_quantize(self._delayed, w.detach(), key, "weight", True, col))
         if not self.cache_weight:
             return make(columnwise)
         tensors = self._wcache.get(w, key, columnwise, make)
@@ -609,7 +656,7 @@ class Linear(_RecipeLayer, torch.nn.Linear):
         need_dx, need_dw = _needs(x, self.weight)
         wq = self._weight_copies(columnwise=need_dx)
         y = _LinearFn.apply(x2, self.weight, self.bias, self._key, self._n, need_dx, need_dw, _fusing(self, need_dw),
-                            *wq)
+                            self._delayed, *wq)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -621,10 +668,10 @@ class _GroupedLinearFn(torch.autograd.Function):
     wq holds W's stacked copy and, when need_dx, the stacked copy of W^T (dgrad)."""
 
     @staticmethod
-    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, fusing, *wq):
+    def forward(ctx, x, offsets, weight, bias, key, n, need_dx, need_dw, fusing, delayed, *wq):
         T = x.shape[0]
         x = x.contiguous()
-        xq = torch.ops.scalemm.train_quantize_grouped(x, offsets, key, "input", True, need_dw)
+        xq = _train_quantize_grouped(delayed, x, offsets, key, "input", True, need_dw)
         x_row, x_col = training.split(xq, n, True, need_dw)
         w_s, w_t = training.split(wq, n, True, need_dx)
         b = None if bias is None else bias.to(x.dtype)
@@ -632,7 +679,7 @@ class _GroupedLinearFn(torch.autograd.Function):
         ctx.save_for_backward(offsets, *(x_col or []), *(w_t if need_dx else []))
         ctx.key, ctx.n, ctx.T, ctx.n_wq, ctx.prepared = key, n, T, len(wq), (need_dx, need_dw)
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        ctx.fusing = fusing
+        ctx.fusing, ctx.delayed = fusing, delayed
         return y
 
     @staticmethod
@@ -650,7 +697,7 @@ class _GroupedLinearFn(torch.autograd.Function):
         if need_db:
             db = _group_sums(dy, offsets).to(b_dtype)
         if need_dx or need_dw:
-            dq = torch.ops.scalemm.train_quantize_grouped(dy, offsets, ctx.key, "grad", need_dx, need_dw)
+            dq = _train_quantize_grouped(ctx.delayed, dy, offsets, ctx.key, "grad", need_dx, need_dw)
             d_row, d_col = training.split(dq, n, need_dx, need_dw)
             if need_dx:
                 dx = torch.ops.scalemm.train_grouped_gemm("dgrad", d_row, w_t, offsets, None, ctx.key, x_dtype, T)
@@ -661,7 +708,7 @@ class _GroupedLinearFn(torch.autograd.Function):
                                           out_dtype=w_dtype, accumulate_into=into)
                 else:
                     dw = torch.ops.scalemm.train_grouped_gemm("wgrad", d_col, x_col, offsets, None, ctx.key, w_dtype, T)
-        return (dx, None, dw, db, None, None, None, None, None) + (None,) * ctx.n_wq
+        return (dx, None, dw, db, None, None, None, None, None, None) + (None,) * ctx.n_wq
 
 
 def _fusing(layer, need_dw):
@@ -800,6 +847,14 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
 
         def make(t):
             wd = w.detach()
+            if self._delayed is not None:  # FP8DelayedScaling: the weight's amax history [H, num_experts]
+                recipe = self._recipe
+                if t:
+                    return self._delayed_quantize("weight", lambda h, seeded: [
+                        f for q in training.quantize_stacked_pair(wd, recipe, history=h, seeded=seeded)
+                        for f in training.flatten(q, grouped=True)])
+                return training.flatten(self._delayed_quantize("weight", lambda h, seeded: training.quantize_stacked(
+                    wd, recipe, history=h, seeded=seeded)), grouped=True)
             if t:  # both copies, from one pass over w where the recipe allows (training.quantize_stacked_pair)
                 return list(torch.ops.scalemm.train_quantize_stacked_pair(wd, key))
             return list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))
@@ -826,7 +881,7 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
         need_dx, need_dw = _needs(x, self.weight)
         wq = self._weight_copies(transposed=need_dx)
         return _GroupedLinearFn.apply(x, offsets, self.weight, self.bias, self._key, self._n, need_dx, need_dw,
-                                      _fusing(self, need_dw), *wq)
+                                      _fusing(self, need_dw), self._delayed, *wq)
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, out_features={self.out_features}, "

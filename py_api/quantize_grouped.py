@@ -386,7 +386,8 @@ def _check_stacked(w, block: int, scaling):
     return w2, offsets
 
 
-def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False) -> GroupedFP8Tensor:
+def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise: bool = False,
+                         amax: Optional[torch.Tensor] = None, amax_out: Optional[torch.Tensor] = None) -> GroupedFP8Tensor:
     """Stacked expert weights w [E, N, K] as E independent FP8 tensors, one launch sequence.
 
     scaling "tensor": one scale per expert; "token": one per output channel (row of each expert).
@@ -394,14 +395,17 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise
     scalemm.grouped_gemm takes as b), scale_inv [E] or [E*N] (view(E, N) for scale_b).
     columnwise=True: also the wgrad-layout copy of the E groups of N rows (as quantize_fp8_grouped's),
     from the same pass over w: per (expert, input channel) scales, what w^T's rows need.
+    amax / amax_out [E] (scaling "tensor"): delayed scaling per expert, as quantize_fp8_grouped's.
     """
     w2, offsets = _check_stacked(w, 16, scaling)
     _q._check_bool(columnwise, "columnwise")
     E, N, _ = w.shape
+    check_delayed_amax(amax, amax_out, scaling, (E,), w.device)
     if w2.device.type == "cuda":
         with _q._on_device(w.device):
-            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, columnwise, group_rows=N)
-    return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise)
+            return _fp8_grouped_cuda(w2, offsets, E, scaling, True, columnwise, group_rows=N, amax=amax,
+                                     amax_out=amax_out)
+    return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise, amax=amax, amax_out=amax_out)
 
 
 def quantize_fp8_stacked_pair(w: torch.Tensor, *, scaling: str = "tensor", amax: Optional[torch.Tensor] = None,

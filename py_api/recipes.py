@@ -17,6 +17,8 @@ into a string key for the custom ops (`key()` / `from_key()`).
   FP8Tensorwise  e4m3 with current scaling, one scale per tensor for x, W and dy.
   FP8Rowwise     e4m3 with current scaling: x per token, W per output channel, dy per token; their
                  columnwise copies per column (channel).
+  FP8DelayedScaling  e4m3, one scale per tensor from the layer's amax history of that operand
+                 (one pass per quantization instead of two).
   NVFP4          e2m1 codes, e4m3 scales per 16 elements, fp32 global scale: x per tensor (or per
                  token), W per output channel, dy per tensor (or per token) with stochastic rounding;
                  RHT on the wgrad copies of x and dy.
@@ -42,7 +44,7 @@ from typing import ClassVar
 
 from .formats import SCALINGS
 
-__all__ = ["GemmOptions", "Recipe", "FP8Tensorwise", "FP8Rowwise", "NVFP4", "ROLES", "GEMMS", "from_key", "check_recipe"]
+__all__ = ["GemmOptions", "Recipe", "FP8Tensorwise", "FP8Rowwise", "FP8DelayedScaling", "NVFP4", "ROLES", "GEMMS", "from_key", "check_recipe"]
 
 ROLES = ("input", "weight", "grad")  # x, W, dy
 GEMMS = ("fprop", "dgrad", "wgrad")
@@ -85,6 +87,10 @@ class Recipe:
     def stochastic_rounding(self, role: str) -> bool:
         _check_role(role)
         return False
+
+    def amax_history(self) -> int:
+        """Delayed scaling's history length (FP8DelayedScaling), 0 for current scaling."""
+        return 0
 
     def gemm(self, name: str) -> GemmOptions:
         if name not in GEMMS:
@@ -153,6 +159,31 @@ class FP8Rowwise(_FP8Recipe):
 
 
 @dataclass(frozen=True)
+class FP8DelayedScaling(_FP8Recipe):
+    """FP8 e4m3 with delayed scaling (TransformerEngine's DelayedScaling, amax_compute_algo "max"):
+    one scale per tensor for x, W and dy (per expert group / per expert in grouped layers), taken
+    from the largest amax of the last `amax_history_len` quantizations of that operand in that
+    layer instead of the tensor's own. So each quantization is one pass over the tensor (current
+    scaling reads it twice: the amax, then the copies), which also records the tensor's amax in the
+    history. Values beyond the history's amax saturate to +-448. A layer's first quantization of
+    each operand uses current scaling (it seeds the history); an expert group whose history holds
+    only zeros (no tokens yet) is quantized with scale 1, as in TE. Accumulation as FP8Tensorwise.
+    The histories are non-persistent buffers of the layer (not in its state dict). Not under
+    torch.compile (the first-call seeding is host state)."""
+    _scaling: ClassVar[str] = "tensor"
+    amax_history_len: int = 1024
+
+    def __post_init__(self):
+        super().__post_init__()
+        n = self.amax_history_len
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"FP8DelayedScaling: 'amax_history_len' must be a positive int, got {n!r}")
+
+    def amax_history(self) -> int:
+        return self.amax_history_len
+
+
+@dataclass(frozen=True)
 class NVFP4(Recipe):
     """NVFP4 (TransformerEngine-style, see the module notes).
 
@@ -197,7 +228,7 @@ class NVFP4(Recipe):
         return self.grad_stochastic_rounding and role == "grad"
 
 
-_RECIPES = {cls.__name__: cls for cls in (FP8Tensorwise, FP8Rowwise, NVFP4)}
+_RECIPES = {cls.__name__: cls for cls in (FP8Tensorwise, FP8Rowwise, FP8DelayedScaling, NVFP4)}
 
 
 def check_recipe(recipe, where: str = "recipe") -> Recipe:

@@ -103,10 +103,26 @@ def flatten(q, grouped: bool = False) -> list:
 # dense operands (scalemm.nn.Linear)
 # ---------------------------------------------------------------------------
 
-def quantize(x2: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True, columnwise: bool = False):
+def delayed(history: torch.Tensor, seeded: bool, quantize_call):
+    """FP8 delayed scaling (recipes.FP8DelayedScaling) around one quantizer call: quantize_call(amax, amax_out) with
+    amax the history's maximum over its rows (None while not seeded: current scaling, which seeds it), amax_out a
+    new buffer that receives the tensor's amax; the history then moves down one row with that amax on top.
+    history: fp32 [H] (0-d amaxes) or [H, G] (per group). Device ops only (CUDA-graph capturable)."""
+    cur = torch.empty_like(history[0])
+    q = quantize_call(history.amax(0) if seeded else None, cur)
+    history.copy_(torch.cat((cur[None], history[:-1])))
+    return q
+
+
+def quantize(x2: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True, columnwise: bool = False,
+             history: Optional[torch.Tensor] = None, seeded: bool = True):
     """x2 [M, K] quantized as `role` says (scaling, RHT on the columnwise copy, stochastic rounding):
-    one quantizer call for both copies."""
+    one quantizer call for both copies. history / seeded: the layer's amax history of this role
+    (FP8DelayedScaling; fp32 [H]) and whether it holds an amax yet (see `delayed`)."""
     scaling = recipe.scaling(role)
+    if history is not None:
+        return delayed(history, seeded, lambda amax, out: quantize_fp8(
+            x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
     return quantize_nvfp4(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
@@ -176,10 +192,13 @@ def accumulating_wgrad_tree(out_dtype: torch.dtype):
 # ---------------------------------------------------------------------------
 
 def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True,
-                     columnwise: bool = False):
+                     columnwise: bool = False, history: Optional[torch.Tensor] = None, seeded: bool = True):
     """x [T, K] (rows sorted by expert) quantized per group: the rows copy and the wgrad copy
-    (columnwise, in the wgrad layout) from one quantizer call."""
+    (columnwise, in the wgrad layout) from one quantizer call. history [H, G] / seeded: as `quantize`."""
     scaling = recipe.scaling(role)
+    if history is not None:
+        return delayed(history, seeded, lambda amax, out: quantize_fp8_grouped(
+            x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
     return quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
@@ -187,13 +206,17 @@ def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, rol
                                   stochastic_rounding=recipe.stochastic_rounding(role))
 
 
-def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = False):
+def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = False,
+                     history: Optional[torch.Tensor] = None, seeded: bool = True):
     """Stacked expert weights w [E, N, K] (transposed=False: the fprop operand) or w^T [E, K, N]
     (transposed=True: the dgrad operand; scalemm's stacked quantizers have no columnwise copy, so
-    this is a second pass over w)."""
+    this is a second pass over w). history [H, E] / seeded: as `quantize`."""
     if transposed:
         w = w.transpose(1, 2).contiguous()
     scaling = recipe.scaling("weight")
+    if history is not None:
+        return delayed(history, seeded, lambda amax, out: quantize_fp8_stacked(w, scaling=scaling, amax=amax,
+                                                                               amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8_stacked(w, scaling=scaling)
     return quantize_nvfp4_stacked(w, scaling=scaling)
@@ -211,7 +234,8 @@ def _experts_to_rows(u8: torch.Tensor, E: int) -> torch.Tensor:
     return v.unflatten(1, (E, -1)).permute(1, 0, 2).reshape(E * K, -1).view(torch.uint8)
 
 
-def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
+def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, history: Optional[torch.Tensor] = None,
+                          seeded: bool = True) -> tuple:
     """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
     pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
     quantizer's columnwise copy holds, per (expert, input channel), scales over that expert's N
@@ -224,6 +248,9 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe) -> tuple:
     if N % 16:
         return quantize_stacked(w, recipe), quantize_stacked(w, recipe, transposed=True)
     scaling = recipe.scaling("weight")
+    if history is not None:  # FP8DelayedScaling (history [H, E]: see `delayed`)
+        return delayed(history, seeded, lambda amax, out: quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax,
+                                                                                    amax_out=out))
     if recipe.format == "fp8":  # the kernel writes W^T's layout itself
         return quantize_fp8_stacked_pair(w, scaling=scaling)
     q = quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)

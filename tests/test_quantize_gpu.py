@@ -412,3 +412,39 @@ def test_misaligned_x_rejected():
     x = base[1:64 * 64 + 1].view(64, 64)  # contiguous, but 2 bytes past an aligned address
     with pytest.raises(ValueError, match="16-byte aligned"):
         sq.quantize_nvfp4(x)
+
+
+# --- FP8 delayed scaling: a given amax, the tensor's amax out of the same pass ---------
+
+@pytest.mark.parametrize("M,K", [(1, 16), (7, 48), (129, 4096), (8192, 7168), (4096, 48)])
+@pytest.mark.parametrize("given", [0.0, 1e-3, 2.5, 1e30, float("inf")])
+@pytest.mark.parametrize("specials", [False, True])
+def test_fp8_delayed(monkeypatch, M, K, given, specials):
+    """A given amax (values beyond it saturate; 0 / Inf give scale 1): the reference's bytes for the rowwise, both and
+    the columnwise copies; amax_out = max|x| (NaN with a NaN in x) from the same pass, over a poisoned buffer."""
+    x = make_input(M, K, seed=M + K, specials=specials)
+    amax = torch.tensor(given, device="cuda")
+    want_out = torch.empty((), device="cuda")
+    copies = [(True, False)] + ([(True, True), (False, True)] if M % 16 == 0 else [])
+    for rowwise, columnwise in copies:
+        kw = dict(rowwise=rowwise, columnwise=columnwise, amax=amax)
+        want = ref.quantize_fp8(x, amax_out=want_out, **kw)
+        outs = []
+
+        def run():
+            outs.append(torch.full((), float("nan"), device="cuda"))
+            return sq.quantize_fp8(x, amax_out=outs[-1], **kw)
+        for got in run_poisoned(monkeypatch, run):
+            assert_fp8_equal(got, want)
+        for out in outs:
+            assert torch.isnan(out).item() == torch.isnan(want_out).item()
+            assert torch.isnan(want_out).item() or torch.equal(out, want_out), (out, want_out)
+
+
+def test_fp8_amax_out_with_current_scaling():
+    """amax=None: amax_out receives the amax current scaling used; the bytes are current scaling's."""
+    x = make_input(256, 512, seed=4)
+    out = torch.empty((), device="cuda")
+    got = sq.quantize_fp8(x, columnwise=True, amax_out=out)
+    assert_fp8_equal(got, ref.quantize_fp8(x, columnwise=True))
+    assert torch.equal(out, x.float().abs().amax())

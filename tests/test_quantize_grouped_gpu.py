@@ -481,3 +481,105 @@ def test_fprop_gemm_from_rowwise():
         s, e = (ends[g - 1] if g else 0), ends[g]
         if e > s:
             assert _rel_err(y[s:e], xd[s:e].double() @ wd[g].double().t()) <= 4e-3
+
+
+# ---------------------------------------------------------------------------
+# FP8 delayed scaling: a given amax, the tensor's amax out of the same pass
+# ---------------------------------------------------------------------------
+
+def _assert_amax(got, want, what):
+    """amax outputs: equal, NaN where the reference has NaN (payloads unspecified)."""
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), what
+    ok = ~torch.isnan(want)
+    assert torch.equal(got[ok].cpu(), want[ok].cpu()), (what, got, want)
+
+
+def _delayed_amaxes(G, seed):
+    """Given amaxes per group: below, near and above the data's (saturation both ways), zero (scale 1), inf."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(G, generator=g) * 8
+    a[::5] = 0.0
+    a[1::7] = float("inf")
+    a[2::3] *= 1e-3  # far below: most values saturate to +-448
+    return a.cuda()
+
+
+@pytest.mark.parametrize("G,tokens,K", ROUTINGS)
+@pytest.mark.parametrize("rowwise,columnwise", ROW_COL)
+def test_fp8_grouped_delayed(monkeypatch, G, tokens, K, rowwise, columnwise):
+    """Bit for bit against the reference with the same given amaxes; amax_out = each group's own amax (0 for the
+    empty group), from the quantize pass."""
+    x, offsets = _case(G, tokens, K, seed=11)
+    amax = _delayed_amaxes(G, seed=G)
+    want_out = torch.empty(G, device="cuda")
+    want = ref.quantize_fp8_grouped(x, offsets, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=want_out)
+    outs = []
+
+    def run():
+        out = torch.full((G,), float("nan"), device="cuda")  # poisoned: the launch zeroes it first
+        outs.append(out)
+        return scalemm.quantize_fp8_grouped(x, offsets, rowwise=rowwise, columnwise=columnwise, amax=amax,
+                                            amax_out=out)
+    for got in run_poisoned(monkeypatch, run):
+        assert_grouped_fp8_equal(got, want)
+    for out in outs:
+        _assert_amax(out, want_out, "amax_out")
+
+
+@pytest.mark.parametrize("sizes", [[1], [0, 1, 0, 15, 16, 17, 0, 129, 1, 1, 255, 0], [0, 0, 0, 300], [7] * 40])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fp8_grouped_delayed_edges_specials(sizes, dtype):
+    """Ragged and empty groups, rows past the last group (offsets[-1] < T), NaN / Inf in x: bytes and amax_out as the
+    reference's. With amax=None, amax_out receives the amaxes current scaling used."""
+    counts = torch.tensor(sizes)
+    T = int(counts.sum()) + 5  # 5 rows in no group: they must not reach any group's amax
+    x = make_input(T, 96, dtype, seed=len(sizes), specials=True)
+    x[-5:] = 1e4
+    offsets = offsets_of(counts)
+    G = len(sizes)
+    for amax in (_delayed_amaxes(G, seed=3), None):
+        want_out, out = torch.empty(G, device="cuda"), torch.empty(G, device="cuda")
+        want = ref.quantize_fp8_grouped(x, offsets, columnwise=True, amax=amax, amax_out=want_out)
+        got = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True, amax=amax, amax_out=out)
+        assert_grouped_fp8_equal(got, want)
+        _assert_amax(out, want_out, f"amax_out ({'given' if amax is not None else 'current'})")
+
+
+@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 208, 512), (3, 48, 80)])
+def test_fp8_stacked_delayed(monkeypatch, E, N, K):
+    """Stacked weights and the W / W^T pair with given per-expert amaxes: the reference's bytes; amax_out per expert."""
+    w = make_input(E * N, K, seed=E + N).view(E, N, K)
+    amax = _delayed_amaxes(E, seed=E)
+    want_out = torch.empty(E, device="cuda")
+    want = ref.quantize_fp8_stacked(w, columnwise=True, amax=amax, amax_out=want_out)
+    want_t = ref.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), amax=amax)
+    out = torch.empty(E, device="cuda")
+    assert_grouped_fp8_equal(scalemm.quantize_fp8_stacked(w, columnwise=True, amax=amax, amax_out=out), want)
+    _assert_amax(out, want_out, "stacked amax_out")
+    out = torch.empty(E, device="cuda")
+    got, got_t = scalemm.quantize_fp8_stacked_pair(w, amax=amax, amax_out=out)
+    assert_grouped_fp8_equal(got, ref.quantize_fp8_stacked(w, amax=amax))
+    assert_grouped_fp8_equal(got_t, want_t)
+    _assert_amax(out, want_out, "pair amax_out")
+
+
+def test_fp8_grouped_delayed_in_a_graph():
+    """Captured with one set of offsets and amaxes, replayed with others written into the same buffers."""
+    counts = routing_counts(600, 8, seed=9, empty=(1,))
+    T = int(counts.sum())
+    x = make_input(T, 128, seed=10)
+    offsets = offsets_of(counts)
+    amax = _delayed_amaxes(8, seed=1)
+    out = torch.empty(8, device="cuda")
+    scalemm.quantize_fp8_grouped(x, offsets, columnwise=True, amax=amax, amax_out=out)  # warm-up (kernel load)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got = scalemm.quantize_fp8_grouped(x, offsets, columnwise=True, amax=amax, amax_out=out)
+    offsets.copy_(offsets_of(routing_counts(600, 8, seed=12, empty=(5,))))
+    amax.copy_(_delayed_amaxes(8, seed=2))
+    g.replay()
+    want_out = torch.empty(8, device="cuda")
+    want = ref.quantize_fp8_grouped(x, offsets, columnwise=True, amax=amax, amax_out=want_out)
+    assert_grouped_fp8_equal(got, want)
+    _assert_amax(out, want_out, "replayed amax_out")

@@ -21,7 +21,7 @@ import scalemm
 from scalemm import training
 from scalemm.formats import layout
 from scalemm.nn import ConvertReport, GroupedLinear, Linear, convert, linear_eligibility
-from scalemm.recipes import NVFP4, FP8Rowwise, FP8Tensorwise, GemmOptions, from_key
+from scalemm.recipes import NVFP4, FP8DelayedScaling, FP8Rowwise, FP8Tensorwise, GemmOptions, from_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPES = {"fp8_tensorwise": FP8Tensorwise(), "fp8_rowwise": FP8Rowwise(), "nvfp4": NVFP4(),
@@ -94,15 +94,21 @@ def test_recipe_errors():
 # Linear against the emulated reference
 # ---------------------------------------------------------------------------
 
-def emulated_linear(x2, w, b, dy2, recipe, seed):
+def _history(hist, role):
+    """FP8DelayedScaling: quantizer arguments scaling from a copy of the layer's history of `role` (hist: role ->
+    the history before the step), or none."""
+    return {} if hist is None else dict(history=hist[role].clone(), seeded=True)
+
+
+def emulated_linear(x2, w, b, dy2, recipe, seed, hist=None):
     """(y, dx, dW) of the recipe computed from the same quantized copies the layer makes (padded to
-    16 tokens as the layer pads), dequantized, in fp64."""
+    16 tokens as the layer pads), dequantized, in fp64. hist: see _history."""
     M = x2.shape[0]
     Mp = layout.round_up(M, 16)
-    xq = training.quantize(_pad(x2, Mp), recipe, "input", rowwise=True, columnwise=True)
-    wq = training.quantize(w, recipe, "weight", rowwise=True, columnwise=True)
+    xq = training.quantize(_pad(x2, Mp), recipe, "input", rowwise=True, columnwise=True, **_history(hist, "input"))
+    wq = training.quantize(w, recipe, "weight", rowwise=True, columnwise=True, **_history(hist, "weight"))
     torch.manual_seed(seed)  # the layer's backward draws the stochastic-rounding seed first thing
-    dq = training.quantize(_pad(dy2, Mp), recipe, "grad", rowwise=True, columnwise=True)
+    dq = training.quantize(_pad(dy2, Mp), recipe, "grad", rowwise=True, columnwise=True, **_history(hist, "grad"))
     deq = lambda q: q.dequantize(F64)  # noqa: E731
     y = deq(xq)[:M] @ deq(wq).T + b.to(F64)
     dx = deq(dq)[:M] @ deq(wq.columnwise).T  # dy W, W from its columnwise copy W^T
@@ -433,14 +439,17 @@ def test_decode_wgrad_matches_the_host_dequantization():
 # GroupedLinear
 # ---------------------------------------------------------------------------
 
-def emulated_grouped(x, offsets, w, b, dy, recipe, seed):
-    """(y, dx, dW) from the same quantized copies the layer makes, dequantized, fp64, per expert."""
+def emulated_grouped(x, offsets, w, b, dy, recipe, seed, hist=None):
+    """(y, dx, dW) from the same quantized copies the layer makes, dequantized, fp64, per expert. hist: see
+    _history."""
     E, N, K = w.shape
-    xq = training.quantize_grouped(x, offsets, recipe, "input", rowwise=True, columnwise=True)
-    ws = training.quantize_stacked(w, recipe)
-    wt = training.quantize_stacked(w, recipe, transposed=True)
+    xq = training.quantize_grouped(x, offsets, recipe, "input", rowwise=True, columnwise=True,
+                                   **_history(hist, "input"))
+    ws = training.quantize_stacked(w, recipe, **_history(hist, "weight"))
+    wt = training.quantize_stacked(w, recipe, transposed=True, **_history(hist, "weight"))
     torch.manual_seed(seed)
-    dq = training.quantize_grouped(dy, offsets, recipe, "grad", rowwise=True, columnwise=True)
+    dq = training.quantize_grouped(dy, offsets, recipe, "grad", rowwise=True, columnwise=True,
+                                   **_history(hist, "grad"))
     X, D = xq.dequantize(F64), dq.dequantize(F64)
     Wd, WTd = ws.dequantize(F64).view(E, N, K), wt.dequantize(F64).view(E, K, N)
     nvfp4 = recipe.format == "nvfp4"
@@ -763,3 +772,120 @@ def test_nvfp4_wgrad_kernel_helpers_check_their_arguments():
     with pytest.raises(ValueError, match="qdata must be CUDA uint8"):
         decode_wgrad_blocks_bf16(torch.zeros(4, 16, dtype=torch.uint8), torch.zeros(512, dtype=torch.uint8), blocks,
                                  blocks, blocks)
+
+
+# ---------------------------------------------------------------------------
+# FP8DelayedScaling
+# ---------------------------------------------------------------------------
+
+def _amax(t, offsets=None):
+    """max|t| (fp32), per expert group when offsets are given (0 for an empty group)."""
+    t = t.detach().float()
+    if offsets is None:
+        return t.abs().amax()
+    starts, ends = (v.tolist() for v in layout.group_bounds(offsets, t.shape[0]))
+    return torch.stack([t[s:e].abs().amax() if e > s else t.new_zeros(()) for s, e in zip(starts, ends)])
+
+
+def delayed_scaling_check(device, grouped, tol, dtype=torch.float32):
+    """Four steps of a layer under FP8DelayedScaling(amax_history_len=2), the weight updated in place between steps
+    (so it is quantized again), step 2's x 100x larger than before (its values saturate):
+    - step 0 is FP8Tensorwise's step bit for bit (current scaling seeds each history);
+    - every later step is the emulated reference with each operand scaled from the largest amax of its last two
+      quantizations, within `tol` (accumulation order and the output rounding);
+    - the histories hold exactly those amaxes (per expert group for GroupedLinear), newest first."""
+    torch.manual_seed(0)
+    E, K, N = 4, 64, 48
+    kw = dict(device=device)
+    if grouped:
+        layer = GroupedLinear(E, K, N, bias=True, recipe=FP8DelayedScaling(amax_history_len=2), **kw)
+        twin = GroupedLinear(E, K, N, bias=True, recipe=FP8Tensorwise(), **kw)
+        offsets = torch.tensor([30, 30, 70, 90], dtype=torch.int32, device=device)  # an empty expert, 6 rows past
+    else:
+        layer = Linear(K, N, recipe=FP8DelayedScaling(amax_history_len=2), **kw)
+        twin = Linear(K, N, recipe=FP8Tensorwise(), **kw)
+        offsets = None
+    twin.load_state_dict(layer.state_dict())
+    run = (lambda m, x: m(x, offsets)) if grouped else (lambda m, x: m(x))
+    amaxes = {"input": [], "weight": [], "grad": []}
+    for step in range(4):
+        x = (torch.randn(96, K, device=device) * (100.0 if step == 2 else 1.0)).to(dtype)
+        dy = torch.randn(96, N, device=device, dtype=dtype)
+        hist = None if step == 0 else {r: getattr(layer, f"amax_history_{r}").clone() for r in amaxes}
+        layer.zero_grad()
+        xi = x.clone().requires_grad_()
+        y = run(layer, xi)
+        y.backward(dy)
+        w = layer.weight.detach()
+        amaxes["input"].insert(0, _amax(x, offsets))
+        amaxes["weight"].insert(0, w.float().abs().amax(dim=(1, 2)) if grouped else _amax(w))
+        amaxes["grad"].insert(0, _amax(dy, offsets))
+        if step == 0:
+            twin.zero_grad()
+            xt = x.clone().requires_grad_()
+            run(twin, xt).backward(dy)
+            assert torch.equal(xi.grad, xt.grad) and torch.equal(layer.weight.grad, twin.weight.grad)
+        else:
+            if grouped:
+                ye, dxe, dwe = emulated_grouped(x, offsets, w, layer.bias.detach(), dy, layer.recipe, 0, hist)
+            else:
+                ye, dxe, dwe = emulated_linear(x, w, layer.bias.detach(), dy, layer.recipe, 0, hist)
+            assert rel(y, ye) < tol and rel(xi.grad, dxe) < tol and rel(layer.weight.grad, dwe) < tol, step
+        for role, seen in amaxes.items():
+            h = getattr(layer, f"amax_history_{role}")
+            want = torch.stack((seen + [torch.zeros_like(seen[0])])[:2])
+            assert torch.equal(h, want), (step, role, h, want)
+        with torch.no_grad():
+            layer.weight.mul_(0.5 if step == 1 else 1.1)  # an optimizer step: the weight is quantized again
+    assert torch.isfinite(layer.weight.grad).all()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_delayed_scaling_steps(grouped):
+    delayed_scaling_check("cpu", grouped, tol=1e-5)
+
+
+def test_delayed_scaling_layer_state():
+    """The histories are non-persistent buffers (the state dict stays nn.Linear's), made on the weight's device
+    (also for a layer built on the meta device by from_linear), dropped with the recipe; the recipe refuses a bad
+    history length, round-trips its key, and refuses torch.compile with a clear error."""
+    base = torch.nn.Linear(32, 16)
+    layer = Linear.from_linear(base, FP8DelayedScaling(amax_history_len=3))
+    layer(torch.randn(5, 32)).sum().backward()
+    assert list(layer.state_dict()) == ["weight", "bias"]
+    assert layer.amax_history_input.shape == (3,) and layer.amax_history_input.device.type == "cpu"
+    r = FP8DelayedScaling(amax_history_len=7)
+    assert from_key(r.key()) == r and r.amax_history() == 7 and FP8Tensorwise().amax_history() == 0
+    assert r.scaling("grad") == "tensor" and r.fprop.fast_accum
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="amax_history_len"):
+            FP8DelayedScaling(amax_history_len=bad)
+    layer.recipe = FP8Tensorwise()
+    assert not hasattr(layer, "amax_history_input")
+    layer.recipe = FP8DelayedScaling()
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    with pytest.raises(Exception, match="does not run under torch.compile"):
+        compiled(torch.randn(5, 32))
+
+
+def test_delayed_scaling_quantizer_arguments():
+    """The quantizers' amax / amax_out: tensor scaling only, fp32, the right shape and device, apart."""
+    x = torch.randn(32, 64)
+    offsets = torch.tensor([10, 32], dtype=torch.int32)
+    a = torch.tensor(1.0)
+    with pytest.raises(ValueError, match="take scaling='tensor'"):
+        scalemm.quantize_fp8(x, scaling="token", amax=a)
+    with pytest.raises(TypeError, match="'amax' must be float32"):
+        scalemm.quantize_fp8(x, amax=a.double())
+    with pytest.raises(ValueError, match=r"'amax_out' must have shape \(\)"):
+        scalemm.quantize_fp8(x, amax_out=torch.empty(1))
+    with pytest.raises(ValueError, match=r"'amax' must have shape \(2,\)"):
+        scalemm.quantize_fp8_grouped(x, offsets, amax=a)
+    with pytest.raises(ValueError, match="must not share memory"):
+        buf = torch.ones(4)
+        scalemm.quantize_fp8_grouped(x, offsets, amax=buf[:2], amax_out=buf[2:])
+    out = torch.empty(2)
+    q = scalemm.quantize_fp8_grouped(x, offsets, amax=torch.tensor([0.5, 0.0]), amax_out=out)
+    assert torch.equal(out, _amax(x, offsets))
+    assert q.data[:10].float().abs().max() == 448  # beyond the given amax: saturated
+    assert torch.equal(q.scale_inv, scalemm.reference.fp8_scale_inv(torch.tensor([0.5, 0.0])))  # amax 0: scale 1

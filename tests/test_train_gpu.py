@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from scalemm.nn import GroupedLinear, Linear
-from test_train import (RECIPES, _load_example, decode_wgrad_check, emulated_grouped, emulated_linear,
-                        fused_wgrad_accumulation_check, rel)
+from test_train import (RECIPES, _load_example, decode_wgrad_check, delayed_scaling_check, emulated_grouped,
+                        emulated_linear, fused_wgrad_accumulation_check, rel)
 
 pytestmark = pytest.mark.gpu
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -195,3 +195,57 @@ def test_nvfp4_wgrad_kernel_helpers_refuse_bad_shapes():
     short = torch.zeros(1, dtype=torch.int64, device="cuda")
     with pytest.raises(ValueError, match="need 2 entries"):
         decode_wgrad_blocks_bf16(q, torch.zeros(512, dtype=torch.uint8, device="cuda"), short, short, short)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_delayed_scaling_steps_on_gpu(grouped):
+    delayed_scaling_check("cuda", grouped, tol=TOL_BF16, dtype=torch.bfloat16)
+
+
+def test_delayed_scaling_moe_step_in_a_cuda_graph_without_host_syncs():
+    """The MoE block under FP8DelayedScaling: after the eager step that seeds the histories, a step syncs with
+    nothing on the host, and a CUDA graph of a step, replayed from the same histories, gives the eager step's
+    gradients and advances the histories as it did (they live on the device)."""
+    from scalemm.recipes import FP8DelayedScaling
+    moe = _load_example("moe")
+    torch.manual_seed(0)
+    block = moe.MoEBlock(256, 128, 8, 2, recipe=FP8DelayedScaling(amax_history_len=4), device="cuda",
+                         dtype=torch.bfloat16)
+    x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    layers = [m for m in block.modules() if isinstance(m, GroupedLinear)]
+    roles = ("input", "weight", "grad")
+
+    def step():
+        block.zero_grad(set_to_none=False)
+        block(x).float().square().mean().backward()
+
+    def histories():
+        return [getattr(m, f"amax_history_{r}") for m in layers for r in roles]
+    block(x).float().square().mean().backward()  # seeds the histories (current scaling), builds the kernels
+    assert all(m._amax_seeded == set(roles) for m in layers)
+    before = [h.clone() for h in histories()]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    eager_grads = [p.grad.clone() for p in block.parameters()]
+    eager_after = [h.clone() for h in histories()]
+    assert any(not torch.equal(a, b) for a, b in zip(before, eager_after))  # the step advanced them
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    for h, b in zip(histories(), before):
+        h.copy_(b)
+    g.replay()
+    torch.cuda.synchronize()
+    for p, want in zip(block.parameters(), eager_grads):
+        assert torch.equal(p.grad, want)
+    for h, want in zip(histories(), eager_after):
+        assert torch.equal(h, want)
