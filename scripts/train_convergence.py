@@ -34,10 +34,11 @@ import torch.nn.functional as F
 
 import scalemm
 from scalemm.nn import convert
-from scalemm.recipes import NVFP4, FP8Rowwise, FP8Tensorwise
+from scalemm.recipes import NVFP4, FP8DelayedScaling, FP8Rowwise, FP8Tensorwise
 
-RECIPES = {"bf16": None, "fp8_tensorwise": FP8Tensorwise(), "fp8_rowwise": FP8Rowwise(), "nvfp4": NVFP4()}
-TOLERANCE = {"fp8_tensorwise": 0.01, "fp8_rowwise": 0.01, "nvfp4": 0.03}
+RECIPES = {"bf16": None, "fp8_tensorwise": FP8Tensorwise(), "fp8_rowwise": FP8Rowwise(),
+           "fp8_delayed": FP8DelayedScaling(), "nvfp4": NVFP4()}
+TOLERANCE = {"fp8_tensorwise": 0.01, "fp8_rowwise": 0.01, "fp8_delayed": 0.01, "nvfp4": 0.03}
 
 
 def _moe_module():
