@@ -433,6 +433,8 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
   __shared__ int chunk_group[kTileM / 16];
+  __shared__ unsigned amax_slots[F == Format::kFP8 ? kAmaxSlots : 1];  // FP8 delayed scaling (p.amax_out)
+  __shared__ int amax_first;  // the tile's first group: slot j holds group amax_first + j
   const int t = threadIdx.x;
   const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
   const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
@@ -473,6 +475,12 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     const bool ok = col_ok && s[i].in_group;
     load16(raw[i], x + (ok ? s[i].row * p.K + col : 0), ok);
   }
+  const bool want_amax = F == Format::kFP8 && p.amax_out != nullptr;  // uniform
+  if (want_amax) {
+    tile_amax_init(amax_slots);
+    if (t == 0) amax_first = s[0].g;  // position c0's group: the tile's groups are amax_first and later ones
+    __syncthreads();
+  }
   // Tensor scaling with one group per tile: one global scale (two IEEE divisions) per thread.
   Nvfp4Global g_tile{};
   const bool tile_global = F == Format::kNVFP4 && p.tiles && !p.row_token && s[0].in_group;
@@ -488,8 +496,8 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     const int rl = r4 + 64 * i;
     if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
     if constexpr (COL) store_tile_row(tile, rl, blk, v);
-    if constexpr (F == Format::kFP8)  // delayed scaling (uniform branch); rows in no group and columns past K are zeros
-      if (p.amax_out != nullptr) warp_amax_into(p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
+    if (want_amax)  // rows in no group take no part; columns past K were loaded as zeros
+      tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
   }
   if constexpr (COL) {
     __syncthreads();
@@ -514,6 +522,10 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
       read_column<16>(tile, 16 * (mq + 4 * i), kl, v);
       if (k < p.K && pos < p.W) *reinterpret_cast<uint4*>(p.q_col + at[i]) = e4m3x16(v, scale[i]);
     }
+  }
+  if (want_amax) {
+    if constexpr (!COL) __syncthreads();  // (COL: the tile's barrier above already follows every add)
+    tile_amax_flush(amax_slots, amax_first, p.tb.G, p.amax_out);
   }
   write_decode_scales<F>(p);
 }
