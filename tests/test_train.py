@@ -789,14 +789,15 @@ def _amax(t, offsets=None):
 
 def delayed_scaling_check(device, grouped, tol, dtype=torch.float32):
     """Four steps of a layer under FP8DelayedScaling(amax_history_len=2), the weight updated in place between steps
-    (so it is quantized again), step 2's x 100x larger than before (its values saturate):
+    (so it is quantized again), step 2's x 100x larger than before (its values saturate); x, dy and the parameters
+    in `dtype`:
     - step 0 is FP8Tensorwise's step bit for bit (current scaling seeds each history);
     - every later step is the emulated reference with each operand scaled from the largest amax of its last two
       quantizations, within `tol` (accumulation order and the output rounding);
     - the histories hold exactly those amaxes (per expert group for GroupedLinear), newest first."""
     torch.manual_seed(0)
     E, K, N = 4, 64, 48
-    kw = dict(device=device)
+    kw = dict(device=device, dtype=dtype)
     if grouped:
         layer = GroupedLinear(E, K, N, bias=True, recipe=FP8DelayedScaling(amax_history_len=2), **kw)
         twin = GroupedLinear(E, K, N, bias=True, recipe=FP8Tensorwise(), **kw)
