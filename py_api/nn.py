@@ -454,6 +454,7 @@ class _RecipeLayer:
         for role in ROLES:  # FP8DelayedScaling's histories belong to the recipe they were kept for
             self._buffers.pop(f"amax_history_{role}", None)
         self._amax_seeded = set()
+        self._amax_used = {}  # role -> the amax its last forward quantization scaled from (a device tensor)
 
     @property
     def _delayed(self):
@@ -471,14 +472,23 @@ class _RecipeLayer:
             h = torch.zeros(shape, dtype=torch.float32, device=self.weight.device)
             self.register_buffer(name, h, persistent=False)
             self._amax_seeded.discard(role)
+            self._amax_used.pop(role, None)
         return h
 
     def _delayed_quantize(self, role: str, call):
-        """call(history, seeded) on this layer's amax history of `role` (training.delayed); seeded after it."""
+        """call(history, amax) for `role` under FP8DelayedScaling (training.delayed): this layer's amax history and its
+        maximum (None before the role's first quantization: current scaling seeds the history). A forward
+        quantization run inside a backward pass (activation checkpointing's recompute) gets history None and the amax
+        the forward's own quantization used: the same copies again, and the history does not move twice."""
         if torch.compiler.is_compiling():
             raise RuntimeError(f"scalemm.nn.{self._where()}: FP8DelayedScaling does not run under torch.compile (its "
                                "histories are seeded on the first call, which is host state); use FP8Tensorwise there")
-        out = call(self._amax_history(role), role in self._amax_seeded)
+        if role != "grad" and role in self._amax_used and _in_backward():
+            return call(None, self._amax_used[role])
+        h = self._amax_history(role)
+        amax = h.amax(0) if role in self._amax_seeded else None
+        out = call(h, amax)
+        self._amax_used[role] = h[0].clone() if amax is None else amax  # seeding: the amax current scaling took
         self._amax_seeded.add(role)
         return out
 
@@ -507,21 +517,28 @@ def _check_prepared(where, needed, prepared):
                                "prepared; run the forward with grad enabled")
 
 
+def _in_backward() -> bool:
+    """Whether this runs inside the autograd engine's backward pass (where activation checkpointing recomputes a
+    forward). Private torch API (as _will_engine_execute_node below); False where it is missing."""
+    graph_task = getattr(torch._C, "_current_graph_task_id", None)
+    return graph_task is not None and graph_task() != -1
+
+
 def _train_quantize(delayed, x2, key, role, rowwise, columnwise) -> list:
     """The flat copies of x2 [M, K] for `role`: the custom op, or under FP8DelayedScaling (delayed: the layer) the
     quantizer with the layer's amax history of the role."""
     if delayed is None:
         return torch.ops.scalemm.train_quantize(x2, key, role, rowwise, columnwise)
-    return training.flatten(delayed._delayed_quantize(role, lambda h, seeded: training.quantize(
-        x2, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, seeded=seeded)))
+    return training.flatten(delayed._delayed_quantize(role, lambda h, amax: training.quantize(
+        x2, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, amax=amax)))
 
 
 def _train_quantize_grouped(delayed, x, offsets, key, role, rowwise, columnwise) -> list:
     """_train_quantize's grouped form (x [T, K] sorted by expert)."""
     if delayed is None:
         return torch.ops.scalemm.train_quantize_grouped(x, offsets, key, role, rowwise, columnwise)
-    return training.flatten(delayed._delayed_quantize(role, lambda h, seeded: training.quantize_grouped(
-        x, offsets, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, seeded=seeded)),
+    return training.flatten(delayed._delayed_quantize(role, lambda h, amax: training.quantize_grouped(
+        x, offsets, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, amax=amax)),
         grouped=True)
 
 
@@ -850,11 +867,11 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
             if self._delayed is not None:  # FP8DelayedScaling: the weight's amax history [H, num_experts]
                 recipe = self._recipe
                 if t:
-                    return self._delayed_quantize("weight", lambda h, seeded: [
-                        f for q in training.quantize_stacked_pair(wd, recipe, history=h, seeded=seeded)
+                    return self._delayed_quantize("weight", lambda h, amax: [
+                        f for q in training.quantize_stacked_pair(wd, recipe, history=h, amax=amax)
                         for f in training.flatten(q, grouped=True)])
-                return training.flatten(self._delayed_quantize("weight", lambda h, seeded: training.quantize_stacked(
-                    wd, recipe, history=h, seeded=seeded)), grouped=True)
+                return training.flatten(self._delayed_quantize("weight", lambda h, amax: training.quantize_stacked(
+                    wd, recipe, history=h, amax=amax)), grouped=True)
             if t:  # both copies, from one pass over w where the recipe allows (training.quantize_stacked_pair)
                 return list(torch.ops.scalemm.train_quantize_stacked_pair(wd, key))
             return list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))

@@ -168,8 +168,9 @@ class FP8DelayedScaling(_FP8Recipe):
     history. Values beyond the history's amax saturate to +-448. A layer's first quantization of
     each operand uses current scaling (it seeds the history); an expert group whose history holds
     only zeros (no tokens yet) is quantized with scale 1, as in TE. Accumulation as FP8Tensorwise.
-    The histories are non-persistent buffers of the layer (not in its state dict). Not under
-    torch.compile (the first-call seeding is host state)."""
+    The histories are non-persistent buffers of the layer (not in its state dict). Under activation
+    checkpointing the recomputed forward repeats its first quantization (same amax, nothing
+    recorded). Not under torch.compile (the first-call seeding is host state)."""
     _scaling: ClassVar[str] = "tensor"
     amax_history_len: int = 1024
 

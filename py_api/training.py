@@ -103,25 +103,27 @@ def flatten(q, grouped: bool = False) -> list:
 # dense operands (scalemm.nn.Linear)
 # ---------------------------------------------------------------------------
 
-def delayed(history: torch.Tensor, seeded: bool, quantize_call):
-    """FP8 delayed scaling (recipes.FP8DelayedScaling) around one quantizer call: quantize_call(amax, amax_out) with
-    amax the history's maximum over its rows (None while not seeded: current scaling, which seeds it), amax_out a
-    new buffer that receives the tensor's amax; the history then moves down one row with that amax on top.
-    history: fp32 [H] (0-d amaxes) or [H, G] (per group). Device ops only (CUDA-graph capturable)."""
-    cur = torch.empty_like(history[0])
-    q = quantize_call(history.amax(0) if seeded else None, cur)
-    history.copy_(torch.cat((cur[None], history[:-1])))
+def delayed(history: Optional[torch.Tensor], amax: Optional[torch.Tensor], quantize_call):
+    """FP8 delayed scaling (recipes.FP8DelayedScaling) around one quantizer call: quantize_call(amax, amax_out) scales
+    from `amax` (a layer takes its history's maximum; None: current scaling, which seeds the history) and, with a
+    history (fp32 [H], or [H, G] per group), writes the tensor's amax into a new buffer that then goes on top of the
+    history (each row one down, the oldest dropped). history None: the call repeats an earlier quantization with that
+    amax and records nothing (activation checkpointing's recompute of a forward). Device ops only (capturable)."""
+    cur = None if history is None else torch.empty_like(history[0])
+    q = quantize_call(amax, cur)
+    if history is not None:
+        history.copy_(torch.cat((cur[None], history[:-1])))
     return q
 
 
 def quantize(x2: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True, columnwise: bool = False,
-             history: Optional[torch.Tensor] = None, seeded: bool = True):
+             history: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
     """x2 [M, K] quantized as `role` says (scaling, RHT on the columnwise copy, stochastic rounding):
-    one quantizer call for both copies. history / seeded: the layer's amax history of this role
-    (FP8DelayedScaling; fp32 [H]) and whether it holds an amax yet (see `delayed`)."""
+    one quantizer call for both copies. history / amax (FP8DelayedScaling): the layer's amax history
+    of this role (fp32 [H]) and the amax to scale from (see `delayed`)."""
     scaling = recipe.scaling(role)
-    if history is not None:
-        return delayed(history, seeded, lambda amax, out: quantize_fp8(
+    if history is not None or amax is not None:
+        return delayed(history, amax, lambda amax, out: quantize_fp8(
             x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
@@ -192,12 +194,13 @@ def accumulating_wgrad_tree(out_dtype: torch.dtype):
 # ---------------------------------------------------------------------------
 
 def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True,
-                     columnwise: bool = False, history: Optional[torch.Tensor] = None, seeded: bool = True):
+                     columnwise: bool = False, history: Optional[torch.Tensor] = None,
+                     amax: Optional[torch.Tensor] = None):
     """x [T, K] (rows sorted by expert) quantized per group: the rows copy and the wgrad copy
-    (columnwise, in the wgrad layout) from one quantizer call. history [H, G] / seeded: as `quantize`."""
+    (columnwise, in the wgrad layout) from one quantizer call. history [H, G] / amax [G]: as `quantize`."""
     scaling = recipe.scaling(role)
-    if history is not None:
-        return delayed(history, seeded, lambda amax, out: quantize_fp8_grouped(
+    if history is not None or amax is not None:
+        return delayed(history, amax, lambda amax, out: quantize_fp8_grouped(
             x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
@@ -207,15 +210,15 @@ def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, rol
 
 
 def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = False,
-                     history: Optional[torch.Tensor] = None, seeded: bool = True):
+                     history: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
     """Stacked expert weights w [E, N, K] (transposed=False: the fprop operand) or w^T [E, K, N]
     (transposed=True: the dgrad operand; scalemm's stacked quantizers have no columnwise copy, so
-    this is a second pass over w). history [H, E] / seeded: as `quantize`."""
+    this is a second pass over w). history [H, E] / amax [E]: as `quantize`."""
     if transposed:
         w = w.transpose(1, 2).contiguous()
     scaling = recipe.scaling("weight")
-    if history is not None:
-        return delayed(history, seeded, lambda amax, out: quantize_fp8_stacked(w, scaling=scaling, amax=amax,
+    if history is not None or amax is not None:
+        return delayed(history, amax, lambda amax, out: quantize_fp8_stacked(w, scaling=scaling, amax=amax,
                                                                                amax_out=out))
     if recipe.format == "fp8":
         return quantize_fp8_stacked(w, scaling=scaling)
@@ -235,7 +238,7 @@ def _experts_to_rows(u8: torch.Tensor, E: int) -> torch.Tensor:
 
 
 def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, history: Optional[torch.Tensor] = None,
-                          seeded: bool = True) -> tuple:
+                          amax: Optional[torch.Tensor] = None) -> tuple:
     """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
     pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
     quantizer's columnwise copy holds, per (expert, input channel), scales over that expert's N
@@ -248,8 +251,8 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, history: Optional[
     if N % 16:
         return quantize_stacked(w, recipe), quantize_stacked(w, recipe, transposed=True)
     scaling = recipe.scaling("weight")
-    if history is not None:  # FP8DelayedScaling (history [H, E]: see `delayed`)
-        return delayed(history, seeded, lambda amax, out: quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax,
+    if history is not None or amax is not None:  # FP8DelayedScaling (history [H, E], amax [E]: see `delayed`)
+        return delayed(history, amax, lambda amax, out: quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax,
                                                                                     amax_out=out))
     if recipe.format == "fp8":  # the kernel writes W^T's layout itself
         return quantize_fp8_stacked_pair(w, scaling=scaling)

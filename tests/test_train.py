@@ -97,7 +97,7 @@ def test_recipe_errors():
 def _history(hist, role):
     """FP8DelayedScaling: quantizer arguments scaling from a copy of the layer's history of `role` (hist: role ->
     the history before the step), or none."""
-    return {} if hist is None else dict(history=hist[role].clone(), seeded=True)
+    return {} if hist is None else dict(history=hist[role].clone(), amax=hist[role].amax(0))
 
 
 def emulated_linear(x2, w, b, dy2, recipe, seed, hist=None):
@@ -890,3 +890,33 @@ def test_delayed_scaling_quantizer_arguments():
     assert torch.equal(out, _amax(x, offsets))
     assert q.data[:10].float().abs().max() == 448  # beyond the given amax: saturated
     assert torch.equal(q.scale_inv, scalemm.reference.fp8_scale_inv(torch.tensor([0.5, 0.0])))  # amax 0: scale 1
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_delayed_scaling_under_activation_checkpointing(grouped):
+    """The recomputed forward quantizes x with the amax its first forward used and records nothing: the gradients
+    and the histories are those of the step without checkpointing, bit for bit (also for the seeding first step)."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    recipe = FP8DelayedScaling(amax_history_len=3)
+    if grouped:
+        plain = GroupedLinear(4, 64, 32, recipe=recipe, cache_weight=False)
+        offsets = torch.tensor([10, 10, 40, 64], dtype=torch.int32)
+        args = (offsets,)
+    else:
+        plain = Linear(64, 32, recipe=recipe, cache_weight=False)
+        args = ()
+    ckpt = copy.deepcopy(plain)
+    for step in range(3):
+        x = torch.randn(64, 64) * (1 + step)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya = plain(xa, *args)
+        ya.square().sum().backward()
+        yb = checkpoint(ckpt, xb, *args, use_reentrant=False)
+        yb.square().sum().backward()
+        assert torch.equal(ya, yb) and torch.equal(xa.grad, xb.grad), step
+        assert torch.equal(plain.weight.grad, ckpt.weight.grad), step
+        for role in ("input", "weight", "grad"):
+            assert torch.equal(getattr(plain, f"amax_history_{role}"), getattr(ckpt, f"amax_history_{role}")), role
+        plain.zero_grad()
+        ckpt.zero_grad()
