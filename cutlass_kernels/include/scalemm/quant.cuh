@@ -17,6 +17,8 @@
 //    quantizes 16 (or 32) consecutive rows of one column. Every output byte is written by
 //    this kernel, scale padding included: the tile grid covers the padded scale
 //    matrices (rows up to Rp, columns up to Cp) and blocks outside x get scale byte 0.
+//    FP8 delayed scaling (the amax given, so no step 1): it also writes max|x| to amax_out
+//    (reduced per CTA in shared memory, one atomic per CTA).
 // The rowwise copy alone with per-token amaxes to compute takes neither: quantize_rows_kernel
 // reads each row twice (its amax, then its blocks, the second read from L1 / L2) in one launch.
 #pragma once

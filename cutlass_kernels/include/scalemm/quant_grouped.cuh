@@ -16,6 +16,8 @@
 //    [G], the per-row amax [T] and/or the per-(group, column) amax [G, K], by atomicMax on
 //    float bits (NaN-propagating; buffers zeroed by cudaMemsetAsync in the same sequence).
 //    Each warp walks the group segments inside its 16 rows, so a tile may straddle groups.
+//    FP8 delayed scaling (amax_given) skips it: the given per-group amax scales the copies, and the quantize pass
+//    records each group's amax into amax_out (per CTA in shared memory first: tile_amax_add / tile_amax_flush).
 // 3. grouped_quantize_kernel: ONE launch over all groups. Its grid covers a host-known
 //    "position space" of 128-position x 64-column tiles; position c maps to a row of x by a
 //    binary search of pos_A (A = 1: the rows themselves; A = 16: wgrad columns; A = 128:
