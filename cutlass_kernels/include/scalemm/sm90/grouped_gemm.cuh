@@ -21,6 +21,32 @@
 
 namespace scalemm {
 
+namespace sm90 {
+
+// CUTLASS's builder gives a C and a D of one width one set of shared-memory buffers (ReuseSmemC): the next C
+// subtile then loads into a buffer only once the D store that last used it has been read out, so the loads of C
+// queue behind the epilogue's own stores (the wgrad that adds into .grad, C = D = dW in bf16, took 1.37-1.40x the time
+// of the same kernel writing dW). own_source_buffers_t keeps the builder's stage counts and gives C buffers of its
+// own (the builder's choice for a C and D of different widths), at the cost of mainloop stages: 1.07x on the
+// adding wgrad of Qwen3-30B-A3B's expert layers, bit-identical (H100, perf/results/h100/wgrad_source_staging/).
+template <class Epilogue>
+struct own_source_buffers { using type = Epilogue; };
+
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, int EpilogueWarpGroups,
+          class... Rest>
+struct own_source_buffers<cutlass::epilogue::collective::CollectiveEpilogue<
+    cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
+                                                      EpilogueWarpGroups>, Rest...>> {
+  using type = cutlass::epilogue::collective::CollectiveEpilogue<
+      cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, false, DelayTmaStore,
+                                                        EpilogueWarpGroups>, Rest...>;
+};
+
+template <class Epilogue>
+using own_source_buffers_t = typename own_source_buffers<Epilogue>::type;
+
+}  // namespace sm90
+
 struct GroupedLeaves {
   void const* base[kMaxLeaves];
   int mode[kMaxLeaves];
@@ -130,10 +156,13 @@ struct Sm90GroupedGemm {
                 "a grouped GEMM's Source is its output: ElementC must be ElementD");
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD*, kAlignD,
       ElementD, LayoutD*, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
+  // A kernel that reads its output (accumulation) loads C into buffers of its own (own_source_buffers_t).
+  using CollectiveEpilogue = cute::conditional_t<cute::is_void_v<ElementC>, BuiltEpilogue,
+                                                 sm90::own_source_buffers_t<BuiltEpilogue>>;
 
   // MainloopSchedule as in Sm90Gemm (a CUTLASS schedule or sm90::Fp8ChunkedPromotion).
   using CollectiveMainloop = sm90::mainloop_t<typename cutlass::gemm::collective::CollectiveBuilder<
