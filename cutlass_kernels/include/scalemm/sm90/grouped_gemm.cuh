@@ -27,8 +27,8 @@ namespace sm90 {
 // subtile then loads into a buffer only once the D store that last used it has been read out, so the loads of C
 // queue behind the epilogue's own stores (the wgrad that adds into .grad, C = D = dW in bf16, took 1.37-1.40x the time
 // of the same kernel writing dW). own_source_buffers_t keeps the builder's stage counts and gives C buffers of its
-// own (the builder's choice for a C and D of different widths), at the cost of mainloop stages: 1.07x on the
-// adding wgrad of Qwen3-30B-A3B's expert layers, bit-identical (H100, perf/results/h100/wgrad_source_staging/).
+// own (the builder's choice for a C and D of different widths), at the cost of a mainloop stage: 1.07x on the
+// adding bf16 wgrad of Qwen3-30B-A3B's expert layers, bit-identical (H100, perf/results/h100/wgrad_source_staging/).
 template <class Epilogue>
 struct own_source_buffers { using type = Epilogue; };
 
@@ -160,9 +160,15 @@ struct Sm90GroupedGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD*, kAlignD,
       ElementD, LayoutD*, kAlignD, EpilogueSchedule, Evt>::CollectiveOp;
-  // A kernel that reads its output (accumulation) loads C into buffers of its own (own_source_buffers_t).
-  using CollectiveEpilogue = cute::conditional_t<cute::is_void_v<ElementC>, BuiltEpilogue,
-                                                 sm90::own_source_buffers_t<BuiltEpilogue>>;
+  // A kernel that reads a 16-bit output (accumulation into bf16 / fp16) loads it into buffers of its own
+  // (own_source_buffers_t). An fp32 C keeps the builder's shared buffers: D's own would take 32 KB more of shared
+  // memory from the mainloop's stages (16 KB for bf16), and that was not measured.
+  static constexpr bool kOwnSourceBuffers = [] {
+    if constexpr (cute::is_void_v<ElementC>) return false;
+    else return cutlass::sizeof_bits<ElementC>::value == 16;
+  }();
+  using CollectiveEpilogue = cute::conditional_t<kOwnSourceBuffers, sm90::own_source_buffers_t<BuiltEpilogue>,
+                                                 BuiltEpilogue>;
 
   // MainloopSchedule as in Sm90Gemm (a CUTLASS schedule or sm90::Fp8ChunkedPromotion).
   using CollectiveMainloop = sm90::mainloop_t<typename cutlass::gemm::collective::CollectiveBuilder<
