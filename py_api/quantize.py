@@ -376,7 +376,7 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
 def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
                  columnwise: bool = False, amax: Optional[torch.Tensor] = None,
                  amax_out: Optional[torch.Tensor] = None) -> FP8Tensor:
-    """Quantize x to FP8 e4m3 with current scaling (docs/numerics.md section 7).
+    """Quantize x to FP8 e4m3 with current scaling, or delayed scaling given `amax` (docs/numerics.md section 7).
 
     x: contiguous bf16/fp16/fp32 [..., K] (leading dims flattened into M), K % 16 == 0 and
       M % 16 == 0 when columnwise=True (16-byte aligned rows of both copies). M = 0 gives empty

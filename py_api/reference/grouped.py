@@ -47,7 +47,8 @@ def _host_bounds(offsets: torch.Tensor, T: int):
 def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str = "tensor",
                          rowwise: bool = True, columnwise: bool = False, amax: Optional[torch.Tensor] = None,
                          amax_out: Optional[torch.Tensor] = None) -> GroupedFP8Tensor:
-    """Grouped FP8 e4m3 current scaling (docs/numerics.md section 7), one loop iteration per group.
+    """Grouped FP8 e4m3 current (or, given `amax`, delayed) scaling (docs/numerics.md section 7), one loop
+    iteration per group.
 
     x: [T, K] bf16/fp16/fp32, rows sorted by group; offsets int32 [G] cumulative row ends.
     scaling "tensor": one amax per group (both copies); "token": per row (rowwise) and per

@@ -160,7 +160,7 @@ def _fp8_rows(x: torch.Tensor, scaling: str, amax: Optional[torch.Tensor] = None
 def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = True,
                  columnwise: bool = False, amax: Optional[torch.Tensor] = None,
                  amax_out: Optional[torch.Tensor] = None) -> FP8Tensor:
-    """FP8 e4m3 current scaling (docs/numerics.md section 7).
+    """FP8 e4m3 current scaling, or delayed scaling given `amax` (docs/numerics.md section 7).
 
     x: bf16/fp16/fp32 [M, K], any strides. scaling "tensor": one amax over x (both copies
     share it); "token": per row of x for the rowwise copy, per column of x for the
