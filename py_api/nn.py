@@ -20,7 +20,7 @@ from .formats import INPUT_DTYPES, NVFP4_GLOBAL_MAX, SCALINGS, NVFP4Tensor, layo
 from .formats.base import version
 from .formats.nvfp4 import nvfp4_shapes
 from .gemm import gemm
-from .quantize import quantize_fp8, quantize_nvfp4
+from .quantize import advance_amax_history, quantize_fp8, quantize_nvfp4
 from .recipes import ROLES, FP8Rowwise, Recipe, check_recipe, from_key
 
 __all__ = ["FP8Linear", "NVFP4Linear", "Linear", "GroupedLinear", "convert", "convert_for_inference", "ConvertReport", "linear_eligibility"]
@@ -454,6 +454,7 @@ class _RecipeLayer:
         for role in ROLES:  # FP8DelayedScaling's histories belong to the recipe they were kept for
             self._buffers.pop(f"amax_history_{role}", None)
         self._amax_seeded = set()
+        self._amax_next = {}  # role -> (its history, the history's version, the amax its next quantization takes)
         self._amax_used = {}  # role -> the amax its last forward quantization scaled from (a device tensor)
 
     @property
@@ -461,10 +462,13 @@ class _RecipeLayer:
         """self under FP8DelayedScaling (the amax histories' owner, passed to the autograd Functions), else None."""
         return self if self._recipe is not None and self._recipe.amax_history() else None
 
-    def _amax_history(self, role: str) -> torch.Tensor:
-        """The FP8DelayedScaling amax history of `role`: the non-persistent buffer amax_history_<role>, fp32 [H]
-        (Linear) or [H, num_experts] (GroupedLinear), made (zeros, not seeded) on the weight's device when it is
-        missing or elsewhere (a layer built on the meta device)."""
+    def _amax_history(self, role: str) -> tuple:
+        """(history, next amax) of `role` under FP8DelayedScaling. The history is the non-persistent buffer
+        amax_history_<role>, fp32 [H] (Linear) or [H, num_experts] (GroupedLinear), made (zeros, not seeded) on the
+        weight's device when it is missing or elsewhere (a layer built on the meta device). The next amax (0-d or
+        [num_experts]) is the history's max over its rows, which advance_amax_history keeps in step with it; it is
+        taken again from the history when the history changed otherwise (a new buffer, or one edited in place:
+        into the same tensor then, which a captured CUDA graph reads; see refresh_amax_histories)."""
         name = f"amax_history_{role}"
         shape = (self._recipe.amax_history(),) + ((self.num_experts,) if self._GROUPED else ())
         h = self._buffers.get(name)
@@ -473,22 +477,44 @@ class _RecipeLayer:
             self.register_buffer(name, h, persistent=False)
             self._amax_seeded.discard(role)
             self._amax_used.pop(role, None)
-        return h
+        kept = self._amax_next.get(role)
+        if kept is not None and kept[0] is h and kept[1] != version(h):  # edited: in place, as a graph reads it
+            kept[2].copy_(h.amax(0))
+            kept = self._amax_next[role] = (h, version(h), kept[2])
+        elif kept is None or kept[0] is not h:
+            kept = self._amax_next[role] = (h, version(h), h.amax(0))
+        return h, kept[2]
+
+    def refresh_amax_histories(self) -> None:
+        """FP8DelayedScaling: take each operand's next amax again from its history now (in place). An eager call
+        notices a history edited in place by itself; a captured CUDA graph does not, so call this after editing a
+        history between replays. Other recipes: nothing to do."""
+        if self._delayed is None:
+            return
+        for role in ROLES:
+            if f"amax_history_{role}" in self._buffers:
+                self._amax_history(role)
 
     def _delayed_quantize(self, role: str, call):
-        """call(history, amax) for `role` under FP8DelayedScaling (training.delayed): this layer's amax history and its
-        maximum (None before the role's first quantization: current scaling seeds the history). A forward
-        quantization run inside a backward pass (activation checkpointing's recompute) gets history None and the amax
-        the forward's own quantization used: the same copies again, and the history does not move twice."""
+        """call(amax, amax_out) for `role` under FP8DelayedScaling: the quantizer scales from `amax`, the max of this
+        layer's amax history of the role (None before the role's first quantization: current scaling seeds the
+        history), and writes the tensor's amax into amax_out, which then goes on top of the history
+        (scalemm.quantize.advance_amax_history: one kernel that also keeps the next amax). A forward quantization
+        run inside a backward pass (activation checkpointing's recompute) gets the amax the forward's own
+        quantization used and no amax_out: the same copies again, and the history does not move twice."""
         if torch.compiler.is_compiling():
             raise RuntimeError(f"scalemm.nn.{self._where()}: FP8DelayedScaling does not run under torch.compile (its "
                                "histories are seeded on the first call, which is host state); use FP8Tensorwise there")
         if role != "grad" and role in self._amax_used and _in_backward():
-            return call(None, self._amax_used[role])
-        h = self._amax_history(role)
-        amax = h.amax(0) if role in self._amax_seeded else None
-        out = call(h, amax)
-        self._amax_used[role] = h[0].clone() if amax is None else amax  # seeding: the amax current scaling took
+            return call(self._amax_used[role], None)
+        h, next_amax = self._amax_history(role)
+        seeded = role in self._amax_seeded
+        cur = torch.empty_like(next_amax)
+        out = call(next_amax if seeded else None, cur)
+        used = torch.empty_like(next_amax) if seeded else None
+        advance_amax_history(h, cur, next_amax, used)
+        self._amax_next[role] = (h, version(h), next_amax)  # the CPU step's copy_ bumped the version
+        self._amax_used[role] = used if seeded else cur  # seeding: the amax current scaling took
         self._amax_seeded.add(role)
         return out
 
@@ -529,16 +555,16 @@ def _train_quantize(delayed, x2, key, role, rowwise, columnwise) -> list:
     quantizer with the layer's amax history of the role."""
     if delayed is None:
         return torch.ops.scalemm.train_quantize(x2, key, role, rowwise, columnwise)
-    return training.flatten(delayed._delayed_quantize(role, lambda h, amax: training.quantize(
-        x2, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, amax=amax)))
+    return training.flatten(delayed._delayed_quantize(role, lambda amax, out: training.quantize(
+        x2, from_key(key), role, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out)))
 
 
 def _train_quantize_grouped(delayed, x, offsets, key, role, rowwise, columnwise) -> list:
     """_train_quantize's grouped form (x [T, K] sorted by expert)."""
     if delayed is None:
         return torch.ops.scalemm.train_quantize_grouped(x, offsets, key, role, rowwise, columnwise)
-    return training.flatten(delayed._delayed_quantize(role, lambda h, amax: training.quantize_grouped(
-        x, offsets, from_key(key), role, rowwise=rowwise, columnwise=columnwise, history=h, amax=amax)),
+    return training.flatten(delayed._delayed_quantize(role, lambda amax, out: training.quantize_grouped(
+        x, offsets, from_key(key), role, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out)),
         grouped=True)
 
 
@@ -867,11 +893,11 @@ class GroupedLinear(_RecipeLayer, torch.nn.Module):
             if self._delayed is not None:  # FP8DelayedScaling: the weight's amax history [H, num_experts]
                 recipe = self._recipe
                 if t:
-                    return self._delayed_quantize("weight", lambda h, amax: [
-                        f for q in training.quantize_stacked_pair(wd, recipe, history=h, amax=amax)
+                    return self._delayed_quantize("weight", lambda amax, out: [
+                        f for q in training.quantize_stacked_pair(wd, recipe, amax=amax, amax_out=out)
                         for f in training.flatten(q, grouped=True)])
-                return training.flatten(self._delayed_quantize("weight", lambda h, amax: training.quantize_stacked(
-                    wd, recipe, history=h, amax=amax)), grouped=True)
+                return training.flatten(self._delayed_quantize("weight", lambda amax, out: training.quantize_stacked(
+                    wd, recipe, amax=amax, amax_out=out)), grouped=True)
             if t:  # both copies, from one pass over w where the recipe allows (training.quantize_stacked_pair)
                 return list(torch.ops.scalemm.train_quantize_stacked_pair(wd, key))
             return list(torch.ops.scalemm.train_quantize_stacked(wd, key, False))

@@ -29,7 +29,7 @@ from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
 from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
 from .jit import KernelSpec, build
 
-__all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8"]
+__all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "advance_amax_history"]
 
 _U64_LIMIT = 1 << 64
 _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
@@ -145,9 +145,13 @@ def _spec(dtype: torch.dtype) -> KernelSpec:
                       params={"IN_T": _CXX_TYPES[dtype]}, cutlass=False)
 
 
+def _history_spec() -> KernelSpec:
+    return KernelSpec(name="amax_history", template="amax_history.cu", cutlass=False)
+
+
 def kernel_specs():
-    """The quantization libraries (one per input dtype), for `python -m scalemm build`."""
-    return [_spec(dtype) for dtype in _CXX_TYPES]
+    """The quantization libraries (one per input dtype) and the amax history step's, for `python -m scalemm build`."""
+    return [_spec(dtype) for dtype in _CXX_TYPES] + [_history_spec()]
 
 
 @functools.lru_cache(maxsize=None)
@@ -403,6 +407,63 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
             return _fp8_cuda(x2, scaling, rowwise, columnwise, amax, amax_out)
     return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax,
                                   amax_out=amax_out)
+
+
+def _check_history_args(history, amax, next_amax, used) -> None:
+    if not isinstance(history, torch.Tensor):
+        raise TypeError(f"'history' must be a torch.Tensor, got {type(history).__name__}")
+    if history.dtype != torch.float32 or history.dim() not in (1, 2) or history.shape[0] < 1:
+        raise ValueError(f"'history' must be float32 [H] or [H, G] with H >= 1, got {history.dtype} "
+                         f"{tuple(history.shape)}")
+    if not history.is_contiguous():
+        raise ValueError("'history' must be contiguous")
+    named = [("amax", amax), ("next_amax", next_amax)] + ([("used", used)] if used is not None else [])
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32 or tuple(t.shape) != tuple(history.shape[1:]):
+            raise ValueError(f"'{name}' must be float32 of shape {tuple(history.shape[1:])} (history's rows), got "
+                             f"{t.dtype} {tuple(t.shape)}")
+        if t.device != history.device:
+            raise ValueError(f"'{name}' is on {t.device} but 'history' is on {history.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"'{name}' must be contiguous")
+    spans = [("history", history)] + named
+    for i, (a_name, a) in enumerate(spans):  # the step reads some while it writes others
+        for b_name, b in spans[i + 1:]:
+            a0, b0 = a.data_ptr(), b.data_ptr()
+            if a0 < b0 + b.numel() * 4 and b0 < a0 + a.numel() * 4:
+                raise ValueError(f"'{a_name}' and '{b_name}' must not overlap")
+
+
+def advance_amax_history(history: torch.Tensor, amax: torch.Tensor, next_amax: torch.Tensor,
+                         used: Optional[torch.Tensor] = None) -> None:
+    """FP8 delayed scaling's history step, in place (docs/training.md; what scalemm.nn's layers run after each
+    delayed-scaling quantization, with the amax the quantizer wrote into `amax_out`).
+
+    history: fp32 [H] or [H, G] (one column per group), row 0 the newest: rolled one row down with `amax`
+      ([] or [G]) on top, the oldest row dropped.
+    next_amax: fp32, amax's shape: set to the new history's max over its rows (NaN where a column holds NaN,
+      as torch.amax), the amax the next quantization scales from.
+    used: optional, amax's shape: receives next_amax's value from before the step.
+    CUDA: one kernel, no host synchronisation (capturable); CPU: scalemm.reference's torch ops. All four
+    tensors contiguous on one device and apart from each other.
+    """
+    _check_history_args(history, amax, next_amax, used)
+    if not history.is_cuda:
+        reference.advance_amax_history(history, amax, next_amax, used)
+        return
+    _check_device(history.device)
+    rows, cols = history.shape[0], history[0].numel()
+    with _on_device(history.device):
+        args = abi.AmaxHistoryArgs(history=history.data_ptr(), rows=rows, cols=cols, amax=amax.data_ptr(),
+                                   next_amax=next_amax.data_ptr(), used=_p(used), stream=_stream(history.device))
+        _history_launcher()(ctypes.byref(args))
+
+
+@functools.lru_cache(maxsize=None)
+def _history_launcher():
+    return build(_history_spec()).function("scalemm_advance_amax_history", [ctypes.POINTER(abi.AmaxHistoryArgs)])
 
 
 def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = False) -> MXFP8Tensor:

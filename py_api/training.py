@@ -103,28 +103,14 @@ def flatten(q, grouped: bool = False) -> list:
 # dense operands (scalemm.nn.Linear)
 # ---------------------------------------------------------------------------
 
-def delayed(history: Optional[torch.Tensor], amax: Optional[torch.Tensor], quantize_call):
-    """FP8 delayed scaling (recipes.FP8DelayedScaling) around one quantizer call: quantize_call(amax, amax_out) scales
-    from `amax` (a layer takes its history's maximum; None: current scaling, which seeds the history) and, with a
-    history (fp32 [H], or [H, G] per group), writes the tensor's amax into a new buffer that then goes on top of the
-    history (each row one down, the oldest dropped). history None: the call repeats an earlier quantization with that
-    amax and records nothing (activation checkpointing's recompute of a forward). Device ops only (capturable)."""
-    cur = None if history is None else torch.empty_like(history[0])
-    q = quantize_call(amax, cur)
-    if history is not None:
-        history.copy_(torch.cat((cur[None], history[:-1])))
-    return q
-
-
 def quantize(x2: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True, columnwise: bool = False,
-             history: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
+             amax: Optional[torch.Tensor] = None, amax_out: Optional[torch.Tensor] = None):
     """x2 [M, K] quantized as `role` says (scaling, RHT on the columnwise copy, stochastic rounding):
-    one quantizer call for both copies. history / amax (FP8DelayedScaling): the layer's amax history
-    of this role (fp32 [H]) and the amax to scale from (see `delayed`)."""
+    one quantizer call for both copies. amax / amax_out (FP8DelayedScaling, 0-d fp32): the amax to
+    scale from (None: current scaling) and the buffer that receives x2's amax (quantize_fp8's)."""
     scaling = recipe.scaling(role)
-    if history is not None or amax is not None:
-        return delayed(history, amax, lambda amax, out: quantize_fp8(
-            x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
+    if amax is not None or amax_out is not None:
+        return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=amax_out)
     if recipe.format == "fp8":
         return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
     return quantize_nvfp4(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
@@ -194,14 +180,14 @@ def accumulating_wgrad_tree(out_dtype: torch.dtype):
 # ---------------------------------------------------------------------------
 
 def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = True,
-                     columnwise: bool = False, history: Optional[torch.Tensor] = None,
-                     amax: Optional[torch.Tensor] = None):
+                     columnwise: bool = False, amax: Optional[torch.Tensor] = None,
+                     amax_out: Optional[torch.Tensor] = None):
     """x [T, K] (rows sorted by expert) quantized per group: the rows copy and the wgrad copy
-    (columnwise, in the wgrad layout) from one quantizer call. history [H, G] / amax [G]: as `quantize`."""
+    (columnwise, in the wgrad layout) from one quantizer call. amax / amax_out [G]: as `quantize`, per group."""
     scaling = recipe.scaling(role)
-    if history is not None or amax is not None:
-        return delayed(history, amax, lambda amax, out: quantize_fp8_grouped(
-            x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=out))
+    if amax is not None or amax_out is not None:
+        return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax,
+                                    amax_out=amax_out)
     if recipe.format == "fp8":
         return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
     return quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
@@ -210,16 +196,15 @@ def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, rol
 
 
 def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = False,
-                     history: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
+                     amax: Optional[torch.Tensor] = None, amax_out: Optional[torch.Tensor] = None):
     """Stacked expert weights w [E, N, K] (transposed=False: the fprop operand) or w^T [E, K, N]
     (transposed=True: the dgrad operand; scalemm's stacked quantizers have no columnwise copy, so
-    this is a second pass over w). history [H, E] / amax [E]: as `quantize`."""
+    this is a second pass over w). amax / amax_out [E]: as `quantize`, per expert."""
     if transposed:
         w = w.transpose(1, 2).contiguous()
     scaling = recipe.scaling("weight")
-    if history is not None or amax is not None:
-        return delayed(history, amax, lambda amax, out: quantize_fp8_stacked(w, scaling=scaling, amax=amax,
-                                                                               amax_out=out))
+    if amax is not None or amax_out is not None:
+        return quantize_fp8_stacked(w, scaling=scaling, amax=amax, amax_out=amax_out)
     if recipe.format == "fp8":
         return quantize_fp8_stacked(w, scaling=scaling)
     return quantize_nvfp4_stacked(w, scaling=scaling)
@@ -237,8 +222,8 @@ def _experts_to_rows(u8: torch.Tensor, E: int) -> torch.Tensor:
     return v.unflatten(1, (E, -1)).permute(1, 0, 2).reshape(E * K, -1).view(torch.uint8)
 
 
-def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, history: Optional[torch.Tensor] = None,
-                          amax: Optional[torch.Tensor] = None) -> tuple:
+def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, amax: Optional[torch.Tensor] = None,
+                          amax_out: Optional[torch.Tensor] = None) -> tuple:
     """(quantize_stacked(w), quantize_stacked(w, transposed=True)), the same bytes, from one quantizer
     pass over w (the dgrad copy W^T used to cost a bf16 transpose and a second pass): the stacked
     quantizer's columnwise copy holds, per (expert, input channel), scales over that expert's N
@@ -249,11 +234,11 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, history: Optional[
     W^T cannot take anyway): the two passes, for their error."""
     E, N, K = w.shape
     if N % 16:
-        return quantize_stacked(w, recipe), quantize_stacked(w, recipe, transposed=True)
+        return (quantize_stacked(w, recipe, amax=amax, amax_out=amax_out),
+                quantize_stacked(w, recipe, transposed=True, amax=amax if amax is not None else amax_out))
     scaling = recipe.scaling("weight")
-    if history is not None or amax is not None:  # FP8DelayedScaling (history [H, E], amax [E]: see `delayed`)
-        return delayed(history, amax, lambda amax, out: quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax,
-                                                                                    amax_out=out))
+    if amax is not None or amax_out is not None:  # FP8DelayedScaling (amax / amax_out [E]: see `quantize`)
+        return quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax, amax_out=amax_out)
     if recipe.format == "fp8":  # the kernel writes W^T's layout itself
         return quantize_fp8_stacked_pair(w, scaling=scaling)
     q = quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)

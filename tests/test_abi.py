@@ -157,7 +157,7 @@ def _template_launchers() -> dict:
 
 def test_every_template_launcher_takes_one_struct_pointer():
     launchers = _template_launchers()
-    assert len(launchers) == 19
+    assert len(launchers) == 20
     for name, (template, params) in launchers.items():
         m = re.fullmatch(r"scalemm::(\w+) const\* a", params)
         assert m and m[1] in abi.structs, f"{template}: {name}({params}) does not take an abi.h struct by pointer"
@@ -188,6 +188,7 @@ def test_python_declares_each_launcher_with_its_struct(monkeypatch):
         quantize._launcher.__wrapped__(bf16, name)
     for name in quantize_grouped._ARGS:
         quantize_grouped._launcher.__wrapped__(bf16, name)
+    quantize._history_launcher.__wrapped__()
     nv_cfg = gemm_nvfp4.default_nvfp4_config(16, 256, 512)
     gemm_nvfp4._gemm_launcher.__wrapped__(gemm_nvfp4.nvfp4_gemm_kernel_spec(nv_cfg, act_dtype=bf16, out_dtype=bf16,
                                                                             epilogue=epi.scaled(bf16))[0])

@@ -253,3 +253,51 @@ def test_empty_x_gemm():
     import scalemm
     y = scalemm.gemm(xq, w)
     assert y.shape == (0, 32) and y.dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------
+# FP8 delayed scaling's history step (advance_amax_history)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (4, 5)])
+def test_advance_amax_history_steps(shape):
+    """Three steps: the history holds the amaxes newest first (zeros below), next_amax its max over rows (NaN as
+    soon as a NaN enters, until it leaves), used the previous next_amax."""
+    H, cols = shape[0], shape[1:]
+    history = torch.zeros(shape)
+    next_amax = torch.full(cols, 7.0)
+    seen = []
+    for step, a in enumerate((torch.full(cols, 2.0), torch.full(cols, float("nan")), torch.full(cols, 1.0))):
+        if cols:
+            a[0] = 5.0  # a column that never sees the NaN
+        before = next_amax.clone()
+        used = torch.empty(cols)
+        sq.advance_amax_history(history, a, next_amax, used)
+        seen.insert(0, a)
+        want = torch.stack((seen + [torch.zeros(cols)] * H)[:H])
+        assert torch.equal(history.nan_to_num(-1), want.nan_to_num(-1)), step
+        assert torch.equal(used.nan_to_num(-1), before.nan_to_num(-1))
+        assert torch.equal(next_amax.nan_to_num(-1), want.amax(0).nan_to_num(-1)), step
+
+
+def test_advance_amax_history_rejects_bad_input():
+    h, a, n = torch.zeros(4, 3), torch.zeros(3), torch.zeros(3)
+    cases = [
+        (dict(history=torch.zeros(4, 3, dtype=torch.float16)), ValueError, "'history' must be float32"),
+        (dict(history=torch.zeros(0, 3)), ValueError, "H >= 1"),
+        (dict(history=torch.zeros(3, 4).t()), ValueError, "'history' must be contiguous"),
+        (dict(amax=torch.zeros(4)), ValueError, r"'amax' must be float32 of shape \(3,\)"),
+        (dict(next_amax=torch.zeros(3, dtype=torch.float64)), ValueError, "'next_amax' must be float32"),
+        (dict(used=torch.zeros(())), ValueError, "'used' must be float32"),
+        (dict(amax=[0.0, 0.0, 0.0]), TypeError, "'amax' must be a torch.Tensor"),
+        (dict(next_amax=h[0]), ValueError, "'history' and 'next_amax' must not overlap"),
+        (dict(used=n), ValueError, "'next_amax' and 'used' must not overlap"),
+    ]
+    for kw, err, match in cases:
+        args = dict(history=h, amax=a, next_amax=n)
+        args.update(kw)
+        with pytest.raises(err, match=match):
+            sq.advance_amax_history(**args)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'amax' is on cuda"):
+            sq.advance_amax_history(h, a.cuda(), n)

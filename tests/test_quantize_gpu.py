@@ -448,3 +448,65 @@ def test_fp8_amax_out_with_current_scaling():
     got = sq.quantize_fp8(x, columnwise=True, amax_out=out)
     assert_fp8_equal(got, ref.quantize_fp8(x, columnwise=True))
     assert torch.equal(out, x.float().abs().amax())
+
+
+# --- FP8 delayed scaling's history step: one kernel against the reference's torch ops ---------
+
+def _history_case(H, G, seed):
+    """A history [H] (G None) or [H, G] of amaxes with zeros, Infs and NaNs in it, and a new amax row."""
+    gen = torch.Generator().manual_seed(seed)
+    cols = () if G is None else (G,)
+    h = torch.rand((H,) + cols, generator=gen) * 100
+    a = torch.rand(cols, generator=gen) * 100
+    flat = h.view(-1)
+    n = flat.numel()
+    for i, v in enumerate((0.0, float("inf"), float("nan"), 1e-30)):
+        flat[(seed * 7919 + i * 104729) % n] = v
+    if G is not None and G > 2:
+        a[1], a[2] = float("nan"), float("inf")
+    h[-1] = float("nan") if H > 1 else h[-1]  # the oldest row leaves: a NaN there must not survive the step
+    return h.cuda(), a.cuda()
+
+
+@pytest.mark.parametrize("H", [1, 2, 17, 1024, 1025, 3000])
+@pytest.mark.parametrize("G", [None, 1, 7, 8, 9, 128, 300])
+def test_advance_amax_history_matches_reference(H, G):
+    """Three steps of the kernel against scalemm.reference's torch ops, bit for bit (a NaN equals any NaN): the
+    history rolled in place, next_amax its max over rows, used the previous next_amax (with and without used)."""
+    h, a = _history_case(H, G, seed=H * 31 + (G or 0))
+    n = torch.full(a.shape, 3.0, device="cuda")
+    h_ref, n_ref = h.clone(), n.clone()
+    for step in range(3):
+        used = torch.full(a.shape, -1.0, device="cuda") if step != 1 else None
+        used_ref = torch.full(a.shape, -1.0, device="cuda") if step != 1 else None
+        a_step = a * (step + 1)
+        sq.advance_amax_history(h, a_step, n, used)
+        ref.advance_amax_history(h_ref, a_step, n_ref, used_ref)
+        assert_same_bytes(h, h_ref, f"history step {step}")
+        assert_same_bytes(n, n_ref, f"next_amax step {step}")
+        if used is not None:
+            assert_same_bytes(used, used_ref, f"used step {step}")
+
+
+def test_advance_amax_history_in_a_graph():
+    """Captured once, replayed four times: four steps, as the reference takes them."""
+    h, a = _history_case(1024, 128, seed=5)
+    n, used = torch.zeros(128, device="cuda"), torch.zeros(128, device="cuda")
+    h_ref, n_ref = h.clone(), n.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sq.advance_amax_history(h, a, n, used)  # warm-up (builds the kernel library); also a step
+    torch.cuda.current_stream().wait_stream(s)
+    ref.advance_amax_history(h_ref, a, n_ref)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        sq.advance_amax_history(h, a, n, used)
+    for _ in range(4):
+        g.replay()
+        used_ref = n_ref.clone()
+        ref.advance_amax_history(h_ref, a, n_ref)
+    torch.cuda.synchronize()
+    assert_same_bytes(h, h_ref, "history")
+    assert_same_bytes(n, n_ref, "next_amax")
+    assert_same_bytes(used, used_ref, "used")

@@ -95,9 +95,9 @@ def test_recipe_errors():
 # ---------------------------------------------------------------------------
 
 def _history(hist, role):
-    """FP8DelayedScaling: quantizer arguments scaling from a copy of the layer's history of `role` (hist: role ->
-    the history before the step), or none."""
-    return {} if hist is None else dict(history=hist[role].clone(), amax=hist[role].amax(0))
+    """FP8DelayedScaling: quantizer arguments scaling from the largest amax in the layer's history of `role` (hist:
+    role -> the history before the step), or none."""
+    return {} if hist is None else dict(amax=hist[role].amax(0))
 
 
 def emulated_linear(x2, w, b, dy2, recipe, seed, hist=None):
@@ -844,6 +844,45 @@ def delayed_scaling_check(device, grouped, tol, dtype=torch.float32):
 @pytest.mark.parametrize("grouped", [False, True])
 def test_delayed_scaling_steps(grouped):
     delayed_scaling_check("cpu", grouped, tol=1e-5)
+
+
+def delayed_history_edit_check(device, grouped, tol=1e-5):
+    """A history edited in place (reset, or values copied in) is what the role's next quantization scales from:
+    the layer keeps the history's max beside it (advance_amax_history) and takes it again when the history's
+    version moved. The edited input history's max (0.5) is below x's amax, so a stale max would not saturate."""
+    torch.manual_seed(0)
+    E, K, N = 3, 64, 48
+    recipe = FP8DelayedScaling(amax_history_len=4)
+    if grouped:
+        layer = GroupedLinear(E, K, N, bias=True, recipe=recipe, device=device)
+        offsets = torch.tensor([20, 20, 64], dtype=torch.int32, device=device)
+        run = lambda x: layer(x, offsets)  # noqa: E731
+    else:
+        layer, offsets = Linear(K, N, recipe=recipe, device=device), None
+        run = layer
+    x, dy = torch.randn(64, K, device=device), torch.randn(64, N, device=device)
+    for _ in range(2):
+        run(x).backward(dy)
+    layer.zero_grad()
+    layer.amax_history_input.fill_(0.5)
+    hist = {r: getattr(layer, f"amax_history_{r}").clone() for r in ("input", "weight", "grad")}
+    xi = x.clone().requires_grad_()
+    y = run(xi)
+    y.backward(dy)
+    w, b = layer.weight.detach(), layer.bias.detach()
+    if grouped:
+        want = emulated_grouped(x, offsets, w, b, dy, recipe, 0, hist)
+    else:
+        want = emulated_linear(x, w, b, dy, recipe, 0, hist)
+    for got, ref in zip((y, xi.grad, layer.weight.grad), want):
+        assert rel(got, ref) < tol
+    top = _amax(x, offsets)
+    assert torch.equal(layer.amax_history_input, torch.stack([top] + [torch.full_like(top, 0.5)] * 3))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_delayed_scaling_follows_an_edited_history(grouped):
+    delayed_history_edit_check("cpu", grouped)
 
 
 def test_delayed_scaling_layer_state():

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from scalemm.nn import GroupedLinear, Linear
-from test_train import (RECIPES, _load_example, decode_wgrad_check, delayed_scaling_check, emulated_grouped,
-                        emulated_linear, fused_wgrad_accumulation_check, rel)
+from test_train import (RECIPES, _load_example, decode_wgrad_check, delayed_history_edit_check, delayed_scaling_check,
+                        emulated_grouped, emulated_linear, fused_wgrad_accumulation_check, rel)
 
 pytestmark = pytest.mark.gpu
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -202,6 +202,40 @@ def test_delayed_scaling_steps_on_gpu(grouped):
     delayed_scaling_check("cuda", grouped, tol=TOL_BF16, dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_delayed_scaling_follows_an_edited_history_on_gpu(grouped):
+    delayed_history_edit_check("cuda", grouped, tol=TOL_F32)
+
+
+def test_delayed_scaling_refresh_reaches_a_cuda_graph():
+    """A history edited between replays of a captured forward reaches the replay through refresh_amax_histories():
+    the replay scales x from the edited history's max (0.5, below x's amax, so x saturates), not from the stale
+    one the graph would otherwise read."""
+    from scalemm import training
+    from scalemm.recipes import FP8DelayedScaling
+    torch.manual_seed(0)
+    layer = Linear(64, 48, recipe=FP8DelayedScaling(amax_history_len=4), device="cuda")
+    x = torch.randn(64, 64, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(s):
+        layer(x)  # seeds the input and weight histories
+        layer(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        y = layer(x)
+    layer.amax_history_input.fill_(0.5)
+    layer.refresh_amax_histories()
+    g.replay()
+    torch.cuda.synchronize()
+    f64 = torch.float64
+    xq = training.quantize(x, layer.recipe, "input", amax=torch.tensor(0.5, device="cuda"))
+    wq = training.quantize(layer.weight.detach(), layer.recipe, "weight", amax=layer.amax_history_weight.amax(0))
+    want = xq.dequantize(f64) @ wq.dequantize(f64).T + layer.bias.detach().to(f64)
+    assert rel(y, want) < TOL_F32
+
+
 def test_delayed_scaling_moe_step_in_a_cuda_graph_without_host_syncs():
     """The MoE block under FP8DelayedScaling: after the eager step that seeds the histories, a step syncs with
     nothing on the host, and a CUDA graph of a step, replayed from the same histories, gives the eager step's
@@ -243,6 +277,8 @@ def test_delayed_scaling_moe_step_in_a_cuda_graph_without_host_syncs():
         step()
     for h, b in zip(histories(), before):
         h.copy_(b)
+    for m in layers:  # the amax each role scales from next, taken again from the edited histories
+        m.refresh_amax_histories()
     g.replay()
     torch.cuda.synchronize()
     for p, want in zip(block.parameters(), eager_grads):

@@ -79,15 +79,15 @@ from .grouped import (dequantize_fp8_grouped, dequantize_nvfp4_grouped, prepare_
 from .numerics import (_e2m1_encode_stochastic, _fwht16, _mulhilo32, _philox4x32_10_block, _rht16_columnwise_fp32,
                        _rht_signs, _sr_step, e2m1_decode, e2m1_encode, e4m3_satfinite, e8m0_decode, e8m0_scale_ceil,
                        pack_fp4, philox4x32_10, rht16_columnwise, sr_bits, unpack_fp4)
-from .quantize import (dequantize_fp8, dequantize_mxfp8, dequantize_nvfp4, fp8_scale_inv, nvfp4_global_scale,
-                       quantize_fp8, quantize_mxfp8, quantize_nvfp4)
+from .quantize import (advance_amax_history, dequantize_fp8, dequantize_mxfp8, dequantize_nvfp4, fp8_scale_inv,
+                       nvfp4_global_scale, quantize_fp8, quantize_mxfp8, quantize_nvfp4)
 
 __all__ = [
     "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4", "e4m3_satfinite",
     "e8m0_scale_ceil", "e8m0_decode",
     "swizzle_offset", "swizzled_size", "swizzle_scales", "unswizzle_scales",
     "nvfp4_global_scale", "quantize_nvfp4", "dequantize_nvfp4",
-    "quantize_fp8", "dequantize_fp8", "fp8_scale_inv", "quantize_mxfp8", "dequantize_mxfp8",
+    "quantize_fp8", "dequantize_fp8", "fp8_scale_inv", "advance_amax_history", "quantize_mxfp8", "dequantize_mxfp8",
     "rht16_columnwise", "philox4x32_10", "sr_bits", "gemm_reference", "grouped_gemm_reference",
     "group_bounds", "sf_offsets", "wgrad_column_offsets", "wgrad_width", "grouped_scale_rows",
     "wgrad_scale_cols", "quantize_fp8_grouped", "dequantize_fp8_grouped", "quantize_nvfp4_grouped",

@@ -18,7 +18,7 @@ from .numerics import (_F32, _ONE_OVER_448, _ONE_SIXTH, _abs_amax, _as_f32, _che
                        rht16_columnwise, sr_bits)
 
 __all__ = ["nvfp4_global_scale", "quantize_nvfp4", "dequantize_nvfp4", "quantize_fp8", "dequantize_fp8",
-           "fp8_scale_inv", "quantize_mxfp8", "dequantize_mxfp8"]
+           "fp8_scale_inv", "advance_amax_history", "quantize_mxfp8", "dequantize_mxfp8"]
 
 
 def _check_copies(rowwise: bool, columnwise: bool) -> None:
@@ -184,6 +184,19 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
     if columnwise:
         col = FP8Tensor(*_fp8_rows(x32.t().contiguous(), scaling, given), scaling, x.dtype)
     return FP8Tensor(data, scale_inv, scaling, x.dtype, columnwise=col)
+
+
+def advance_amax_history(history: torch.Tensor, amax: torch.Tensor, next_amax: torch.Tensor,
+                         used: Optional[torch.Tensor] = None) -> None:
+    """FP8 delayed scaling's history step, in place (docs/training.md): history (fp32 [H] or [H, G], row 0
+    newest) rolled one row down with amax ([] or [G], the amax a quantization just measured) on top, the
+    oldest row dropped; next_amax (amax's shape) = the new history's max over its rows (NaN where a row holds
+    NaN, as torch.amax), the amax the next quantization scales from; used, if given, receives next_amax's value
+    from before the step (the amax the quantization that measured `amax` scaled from)."""
+    if used is not None:
+        used.copy_(next_amax)
+    history.copy_(torch.cat((amax[None], history[:-1])))
+    next_amax.copy_(history.amax(0))
 
 
 # ---------------------------------------------------------------------------

@@ -325,6 +325,18 @@ struct QuantizeMxfp8Args {
   void* stream;               // cudaStream_t
 };
 
+// FP8 delayed scaling's amax history step (scalemm/amax_history.cuh), in place: history rolled one row
+// down with amax on top, next_amax = the new history's max over rows, its old value into used.
+struct AmaxHistoryArgs {
+  float* history;             // fp32 [rows, cols], row 0 newest
+  int64_t rows;
+  int64_t cols;
+  float const* amax;          // [cols]: the amax the quantize pass just measured
+  float* next_amax;           // [cols]: the amax the next quantization scales from (read, then written)
+  float* used;                // [cols]: next_amax's value before the step, or null
+  void* stream;               // cudaStream_t
+};
+
 // ---------------------------------------------------------------------------------------------
 // Grouped (MoE) quantizers (scalemm/quant_grouped.cuh), one library per input dtype. x [tokens, k]
 // rows sorted by group; offsets int32 [groups] cumulative row ends on the device, never read on

@@ -1,0 +1,74 @@
+// FP8 delayed scaling's amax history step (scalemm.quantize.advance_amax_history; reference:
+// scalemm/reference/quantize.py advance_amax_history), one kernel in place of the four torch ops
+// it replaces (a max over the history, a cat and a copy for the roll, a clone): ~2 us inside a
+// CUDA graph where those took ~11 us on a [1024, 128] history (perf/NOTES.md).
+//
+// history fp32 [H, G] (row 0 newest) is rolled one row down with amax [G] on top, in place;
+// next_amax [G] becomes the max over the new history's rows (NaN if any is NaN, as torch.amax),
+// after its old value went to used [G] when used is non-null.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace scalemm::delayed {
+
+constexpr int kCols = 8;                 // history columns (groups) per block: one 32-byte segment per row
+constexpr int kThreads = 1024;
+constexpr int kLanes = kThreads / kCols;  // rows one pass step covers
+constexpr int kPerThread = 8;
+constexpr int kPassRows = kLanes * kPerThread;  // rows per pass: a history of up to 1024 rows takes one
+
+// max that propagates NaN (torch.amax's rule)
+__device__ __forceinline__ float max_nan(float a, float b) { return (a != a || a > b) ? a : b; }
+
+// One block per kCols columns. Passes from the bottom up, each moving rows [lo - 1, hi - 1) to
+// [lo, hi): every thread loads its rows, the block syncs, then stores. A pass's stores touch no row a
+// later (higher) pass loads, and the rows it loads are stored only by that later pass after its
+// sync, so one barrier per pass orders the roll. Row 0 takes amax last.
+__global__ void __launch_bounds__(kThreads) advance_kernel(float* __restrict__ history, int64_t rows, int64_t cols,
+                                                           const float* __restrict__ amax,
+                                                           float* __restrict__ next_amax, float* __restrict__ used) {
+  __shared__ float partial[kThreads];
+  const int c = threadIdx.x % kCols, lane = threadIdx.x / kCols;
+  const int64_t col = int64_t(blockIdx.x) * kCols + c;
+  const bool in = col < cols;
+  const float top = in ? amax[col] : 0.f;
+  float m = top;
+  for (int64_t hi = rows; hi > 1; hi -= kPassRows) {
+    const int64_t lo = hi - kPassRows > 1 ? hi - kPassRows : 1;
+    float v[kPerThread];
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t r = lo + lane + int64_t(i) * kLanes;
+      v[i] = in && r < hi ? history[(r - 1) * cols + col] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t r = lo + lane + int64_t(i) * kLanes;
+      if (in && r < hi) {
+        history[r * cols + col] = v[i];
+        m = max_nan(m, v[i]);
+      }
+    }
+  }
+  partial[threadIdx.x] = m;
+  __syncthreads();  // also: every pass's loads of row 0 are done
+  if (lane == 0 && in) {
+    for (int l = 1; l < kLanes; ++l) m = max_nan(m, partial[l * kCols + c]);
+    history[col] = top;
+    if (used) used[col] = next_amax[col];
+    next_amax[col] = m;
+  }
+}
+
+inline int launch_advance(float* history, int64_t rows, int64_t cols, const float* amax, float* next_amax,
+                          float* used, cudaStream_t stream) {
+  if (rows < 1 || cols < 1) return 0;
+  advance_kernel<<<static_cast<unsigned>((cols + kCols - 1) / kCols), kThreads, 0, stream>>>(history, rows, cols,
+                                                                                           amax, next_amax, used);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace scalemm::delayed
