@@ -1,7 +1,7 @@
 // FP8 delayed scaling's amax history step (scalemm.quantize.advance_amax_history; reference:
 // scalemm/reference/quantize.py advance_amax_history), one kernel in place of the four torch ops
-// it replaces (a max over the history, a cat and a copy for the roll, a clone): ~2 us inside a
-// CUDA graph where those took ~11 us on a [1024, 128] history (perf/NOTES.md).
+// it replaces (a max over the history, a cat and a copy for the roll, a clone; ~11 us inside a
+// CUDA graph on a [1024, 128] history, perf/results/h100/amax_history_kernel/).
 //
 // history fp32 [H, G] (row 0 newest) is rolled one row down with amax [G] on top, in place;
 // next_amax [G] becomes the max over the new history's rows (NaN if any is NaN, as torch.amax),
@@ -18,6 +18,8 @@ constexpr int kThreads = 1024;
 constexpr int kLanes = kThreads / kCols;  // rows one pass step covers
 constexpr int kPerThread = 8;
 constexpr int kPassRows = kLanes * kPerThread;  // rows per pass: a history of up to 1024 rows takes one
+constexpr int kWarps = kThreads / 32;
+constexpr int kWarpRows = 32 / kCols;  // row lanes per warp
 
 // max that propagates NaN (torch.amax's rule)
 __device__ __forceinline__ float max_nan(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -29,7 +31,7 @@ __device__ __forceinline__ float max_nan(float a, float b) { return (a != a || a
 __global__ void __launch_bounds__(kThreads) advance_kernel(float* __restrict__ history, int64_t rows, int64_t cols,
                                                            const float* __restrict__ amax,
                                                            float* __restrict__ next_amax, float* __restrict__ used) {
-  __shared__ float partial[kThreads];
+  __shared__ float partial[kWarps * kCols];
   const int c = threadIdx.x % kCols, lane = threadIdx.x / kCols;
   const int64_t col = int64_t(blockIdx.x) * kCols + c;
   const bool in = col < cols;
@@ -53,13 +55,24 @@ __global__ void __launch_bounds__(kThreads) advance_kernel(float* __restrict__ h
       }
     }
   }
-  partial[threadIdx.x] = m;
+  // the column's maximum: over the warp's kWarpRows row lanes by shuffles, then over the warps by one warp
+#pragma unroll
+  for (int d = kCols; d < 32; d *= 2) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, d));
+  const int warp = threadIdx.x / 32, lane32 = threadIdx.x % 32;
+  if (lane32 < kCols) partial[warp * kCols + lane32] = m;
   __syncthreads();  // also: every pass's loads of row 0 are done
-  if (lane == 0 && in) {
-    for (int l = 1; l < kLanes; ++l) m = max_nan(m, partial[l * kCols + c]);
-    history[col] = top;
-    if (used) used[col] = next_amax[col];
-    next_amax[col] = m;
+  if (warp == 0) {
+    // lane = (w0, c): warps w0, w0 + 4, ... of column c, then the four w0 lanes of c by shuffles
+    const int w0 = lane32 / kCols;
+    float r = partial[w0 * kCols + c];
+    for (int w = w0 + kWarpRows; w < kWarps; w += kWarpRows) r = max_nan(r, partial[w * kCols + c]);
+#pragma unroll
+    for (int d = kCols; d < 32; d *= 2) r = max_nan(r, __shfl_xor_sync(0xffffffffu, r, d));
+    if (lane32 < kCols && in) {
+      history[col] = top;
+      if (used) used[col] = next_amax[col];
+      next_amax[col] = r;
+    }
   }
 }
 
