@@ -227,6 +227,41 @@ __device__ __forceinline__ void store_tile_row(float* tile, int rl, int blk, con
         make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
 }
 
+// FP8 with one scale for both copies (per-tensor / per-group scaling): the columnwise copy is the rowwise copy's
+// e4m3 bytes transposed, so the tile can hold the bytes (128 x 64 = 8 KB) instead of fp32 values and the column
+// phase moves bytes: no second scaling and conversion, a quarter of the shared-memory traffic (the cast-then-
+// transpose of TransformerEngine's FP8 kernels). Row r's four 16-byte chunks are stored with chunk c at
+// c ^ ((r >> 2) & 3): the row phase (a quarter-warp stores rows r, r + 1, four chunks each) is conflict-free, and
+// a column-phase read (16 lanes, rows 4l + j of one 8-byte column half) spreads over four chunks.
+__device__ __forceinline__ int byte_tile_offset(int r, int chunk) { return r * kTileK + 16 * (chunk ^ ((r >> 2) & 3)); }
+
+// Row rl, columns 16*blk .. 16*blk+15 of the byte tile: the 16 e4m3 bytes of that block.
+__device__ __forceinline__ void store_byte_tile_row(uint8_t* tile, int rl, int blk, uint4 q) {
+  *reinterpret_cast<uint4*>(tile + byte_tile_offset(rl, blk)) = q;
+}
+
+// a[j] = bytes (row j, columns 0..3) -> o[c] = bytes (rows 0..3, column c), row 0 lowest
+__device__ __forceinline__ void transpose_bytes4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                   uint32_t* o) {
+  const uint32_t t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+  const uint32_t t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+  o[0] = __byte_perm(t0, t2, 0x5410), o[1] = __byte_perm(t0, t2, 0x7632);
+  o[2] = __byte_perm(t1, t3, 0x5410), o[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// The byte tile's column phase: warp w (of 8) takes tile columns 8w .. 8w+7, lane l tile rows 4l .. 4l+3;
+// out[b] = the bytes of column 8w + b at those rows, row 4l lowest (four consecutive positions of the
+// columnwise copy's row k0 + 8w + b, so a warp's store of one out[b] is 128 contiguous bytes).
+__device__ __forceinline__ void read_byte_columns(const uint8_t* tile, int warp, int lane, uint32_t (&out)[8]) {
+  static_assert(kThreads == 256 && kTileM == 128 && kTileK == 64, "8 warps x 8 columns, 32 lanes x 4 rows");
+  uint2 r[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    r[j] = *reinterpret_cast<const uint2*>(tile + byte_tile_offset(4 * lane + j, warp >> 1) + 8 * (warp & 1));
+  transpose_bytes4x4(r[0].x, r[1].x, r[2].x, r[3].x, out);
+  transpose_bytes4x4(r[0].y, r[1].y, r[2].y, r[3].y, out + 4);
+}
+
 // The scale bytes of this lane and the next three as one word (this lane's byte lowest): four
 // consecutive bytes of the swizzled layout, stored by the first of the four lanes. Every lane of
 // the warp must call it (shuffles).

@@ -22,7 +22,10 @@
 //    "position space" of 128-position x 64-column tiles; position c maps to a row of x by a
 //    binary search of pos_A (A = 1: the rows themselves; A = 16: wgrad columns; A = 128:
 //    scale rows). Every position is written (padding positions as zeros), so every output
-//    byte is written by the kernel, padding included. Positions past the last group map to
+//    byte is written by the kernel, padding included.
+//    FP8 with per-group scaling (both copies scaled from the group's amax) makes the rowwise
+//    e4m3 bytes once and writes the columnwise copy from them transposed (a byte tile, quant.cuh
+//    read_byte_columns); per-token scaling transposes fp32 values and scales them per column. Positions past the last group map to
 //    the rows of x beyond offsets[G-1] (rows that belong to no group): their rowwise data
 //    is written as zero and they have no scale rows.
 // 4. nvfp4_wgrad_kernel (NVFP4 columnwise): the same over 64-aligned token positions, optionally
@@ -429,11 +432,15 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
   }
 }
 
-template <Format F, typename T, bool ROW, bool COL, bool SR = false>
+// CAST_T (FP8, COL, per-group scaling: both copies scaled from amax_row[g] = amax_col[g]): the columnwise copy is
+// the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else through an fp32 tile.
+template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
 __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
-  __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
+  static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
+  __shared__ __align__(16) float tile[COL && !CAST_T ? kTileM * kTileK : 4];
+  __shared__ __align__(16) uint8_t byte_tile[CAST_T ? kTileM * kTileK : 16];
   __shared__ int chunk_group[kTileM / 16];
   __shared__ unsigned amax_slots[F == Format::kFP8 ? kAmaxSlots : 1];  // FP8 delayed scaling (p.amax_out)
   __shared__ int amax_first;  // the tile's first group: slot j holds group amax_first + j
@@ -496,12 +503,31 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     float v[16];
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
-    if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
-    if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    if constexpr (CAST_T) {  // grouped_row_block's FP8 bytes, kept for the columnwise copy too
+      const uint4 q = e4m3x16(v, fp8_scale(s[i].in_group ? __ldg(p.amax_row + s[i].g) : 0.0f));
+      if (ROW && s[i].valid && col_ok) *reinterpret_cast<uint4*>(p.q_row + s[i].row * p.K + col) = q;
+      store_byte_tile_row(byte_tile, rl, blk, q);
+    } else {
+      if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
+      if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    }
     if (want_amax)  // rows in no group take no part; columns past K were loaded as zeros
       tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
   }
-  if constexpr (COL) {
+  if constexpr (CAST_T) {
+    __syncthreads();
+    const int lane = t & 31, warp = t >> 5;
+    uint32_t w[8];
+    read_byte_columns(byte_tile, warp, lane, w);
+    const int64_t pos = c0 + 4 * lane, n = p.col_group_rows;  // 4 positions of one 16-position chunk
+    const int g = chunk_group[lane >> 2];
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const int64_t k = k0 + 8 * warp + b;
+      if (k < p.K && pos < p.W)
+        *reinterpret_cast<uint32_t*>(p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos)) = w[b];
+    }
+  } else if constexpr (COL) {
     __syncthreads();
     const int lane = t & 31, warp = t >> 5;
     const int kl = 8 * warp + (lane >> 2), mq = lane & 3;
@@ -770,11 +796,11 @@ struct GroupedRows {
   }
 };
 
-template <Format F, typename T, bool ROW, bool COL, bool SR = false>
+template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
   if (tiles <= 0) return 0;
-  grouped_quantize_kernel<F, T, ROW, COL, SR><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
+  grouped_quantize_kernel<F, T, ROW, COL, SR, CAST_T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -813,6 +839,9 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
   if (q_col) p.g_col = sinv_col, p.g_col_amax = token ? gcol_amax : g_amax, p.n_g_col = token ? G * K : G;
   if (q_col) {  // positions = wgrad columns; the rows past the last group follow pos16[G]
     p.pos = tb.pos16, p.space = W;
+    if (!token)  // both copies scaled from g_amax: the rowwise bytes transposed
+      return q_row ? launch_grouped_tiles<Format::kFP8, T, true, true, false, true>(p, stream)
+                   : launch_grouped_tiles<Format::kFP8, T, false, true, false, true>(p, stream);
     return q_row ? launch_grouped_tiles<Format::kFP8, T, true, true>(p, stream)
                  : launch_grouped_tiles<Format::kFP8, T, false, true>(p, stream);
   }
