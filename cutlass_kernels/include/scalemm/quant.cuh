@@ -17,6 +17,9 @@
 //    quantizes 16 (or 32) consecutive rows of one column. Every output byte is written by
 //    this kernel, scale padding included: the tile grid covers the padded scale
 //    matrices (rows up to Rp, columns up to Cp) and blocks outside x get scale byte 0.
+//    FP8 with one scale for both copies (tensor scaling) keeps the rowwise e4m3 bytes in an
+//    8 KB byte tile instead and writes the columnwise copy as those bytes transposed
+//    (read_byte_columns).
 //    FP8 delayed scaling (the amax given, so no step 1): it also writes max|x| to amax_out
 //    (reduced per CTA in shared memory, one atomic per CTA).
 // The rowwise copy alone with per-token amaxes to compute takes neither: quantize_rows_kernel
@@ -413,9 +416,13 @@ __device__ __forceinline__ void quantize_col(const TileParams& p, const float* t
   }
 }
 
-template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
+// CAST_T (FP8, COL, tensor scaling with amax_row = amax_col): the columnwise copy is the rowwise bytes transposed
+// through a byte tile (read_byte_columns); else the columnwise copy is made from an fp32 tile.
+template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR, bool CAST_T = false>
 __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(const TileParams p) {
-  __shared__ __align__(16) float tile[COL ? kTileM * kTileK : 4];
+  static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
+  __shared__ __align__(16) float tile[COL && !CAST_T ? kTileM * kTileK : 4];
+  __shared__ __align__(16) uint8_t byte_tile[CAST_T ? kTileM * kTileK : 16];
   __shared__ GlobalScale g_shared[2];
   __shared__ unsigned amax_slots[F == Format::kFP8 ? kAmaxSlots : 1];  // FP8 delayed scaling (p.amax_out)
   const int t = threadIdx.x;
@@ -460,12 +467,29 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
     float v[16];
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
-    if constexpr (ROW) quantize_row_block<F, SR>(p, v, m0 + rl, col, blk, k0, tk == 0, g_row);
-    if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    if constexpr (CAST_T) {  // quantize_row_block's FP8 bytes, kept for the columnwise copy too (g_col = g_row)
+      const uint4 q = e4m3x16(v, g_col.scale);
+      if (ROW && m0 + rl < p.M && col_ok) *reinterpret_cast<uint4*>(p.q_row + (m0 + rl) * p.K + col) = q;
+      store_byte_tile_row(byte_tile, rl, blk, q);
+    } else {
+      if constexpr (ROW) quantize_row_block<F, SR>(p, v, m0 + rl, col, blk, k0, tk == 0, g_row);
+      if constexpr (COL) store_tile_row(tile, rl, blk, v);
+    }
     if constexpr (F == Format::kFP8)  // delayed scaling (uniform branch); elements past M or K were loaded as zeros
       if (p.amax_out != nullptr) tile_amax_add(amax_slots, 0, p.amax_out, 0, absmax_nan<16>(v));
   }
-  if constexpr (COL) {
+  if constexpr (CAST_T) {
+    __syncthreads();
+    const int lane = t & 31, warp = t >> 5;
+    uint32_t w[8];
+    read_byte_columns(byte_tile, warp, lane, w);
+    const int64_t m = m0 + 4 * lane;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const int64_t k = k0 + 8 * warp + b;
+      if (k < p.K && m < p.M) *reinterpret_cast<uint32_t*>(p.q_col + k * p.M + m) = w[b];
+    }
+  } else if constexpr (COL) {
     __syncthreads();
     quantize_col<F, RHT, SR>(p, tile, m0, k0, tm == 0, g_col);
   }
@@ -659,14 +683,14 @@ int launch_amax_stats(const void* x, int64_t M, int64_t K, float* amax, float* a
   return static_cast<int>(cudaGetLastError());
 }
 
-template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR>
+template <Format F, typename T, bool ROW, bool COL, bool RHT, bool SR, bool CAST_T = false>
 int launch_tiles(TileParams p, cudaStream_t stream) {
   constexpr int64_t kMaxGridY = 65535;
   const int64_t tiles_m = ceil_div(p.M, kTileM);
   if (p.tiles_k > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
   for (p.tm0 = 0; p.tm0 < tiles_m && p.tiles_k > 0; p.tm0 += kMaxGridY) {
     const dim3 grid(static_cast<unsigned>(p.tiles_k), static_cast<unsigned>(std::min(kMaxGridY, tiles_m - p.tm0)));
-    quantize_tile_kernel<F, T, ROW, COL, RHT, SR><<<grid, kThreads, 0, stream>>>(p);
+    quantize_tile_kernel<F, T, ROW, COL, RHT, SR, CAST_T><<<grid, kThreads, 0, stream>>>(p);
     if (const cudaError_t err = cudaGetLastError()) return static_cast<int>(err);
   }
   return 0;
@@ -759,6 +783,9 @@ int launch_fp8(const void* x, int64_t M, int64_t K, uint8_t* q_row, float* scale
   p.q_row = q_row, p.g_row = scale_inv_row, p.amax_row = amax_row, p.row_token = row_token;
   p.q_col = q_col, p.g_col = scale_inv_col, p.amax_col = amax_col, p.col_token = col_token;
   p.amax_out = amax_out;
+  if (q_col && !row_token && !col_token && amax_row == amax_col)  // one scale: the rowwise bytes transposed
+    return q_row ? launch_tiles<Format::kFP8, T, true, true, false, false, true>(p, stream)
+                 : launch_tiles<Format::kFP8, T, false, true, false, false, true>(p, stream);
   return launch_tiles_rc<Format::kFP8, T, false, false>(p, stream);
 }
 

@@ -3,7 +3,7 @@
 transpose). Needs the A/B build of quant_grouped.cuh, whose launcher takes the fp32 tile when SCALEMM_EXP_FLOAT_TILE
 is set (experiment.diff); each contender sets or clears it while its CUDA graph is captured.
 
-  python3 perf/results/h100/fp8_cast_transpose/ab.py --out OUT
+  python3 perf/results/h100/fp8_cast_transpose/ab.py --out OUT [--dense]
 (1) every quantization of both paths bit-identical (rowwise, columnwise, scale_inv, amax_out); (2) the quantizer
 alone on the Qwen3-30B-A3B expert layers' operands (65536 rows over 128 experts) and stacked weights, delayed and
 current scaling; (3) micro-steps of the expert block and layers (weights cached, dW added into .grad) against bf16.
@@ -109,6 +109,57 @@ def quantizers(lines, E, offsets, T):
         print(lines[-1], flush=True)
 
 
+def dense_quantizers(lines):
+    lines.append("the dense FP8 quantizer (quantize_fp8, tensor scaling), both copies, Llama-3-8B MLP operands "
+                 "(CUDA graphs, us):")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for name, (M, K) in (("x / dy down [8192, 4096]", (8192, 4096)), ("h [8192, 14336]", (8192, 14336)),
+                         ("dy gate_up [8192, 28672]", (8192, 28672)), ("odd [272, 1040]", (272, 1040))):
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+        x[5, 7] = float("nan")
+        x[M // 2, 3] = float("inf")
+        amax = torch.tensor(3.0, device="cuda")
+        outs = {k: torch.empty((), device="cuda") for k in ("float tile", "byte tile")}
+        for label, kw in (("delayed", dict(amax=amax)), ("current", {})):
+            def q(i, key="byte tile", kw=kw):
+                extra = dict(amax_out=outs[key]) if "amax" in kw else {}
+                return scalemm.quantize_fp8(x, columnwise=True, **kw, **extra)
+            got = {}
+            for key, on in (("float tile", True), ("byte tile", False)):
+                with float_tile(on):
+                    got[key] = q(0, key)
+            ok = same(got["float tile"], got["byte tile"]) and torch.equal(bits(outs["float tile"]),
+                                                                           bits(outs["byte tile"]))
+            t = bench(both(q), 1)
+            lines.append(f"  {name:<26}{label:<9}float {t['float tile']:7.1f}  byte {t['byte tile']:7.1f}  "
+                         f"{t['float tile'] / t['byte tile']:.3f}x  {2 * x.numel() * 2 / t['byte tile'] / 1e6:.2f} "
+                         f"TB/s moved  {'bit-identical' if ok else 'DIFFERS'}" + extra(t))
+            print(lines[-1], flush=True)
+
+
+def dense_steps(lines):
+    M, hidden, inter = 8192, 4096, 14336
+    models = tb.mlp_contenders(hidden, inter, True, True)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(M, hidden, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    dy = torch.randn(M, hidden, device="cuda", dtype=torch.bfloat16, generator=g) * 1e-2
+
+    def make(m, on):
+        def f(i):
+            with float_tile(on):
+                m(x).backward(dy)
+        return f
+    fns = {"bf16": make(models["bf16"], False)}
+    for r in ("scalemm_fp8_delayed", "scalemm_fp8_tensorwise"):
+        fns[f"{r} | float tile"] = make(models[r], True)
+        fns[f"{r} | byte tile"] = make(models[r], False)
+    us = bench(fns, copies=1)
+    lines.append(f"micro-step, llama3-8b MLP ({M} tokens; weights cached, dW added into .grad), CUDA graphs:")
+    for n, t in us.items():
+        lines.append(f"  {n:<40}{t / 1e3:>8.3f} ms  {us['bf16'] / t:.3f}x of bf16")
+    print("\n".join(lines[-len(us) - 1:]), flush=True)
+
+
 def steps(lines, E, offsets, T):
     hidden, inter = 2048, 768
     moe = tb.moe_contenders(E, hidden, inter, True, True)
@@ -141,6 +192,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--no-steps", action="store_true")
+    ap.add_argument("--dense", action="store_true", help="the dense quantizer (quantize_fp8) and the Llama-3-8B MLP")
     ap.add_argument("--minb", default="", help="comma-separated resident-block counts to time beside (5,6,8)")
     args = ap.parse_args()
     MINB.extend(int(m) for m in args.minb.split(",") if m)
@@ -148,9 +200,14 @@ def main():
     E, T = sizes.numel(), int(sizes.sum())
     offsets = torch.cumsum(sizes, 0).to(torch.int32).cuda()
     lines = [torch.cuda.get_device_name()]
-    quantizers(lines, E, offsets, T)
-    if not args.no_steps:
-        steps(lines, E, offsets, T)
+    if args.dense:
+        dense_quantizers(lines)
+        if not args.no_steps:
+            dense_steps(lines)
+    else:
+        quantizers(lines, E, offsets, T)
+        if not args.no_steps:
+            steps(lines, E, offsets, T)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "ab.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
