@@ -432,10 +432,54 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
   }
 }
 
+// The FP8 columnwise copy's positions are 16-aligned per group, so a warp's rows of the tile (r4 = 8w .. 8w+7, and
+// + 64) lie in one 16-position chunk each: lane i (< 2) maps chunk i's first position (one binary search per warp
+// instead of two per thread) and the warp takes it by shuffles. ChunkHead: that position's row, group, rows of the
+// group from it on, and (FP8 per-group scaling) the group's scale (1 past the last group).
+struct ChunkHead {
+  int64_t row;
+  int g;
+  int rows_left;
+  float scale;
+};
+
+template <bool SCALE>
+__device__ __forceinline__ ChunkHead chunk_head(const GQuantParams& p, int64_t c) {
+  const Slot h = map_position(p.tb, p.pos, p.T, c);
+  const bool in = h.g < p.tb.G;
+  ChunkHead ch{h.row, h.g, in ? static_cast<int>(__ldg(p.tb.ends + h.g) - h.row) : 0, 1.0f};
+  if constexpr (SCALE) ch.scale = fp8_scale(in ? __ldg(p.amax_row + h.g) : 0.0f);
+  return ch;
+}
+
+// The slot of row d (< 16) of the chunk whose head lane `src` holds (every lane of the warp calls it).
+__device__ __forceinline__ Slot chunk_slot(const ChunkHead& mine, int src, int d, int G, int64_t T, float& scale) {
+  const int64_t row = __shfl_sync(kFullMask, static_cast<long long>(mine.row), src);
+  const int g = __shfl_sync(kFullMask, mine.g, src), left = __shfl_sync(kFullMask, mine.rows_left, src);
+  scale = __shfl_sync(kFullMask, mine.scale, src);
+  Slot s;
+  s.g = g;
+  s.row = row + d;
+  s.in_group = g < G && d < left;
+  s.valid = g < G ? s.in_group : s.row < T;
+  return s;
+}
+
+// tile_amax_add for a warp whose lanes share one key (a chunk's group; -1: none), rows outside the group holding
+// zeros: one reduction over the warp, no key matching.
+__device__ __forceinline__ void tile_amax_add_warp(unsigned* slots, int first, float* out, int key, float m) {
+  const unsigned bits = __reduce_max_sync(kFullMask, __float_as_uint(m) & 0x7fffffffu);
+  if (key < 0 || (threadIdx.x & 31) != 0) return;
+  const int slot = key - first;
+  if (slot >= 0 && slot < kAmaxSlots) atomicMax(slots + slot, bits);
+  else atomic_max_nonneg(out + key, __uint_as_float(bits));
+}
+
 // CAST_T (FP8, COL, per-group scaling: both copies scaled from amax_row[g] = amax_col[g]): the columnwise copy is
 // the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else through an fp32 tile.
-template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
+template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false, bool CHUNKS = COL>
 __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
+  static_assert(!CHUNKS || COL, "chunk heads need the columnwise copy's 16-aligned positions");
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
@@ -454,6 +498,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
   const int64_t col = k0 + 16 * blk;
   const bool col_ok = col < p.K;
   Slot s[2];
+  float chunk_scale[2] = {1.0f, 1.0f};  // CHUNKS && CAST_T: row i's chunk's scale (rows outside its group are zeros)
   if (p.tiles) {
     // One 16-byte load of the tile table instead of a binary search per row: the search's chain
     // of dependent loads sat in front of every thread's data loads (2x slower, H200).
@@ -474,6 +519,11 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
       write_decode_scales<F>(p);
       return;
     }
+  } else if constexpr (CHUNKS) {
+    const int warp = t >> 5, lane = t & 31;
+    const ChunkHead mine = chunk_head<CAST_T>(p, c0 + 16 * ((warp >> 1) + 4 * (lane & 1)));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) s[i] = chunk_slot(mine, i, 8 * (warp & 1) + (lane >> 2), p.tb.G, p.T, chunk_scale[i]);
   } else {
 #pragma unroll
     for (int i = 0; i < 2; ++i) s[i] = map_position(p.tb, p.pos, p.T, c0 + r4 + 64 * i);
@@ -504,15 +554,19 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
     if constexpr (CAST_T) {  // grouped_row_block's FP8 bytes, kept for the columnwise copy too
-      const uint4 q = e4m3x16(v, fp8_scale(s[i].in_group ? __ldg(p.amax_row + s[i].g) : 0.0f));
+      const uint4 q = e4m3x16(v, CHUNKS ? chunk_scale[i] : fp8_scale(s[i].in_group ? __ldg(p.amax_row + s[i].g) : 0.0f));
       if (ROW && s[i].valid && col_ok) *reinterpret_cast<uint4*>(p.q_row + s[i].row * p.K + col) = q;
       store_byte_tile_row(byte_tile, rl, blk, q);
     } else {
       if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
       if constexpr (COL) store_tile_row(tile, rl, blk, v);
     }
-    if (want_amax)  // rows in no group take no part; columns past K were loaded as zeros
-      tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
+    if (want_amax) {  // rows in no group take no part (zeros here); columns past K were loaded as zeros
+      if constexpr (CHUNKS)  // the warp's rows: one chunk, so one group (or none)
+        tile_amax_add_warp(amax_slots, amax_first, p.amax_out, s[i].g < p.tb.G ? s[i].g : -1, absmax_nan<16>(v));
+      else
+        tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
+    }
   }
   if constexpr (CAST_T) {
     __syncthreads();
