@@ -20,8 +20,9 @@
 //    records each group's amax into amax_out (per CTA in shared memory first: tile_amax_add / tile_amax_flush).
 // 3. grouped_quantize_kernel: ONE launch over all groups. Its grid covers a host-known
 //    "position space" of 128-position x 64-column tiles; position c maps to a row of x by a
-//    binary search of pos_A (A = 1: the rows themselves; A = 16: wgrad columns; A = 128:
-//    scale rows). Every position is written (padding positions as zeros), so every output
+//    binary search of pos_A (A = 1: the rows themselves; A = 16: wgrad columns, one search
+//    per warp and 16-position chunk (ChunkHead); A = 128: scale rows, from the tile table).
+//    Every position is written (padding positions as zeros), so every output
 //    byte is written by the kernel, padding included.
 //    FP8 with per-group scaling (both copies scaled from the group's amax) makes the rowwise
 //    e4m3 bytes once and writes the columnwise copy from them transposed (a byte tile, quant.cuh
