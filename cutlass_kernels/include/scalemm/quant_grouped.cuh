@@ -10,11 +10,13 @@
 // 1. group_table_kernel (1 CTA): clamps the offsets into [0, T], makes them non-decreasing
 //    (ends[g] = max(ends[g-1], clamp(offsets[g], 0, T))), and writes the position tables
 //    pos_A[g] = sum_{j<g} ceil(m_j / A) * A for A = 16 (wgrad columns), 64 (wgrad scale
-//    columns * 16) and 128 (scale rows, NUMERICS 5 "grouped along M"), each with G + 1 entries.
+//    columns * 16) and 128 (scale rows, NUMERICS 5 "grouped along M"), each with G + 1 entries;
+//    it also zeroes the launch's [G] amax buffers (the stats' per-group amax, amax_out).
 //    Bad offsets therefore give short or empty groups, never out-of-bounds accesses.
 // 2. grouped_stats_kernel (when an amax is needed): one read of x giving the per-group amax
 //    [G], the per-row amax [T] and/or the per-(group, column) amax [G, K], by atomicMax on
-//    float bits (NaN-propagating; buffers zeroed by cudaMemsetAsync in the same sequence).
+//    float bits (NaN-propagating; the [G] buffers zeroed by step 1's kernel, the others by
+//    cudaMemsetAsync in the same sequence).
 //    Each warp walks the group segments inside its 16 rows, so a tile may straddle groups.
 //    FP8 delayed scaling (amax_given) skips it: the given per-group amax scales the copies, and the quantize pass
 //    records each group's amax into amax_out (per CTA in shared memory first: tile_amax_add / tile_amax_flush).
@@ -116,7 +118,8 @@ __device__ __forceinline__ int round_up(int v, int a) { return (v + a - 1) / a *
 // multiple of 16): the grouped NVFP4 rows path's scale buffer, zeroed in the same launch so that the two overlap
 // (a cudaMemsetAsync after this kernel ran one after the other).
 __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* offsets, int G, int T, int* table,
-                                                                     uint8_t* zero = nullptr, int64_t zero_bytes = 0) {
+                                                                     uint8_t* zero = nullptr, int64_t zero_bytes = 0,
+                                                                     float* zero_g0 = nullptr, float* zero_g1 = nullptr) {
   if (blockIdx.x > 0) {
     const int64_t step = int64_t(gridDim.x - 1) * kSetupThreads * 16;
     for (int64_t i = (int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x) * 16; i < zero_bytes; i += step)
@@ -148,6 +151,8 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
       pos16[g + 1] = a16;
       pos64[g + 1] = a64;
       pos128[g + 1] = a128;
+      if (zero_g0) zero_g0[g] = 0.0f;  // per-group amax buffers the launch sequence fills by atomics
+      if (zero_g1) zero_g1[g] = 0.0f;
     }
     if (t == kSetupThreads - 1) carry_s[0] = e, carry_s[1] = a16, carry_s[2] = a64, carry_s[3] = a128;
     __syncthreads();
@@ -780,13 +785,16 @@ inline int memset_f32(float* p, int64_t n, cudaStream_t stream) {
   return static_cast<int>(cudaMemsetAsync(p, 0, sizeof(float) * n, stream));
 }
 
-// Table, then zeroed amax buffers filled by one read of x.
+// Table, then zeroed amax buffers filled by one read of x; amax_out ([G], delayed scaling's, filled by the
+// quantize pass) zeroed too.
 template <typename T>
 int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table,
-                           float* g_amax, float* row_amax, float* gcol_amax, cudaStream_t stream) {
-  group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
+                           float* g_amax, float* row_amax, float* gcol_amax, cudaStream_t stream,
+                           float* amax_out = nullptr) {
+  // the [G] amax buffers are zeroed by the table's kernel (a memset each was one more graph node)
+  group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table, nullptr, 0, g_amax,
+                                                      amax_out);
   int err = static_cast<int>(cudaGetLastError());
-  if (!err) err = memset_f32(g_amax, G, stream);
   if (!err) err = memset_f32(row_amax, T_, stream);
   if (!err) err = memset_f32(gcol_amax, static_cast<int64_t>(G) * K, stream);
   if (err || (!g_amax && !row_amax && !gcol_amax) || T_ <= 0 || K <= 0) return err;
@@ -880,8 +888,7 @@ int launch_fp8_grouped(const void* x, int64_t T_, int64_t K, const int* offsets,
   if (!table || (token ? ((q_row && !row_amax) || (q_col && !gcol_amax)) : !g_amax)) return kBadArgs;
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, token || amax_given ? nullptr : g_amax,
                                       token && q_row ? row_amax : nullptr, token && q_col ? gcol_amax : nullptr,
-                                      stream);
-  if (!err) err = memset_f32(amax_out, G, stream);
+                                      stream, amax_out);
   if (err) return err;
   const Table tb = make_table(table, G);
   GQuantParams p{};
