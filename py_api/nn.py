@@ -453,9 +453,13 @@ class _RecipeLayer:
             self._wcache.clear()
         for role in ROLES:  # FP8DelayedScaling's histories belong to the recipe they were kept for
             self._buffers.pop(f"amax_history_{role}", None)
-        self._amax_seeded = set()
         self._amax_next = {}  # role -> (its history, the history's version, the amax its next quantization takes)
-        self._amax_used = {}  # role -> the amax its last forward quantization scaled from (a device tensor)
+        self._amax_used = {}  # role -> the amax its last quantization scaled from (a device tensor); keys: seeded roles
+
+    @property
+    def _amax_seeded(self) -> set:
+        """The roles whose history is seeded: those with a forward amax kept (_delayed_quantize sets both at once)."""
+        return set(self._amax_used)
 
     @property
     def _delayed(self):
@@ -475,8 +479,7 @@ class _RecipeLayer:
         if h is None or tuple(h.shape) != shape or h.device != self.weight.device:
             h = torch.zeros(shape, dtype=torch.float32, device=self.weight.device)
             self.register_buffer(name, h, persistent=False)
-            self._amax_seeded.discard(role)
-            self._amax_used.pop(role, None)
+            self._amax_used.pop(role, None)  # not seeded
         kept = self._amax_next.get(role)
         if kept is not None and kept[0] is h and kept[1] != version(h):  # edited: in place, as a graph reads it
             kept[2].copy_(h.amax(0))
@@ -508,14 +511,13 @@ class _RecipeLayer:
         if role != "grad" and role in self._amax_used and _in_backward():
             return call(self._amax_used[role], None)
         h, next_amax = self._amax_history(role)
-        seeded = role in self._amax_seeded
+        seeded = role in self._amax_used
         cur = torch.empty_like(next_amax)
         out = call(next_amax if seeded else None, cur)
         used = torch.empty_like(next_amax) if seeded else None
         advance_amax_history(h, cur, next_amax, used)
         self._amax_next[role] = (h, version(h), next_amax)  # the CPU step's copy_ bumped the version
         self._amax_used[role] = used if seeded else cur  # seeding: the amax current scaling took
-        self._amax_seeded.add(role)
         return out
 
     def _apply(self, fn, recurse=True):

@@ -109,10 +109,8 @@ def quantize(x2: torch.Tensor, recipe: Recipe, role: str, *, rowwise: bool = Tru
     one quantizer call for both copies. amax / amax_out (FP8DelayedScaling, 0-d fp32): the amax to
     scale from (None: current scaling) and the buffer that receives x2's amax (quantize_fp8's)."""
     scaling = recipe.scaling(role)
-    if amax is not None or amax_out is not None:
-        return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=amax_out)
     if recipe.format == "fp8":
-        return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+        return quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax, amax_out=amax_out)
     return quantize_nvfp4(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
                           rht=columnwise and recipe.rht(role), stochastic_rounding=recipe.stochastic_rounding(role))
 
@@ -185,11 +183,9 @@ def quantize_grouped(x: torch.Tensor, offsets: torch.Tensor, recipe: Recipe, rol
     """x [T, K] (rows sorted by expert) quantized per group: the rows copy and the wgrad copy
     (columnwise, in the wgrad layout) from one quantizer call. amax / amax_out [G]: as `quantize`, per group."""
     scaling = recipe.scaling(role)
-    if amax is not None or amax_out is not None:
+    if recipe.format == "fp8":
         return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax,
                                     amax_out=amax_out)
-    if recipe.format == "fp8":
-        return quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise)
     return quantize_nvfp4_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
                                   rht=columnwise and recipe.rht(role),
                                   stochastic_rounding=recipe.stochastic_rounding(role))
@@ -203,10 +199,8 @@ def quantize_stacked(w: torch.Tensor, recipe: Recipe, *, transposed: bool = Fals
     if transposed:
         w = w.transpose(1, 2).contiguous()
     scaling = recipe.scaling("weight")
-    if amax is not None or amax_out is not None:
-        return quantize_fp8_stacked(w, scaling=scaling, amax=amax, amax_out=amax_out)
     if recipe.format == "fp8":
-        return quantize_fp8_stacked(w, scaling=scaling)
+        return quantize_fp8_stacked(w, scaling=scaling, amax=amax, amax_out=amax_out)
     return quantize_nvfp4_stacked(w, scaling=scaling)
 
 
@@ -237,10 +231,8 @@ def quantize_stacked_pair(w: torch.Tensor, recipe: Recipe, *, amax: Optional[tor
         return (quantize_stacked(w, recipe, amax=amax, amax_out=amax_out),
                 quantize_stacked(w, recipe, transposed=True, amax=amax if amax is not None else amax_out))
     scaling = recipe.scaling("weight")
-    if amax is not None or amax_out is not None:  # FP8DelayedScaling (amax / amax_out [E]: see `quantize`)
+    if recipe.format == "fp8":  # the kernel writes W^T's layout itself (amax / amax_out [E]: see `quantize`)
         return quantize_fp8_stacked_pair(w, scaling=scaling, amax=amax, amax_out=amax_out)
-    if recipe.format == "fp8":  # the kernel writes W^T's layout itself
-        return quantize_fp8_stacked_pair(w, scaling=scaling)
     q = quantize_nvfp4_stacked(w, scaling=scaling, columnwise=True)
     col, q.columnwise = q.columnwise, None
     offsets_t = layout.stacked_offsets(E, K, w.device)

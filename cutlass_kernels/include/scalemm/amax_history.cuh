@@ -11,7 +11,11 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "scalemm/quant_numerics.cuh"
+
 namespace scalemm::delayed {
+
+using quant::max_nan;  // max.NaN: a NaN wins (torch.amax's rule)
 
 constexpr int kCols = 8;                 // history columns (groups) per block: one 32-byte segment per row
 constexpr int kThreads = 1024;
@@ -20,9 +24,6 @@ constexpr int kPerThread = 8;
 constexpr int kPassRows = kLanes * kPerThread;  // rows per pass: a history of up to 1024 rows takes one
 constexpr int kWarps = kThreads / 32;
 constexpr int kWarpRows = 32 / kCols;  // row lanes per warp
-
-// max that propagates NaN (torch.amax's rule)
-__device__ __forceinline__ float max_nan(float a, float b) { return (a != a || a > b) ? a : b; }
 
 // One block per kCols columns. Passes from the bottom up, each moving rows [lo - 1, hi - 1) to
 // [lo, hi): every thread loads its rows, the block syncs, then stores. A pass's stores touch no row a

@@ -483,9 +483,8 @@ __device__ __forceinline__ void tile_amax_add_warp(unsigned* slots, int first, f
 
 // CAST_T (FP8, COL, per-group scaling: both copies scaled from amax_row[g] = amax_col[g]): the columnwise copy is
 // the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else through an fp32 tile.
-template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false, bool CHUNKS = COL>
+template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
 __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
-  static_assert(!CHUNKS || COL, "chunk heads need the columnwise copy's 16-aligned positions");
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
@@ -504,7 +503,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
   const int64_t col = k0 + 16 * blk;
   const bool col_ok = col < p.K;
   Slot s[2];
-  float chunk_scale[2] = {1.0f, 1.0f};  // CHUNKS && CAST_T: row i's chunk's scale (rows outside its group are zeros)
+  float chunk_scale[2] = {1.0f, 1.0f};  // CAST_T: row i's chunk's scale (rows outside its group are zeros)
   if (p.tiles) {
     // One 16-byte load of the tile table instead of a binary search per row: the search's chain
     // of dependent loads sat in front of every thread's data loads (2x slower, H200).
@@ -525,7 +524,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
       write_decode_scales<F>(p);
       return;
     }
-  } else if constexpr (CHUNKS) {
+  } else if constexpr (COL) {  // positions 16-aligned per group: chunk heads (ChunkHead)
     const int warp = t >> 5, lane = t & 31;
     const ChunkHead mine = chunk_head<CAST_T>(p, c0 + 16 * ((warp >> 1) + 4 * (lane & 1)));
 #pragma unroll
@@ -560,7 +559,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     to_float16(raw[i], v);
     const int rl = r4 + 64 * i;
     if constexpr (CAST_T) {  // grouped_row_block's FP8 bytes, kept for the columnwise copy too
-      const uint4 q = e4m3x16(v, CHUNKS ? chunk_scale[i] : fp8_scale(s[i].in_group ? __ldg(p.amax_row + s[i].g) : 0.0f));
+      const uint4 q = e4m3x16(v, chunk_scale[i]);
       if (ROW && s[i].valid && col_ok) *reinterpret_cast<uint4*>(p.q_row + s[i].row * p.K + col) = q;
       store_byte_tile_row(byte_tile, rl, blk, q);
     } else {
@@ -568,7 +567,7 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
       if constexpr (COL) store_tile_row(tile, rl, blk, v);
     }
     if (want_amax) {  // rows in no group take no part (zeros here); columns past K were loaded as zeros
-      if constexpr (CHUNKS)  // the warp's rows: one chunk, so one group (or none)
+      if constexpr (COL)  // the warp's rows: one chunk, so one group (or none)
         tile_amax_add_warp(amax_slots, amax_first, p.amax_out, s[i].g < p.tb.G ? s[i].g : -1, absmax_nan<16>(v));
       else
         tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
