@@ -7,8 +7,9 @@ Blocks:
     down GroupedLinear(768 -> 2048); the routing itself is not timed.
 Contenders: bf16 (nn.Linear / torch._grouped_mm with torch's autograd), scalemm.nn.Linear / GroupedLinear with
 FP8Tensorwise, FP8Rowwise, FP8DelayedScaling (one pass per quantization; not under --compile) and NVFP4, and
-torchao's Float8Linear (tensorwise and rowwise recipes) when torchao
-imports (dense block only: torchao's MoE training path is not compared). Parameters are bf16 and shared by
+torchao's Float8Linear (tensorwise and rowwise recipes; dense block) and torchao's FP8 rowwise grouped GEMM
+(`moe_training`, Triton quantizers + torch._scaled_grouped_mm; expert block, with --group-multiple 16) when
+torchao imports. Parameters are bf16 and shared by
 the contenders; x requires grad (dgrad runs). One timed call = forward + backward = one optimizer step's
 worth of work: scalemm layers run with cache_weight=False, so the weight is quantized in every call
 (--cache-weight: reused, as in gradient-accumulation micro-steps). The parameters' .grad is never zeroed,
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -83,6 +85,22 @@ class Experts(torch.nn.Module):
         return self.down(a, offsets)
 
 
+class TorchaoExperts(torch.nn.Module):
+    """The same block on torchao's differentiable FP8 rowwise grouped GEMM
+    (`torchao.prototype.moe_training.fp8_grouped_mm._to_fp8_rowwise_then_scaled_grouped_mm`: Triton
+    quantizers, power-of-two scales, torch._scaled_grouped_mm in fast accumulation, the weights quantized
+    every call). Its groups must be multiples of 16 rows (--group-multiple 16)."""
+
+    def __init__(self, fn, w1, w2):
+        super().__init__()
+        self.fn, self.w1, self.w2 = fn, w1, w2
+
+    def forward(self, x, offsets):
+        mm = lambda a, w: self.fn(a, w.transpose(-2, -1), offsets, pad_token_groups_for_grouped_mm=False)  # noqa: E731
+        gate, up = mm(x, self.w1).chunk(2, dim=-1)
+        return mm(F.silu(gate) * up, self.w2)
+
+
 class ExpertLayer(torch.nn.Module):
     """One expert layer alone over tokens sorted by expert: a GroupedLinear, or (w given) bf16
     torch._grouped_mm with torch's own autograd (issue 13's "GroupedLinear fwd+bwd against _grouped_mm")."""
@@ -130,7 +148,28 @@ def moe_contenders(experts, hidden, inter, cache_weight, fuse_wgrad_accumulation
         up, down = GroupedLinear(experts, hidden, 2 * inter, **kw), GroupedLinear(experts, inter, hidden, **kw)
         up.weight, down.weight = ref_up.weight, ref_down.weight  # shared Parameters
         out[name] = Experts(up, down)
+    if DEVICE == "cuda":
+        try:
+            from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as fn
+            out["torchao_fp8_rowwise_grouped"] = TorchaoExperts(fn, ref_up.weight, ref_down.weight)
+        except Exception as e:  # not installed, or an API it does not have
+            print(f"torchao FP8 grouped GEMM not compared: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}")
     return out
+
+
+def select(models: dict, pattern) -> dict:
+    """bf16 and the contenders whose name matches --contenders (a regular expression)."""
+    if pattern is None:
+        return models
+    return {n: m for n, m in models.items() if n == "bf16" or re.search(pattern, n)}
+
+
+def moe_sizes(tokens, experts, top_k, multiple):
+    """perf/grouped_sweep.py's routed rows per expert, each non-empty expert's rows rounded up to `multiple`
+    (the padding a MoE adds for a grouped GEMM that needs aligned groups; torchao's FP8 one needs 16)."""
+    sizes = routed_sizes(tokens, experts, top_k, seed=0)
+    return (sizes + multiple - 1) // multiple * multiple
 
 
 def time_eager(fns: dict, rounds: int = 15, warmup: int = 3) -> dict:
@@ -223,6 +262,10 @@ def run_block(label, models, make_input, forward, flop, args):
     """Time fwd+bwd of every model; the first output of each against bf16's as an SQNR."""
     x, dy, extra = make_input()
     if args.compile:  # FP8DelayedScaling does not run under torch.compile (its histories are seeded on the host)
+        # every contender's forward is one code object (MLP.forward / Experts.forward): dynamo counts their
+        # compilations against one limit (8), past which a contender silently runs eagerly
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 512)
         models = {n: torch.compile(m) for n, m in models.items() if n != "scalemm_fp8_delayed"}
 
     def make_step(m):
@@ -287,6 +330,10 @@ def main(argv=None):
     p.add_argument("--only", choices=("mlp", "moe", "moe-layers"), default=None,
                    help="one block; moe-layers (never in the default run): the experts' gate_up and down "
                         "GroupedLinear each alone, fwd + bwd, without the SiLU * up between them")
+    p.add_argument("--contenders", default=None, metavar="REGEX",
+                   help="only the contenders whose name matches (bf16 always runs), e.g. 'tensorwise|rowwise'")
+    p.add_argument("--group-multiple", type=int, default=1, metavar="N",
+                   help="round each expert's routed rows up to a multiple of N (16: torchao's FP8 grouped GEMM runs)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one step of each contender (top kernels -> <out>/train_profile.txt)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: a check of the script itself")
@@ -305,7 +352,7 @@ def main(argv=None):
     M = 64 if args.smoke else args.tokens
     if args.only in (None, "mlp"):
         hidden, inter = (256, 512) if args.smoke else (4096, 14336)
-        models = mlp_contenders(hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
+        models = select(mlp_contenders(hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation), args.contenders)
 
         def mlp_input():
             g = torch.Generator(device=DEVICE).manual_seed(1)
@@ -317,9 +364,13 @@ def main(argv=None):
         torch.cuda.empty_cache()
     if args.only in (None, "moe"):
         E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
-        models = moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
-        sizes = routed_sizes(M, E, k, seed=0)
+        models = select(moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation),
+                        args.contenders)
+        sizes = moe_sizes(M, E, k, args.group_multiple)
         T = int(sizes.sum())
+        if "torchao_fp8_rowwise_grouped" in models and bool((sizes % 16 != 0).any()):
+            print("torchao FP8 grouped GEMM not compared: its groups must be multiples of 16 rows (--group-multiple 16)")
+            del models["torchao_fp8_rowwise_grouped"]
 
         def moe_input():
             g = torch.Generator(device=DEVICE).manual_seed(2)
@@ -331,8 +382,10 @@ def main(argv=None):
                           3 * 2 * T * (hidden * 2 * inter + inter * hidden), args)
     if args.only == "moe-layers":
         E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
-        models = moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
-        sizes = routed_sizes(M, E, k, seed=0)
+        models = select(moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation),
+                        args.contenders)
+        models.pop("torchao_fp8_rowwise_grouped", None)  # a block-level contender
+        sizes = moe_sizes(M, E, k, args.group_multiple)
         T = int(sizes.sum())
         for name, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
             layers = {}

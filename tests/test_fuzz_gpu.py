@@ -1,0 +1,244 @@
+"""Random problems from the whole class of inputs, on the GPU, against the exact references.
+
+The other GPU tests pin real-model shapes and every kernel's edges; these draw the shapes a user may bring and
+let the heuristics pick the kernels: tokens from 1 to 8192 (decode, mid, prefill), N and K half from real
+models' layer sizes and half any allowed multiple (N of 8, K of 16), ragged routings with empty experts,
+decode-sized expert batches, per-tensor and per-row scales, bias or none, both accumulation modes, W4A16 and
+W4A4. Each case is drawn from its seed (random.Random), so a failure names a reproducible case.
+
+Checks, beyond the other tests' relative Frobenius error of the whole output:
+- every output written (poisoned with NaN first);
+- each row and each column within 4x the whole output's tolerance (a wrong tile, row scale or column scale
+  cannot hide in the average), and rows whose exact result is zero exactly zero.
+
+The first test to run prebuilds, in parallel, every kernel the cases will launch (a dry run of each case
+records the kernels it would build), so a cold JIT cache costs one parallel build instead of one compile per
+case.
+"""
+import os
+import random
+
+import pytest
+import torch
+
+import scalemm
+from test_grouped_gemm_gpu import _reference as _fp8_grouped_reference
+from test_nvfp4_gemm_gpu import _exact, _exact_grouped, _offsets, _wide
+
+pytestmark = pytest.mark.gpu
+E4M3 = torch.float8_e4m3fn
+BF16, F32 = torch.bfloat16, torch.float32
+TOL = {BF16: 4e-3, F32: 1e-5}  # tests/test_gemm_gpu.py / test_nvfp4_gemm_gpu.py's whole-output tolerances
+
+# Layer sizes of real models (Llama-3 8B/70B/405B, Mistral, Qwen3, DeepSeek-V3, gpt-oss, Gemma-3, Mixtral)
+MODEL_DIMS = [576, 768, 1024, 1536, 2048, 2560, 2880, 3072, 4096, 5120, 5376, 6144, 7168, 8192, 11008, 12288,
+              13824, 14336, 18432]
+CASES = int(os.environ.get("SCALEMM_FUZZ_CASES", "16"))  # per kind; more for a longer search
+MAX_WORK = 1 << 35  # M * N * K per case (the fp64 reference stays ~1 ms)
+
+
+def _dim(r, multiple, hi):
+    if r.random() < 0.5:
+        return r.choice([d for d in MODEL_DIMS if d <= hi])
+    return multiple * r.randint(1, hi // multiple)
+
+
+def _tokens(r):
+    lo, hi = r.choice([(1, 16), (17, 64), (65, 1023), (1024, 8192)])
+    return r.randint(lo, hi)
+
+
+def _dense_shape(r, k_multiple):
+    while True:
+        M, N, K = _tokens(r), _dim(r, 8, 18432), _dim(r, k_multiple, 18432)
+        if M * N * K <= MAX_WORK:
+            return M, N, K
+
+
+def _routing(r, T, G):
+    """T rows over G experts: skewed, a quarter of the experts (at least one where G > 1) empty."""
+    w = [r.random() ** 3 for _ in range(G)]
+    for e in r.sample(range(G), max(1 if G > 1 else 0, G // 4)):
+        w[e] = 0.0
+    total = sum(w)
+    sizes = [int(x / total * T) for x in w]
+    sizes[max(range(G), key=lambda e: w[e])] += T - sum(sizes)
+    return sizes
+
+
+def _grouped_shape(r):
+    """G experts, T routed rows (decode: up to 4 per expert on average; else up to 8192), N, K."""
+    while True:
+        G = r.choice([1, 2, 8, 16, 60, 128, 160])
+        T = r.randint(1, 4 * G) if r.random() < 0.3 else r.randint(1, 8192)
+        N, K = _dim(r, 8, 8192), _dim(r, 16, 8192)
+        if G * N * K <= 1 << 30 and T * N * K <= MAX_WORK:
+            return G, T, N, K, _routing(r, T, G)
+
+
+def _errors(out, exact):
+    """Relative error of the whole output and the worst row and column (each against its own norm, or the mean
+    one where cancellation left it smaller: accumulation errors are absolute, so a near-zero short row is no
+    evidence of a wrong one)."""
+    d = out.double() - exact
+    errs = [(d.norm() / exact.norm()).item() if exact.norm() > 0 else d.norm().item()]
+    for dim in (1, 0):
+        ref_norm, err = exact.norm(dim=dim), d.norm(dim=dim)
+        nz = ref_norm > 0
+        scale = torch.maximum(ref_norm, ref_norm[nz].square().mean().sqrt()) if nz.any() else ref_norm
+        errs.append((err[nz] / scale[nz]).max().item() if nz.any() else 0.0)
+    return errs
+
+
+def _check(out, exact, tol, valid_rows=None, peer=None):
+    """NaN-free, whole-output, per-row and per-column relative error, exact zeros. `peer`: cuBLASLt's output on
+    the same operands in FP8 fast accumulation, whose accumulator keeps fewer bits than fp32 (the error grows with
+    K): then each error may also reach twice cuBLASLt's (QuACK's rule, as tests/test_gemm_gpu.py's fp32 outputs)."""
+    out = out if valid_rows is None else out[:valid_rows]
+    assert not out.isnan().any(), "outputs left unwritten"
+    ours = _errors(out, exact)
+    theirs = _errors(peer, exact) if peer is not None else [0.0] * 3
+    for what, e, p, t in zip(("the whole output", "a row", "a column"), ours, theirs, (tol, 4 * tol, 4 * tol)):
+        assert e <= max(t, 2 * p), f"{what} has relative error {e:.3g} > {t} (cuBLASLt's: {p:.3g})"
+    zero_rows = exact.norm(dim=1) == 0
+    assert (out[zero_rows] == 0).all(), "a row whose exact result is zero is not zero"
+
+
+# ---------------------------------------------------------------------------------------
+# the cases
+# ---------------------------------------------------------------------------------------
+
+def fp8_dense(seed):
+    r = random.Random(seed)
+    M, N, K = _dense_shape(r, 16)
+    per_tensor, fast, with_bias = r.random() < 0.3, r.random() < 0.5, r.random() < 0.5
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", generator=g) * torch.rand(M, 1, device="cuda", generator=g).mul(4).exp2()
+    a[1::13] = 0  # rows of zeros: exactly the bias (or zero) out
+    b = torch.randn(N, K, device="cuda", generator=g) * 0.1
+    if per_tensor:
+        sa, sb = a.abs().amax().clamp_min(1e-12) / 448, b.abs().amax() / 448
+        a8, b8 = (a / sa).to(E4M3), (b / sb).to(E4M3)
+        sa, sb = sa.reshape(1).float(), sb.reshape(1).float()
+    else:
+        sa, sb = a.abs().amax(1).clamp_min(1e-12) / 448, b.abs().amax(1).clamp_min(1e-12) / 448
+        a8, b8 = (a / sa[:, None]).to(E4M3), (b / sb[:, None]).to(E4M3)
+    bias = torch.randn(N, device="cuda", generator=g).to(BF16) if with_bias else None
+    out = torch.full((M, N), float("nan"), dtype=BF16, device="cuda")
+    scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, fast_accum=fast)
+    exact = (sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)) * (a8.double() @ b8.double().T)
+    peer = None
+    if fast:  # cuBLASLt wants N % 16 (b padded with zero rows) and takes no bias with some scalings (added here)
+        pad = -N % 16
+        b8p = torch.cat([b8, torch.zeros(pad, K, device="cuda").to(E4M3)])
+        sbp = sb if per_tensor else torch.cat([sb, torch.ones(pad, device="cuda")])
+        shape_a, shape_b = ((), ()) if per_tensor else ((M, 1), (1, N + pad))
+        peer = torch._scaled_mm(a8, b8p.T, scale_a=sa.reshape(shape_a), scale_b=sbp.reshape(shape_b),
+                                out_dtype=BF16, use_fast_accum=True)[:, :N].double()
+        peer = peer if bias is None else peer + bias.double()
+    if bias is not None:
+        exact = exact + bias.double()
+    return out, exact, TOL[BF16], None, peer
+
+
+def nvfp4_dense(seed):
+    r = random.Random(seed)
+    M, N, K = _dense_shape(r, 16)
+    w4a4, out_dtype = r.random() < 0.4, r.choice([BF16, F32])
+    w = scalemm.quantize_nvfp4(_wide((N, K), seed).to(BF16), scaling=r.choice(["tensor", "token"]))
+    x = _wide((M, K), seed + 1).to(BF16)
+    a = scalemm.quantize_nvfp4(x, scaling=r.choice(["tensor", "token"])) if w4a4 else x
+    bias = torch.randn(N, device="cuda").to(out_dtype) if r.random() < 0.3 else None
+    out = torch.full((M, N), float("nan"), dtype=out_dtype, device="cuda")
+    scalemm.gemm(a, w, bias=bias, out_dtype=out_dtype, out=out)
+    return out, _exact(a, w, bias), TOL[out_dtype], None, None
+
+
+def fp8_grouped(seed):
+    r = random.Random(seed)
+    G, T, N, K, sizes = _grouped_shape(r)
+    fast, with_bias = r.random() < 0.5, r.random() < 0.5
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
+    a[2::17] = 0
+    b = (torch.randn(G, N, K, device="cuda", generator=g) * 8).to(E4M3)
+    sa = torch.rand(T, device="cuda", generator=g) + 0.5
+    sb = torch.rand(G, N, device="cuda", generator=g) + 0.5
+    offs = _offsets(sizes)
+    bias = torch.randn(G, N, device="cuda", generator=g).to(BF16) if with_bias else None
+    out = torch.full((T, N), float("nan"), dtype=BF16, device="cuda")
+    scalemm.grouped_gemm(a, b, offs, sa, sb, bias=bias, out=out, fast_accum=fast, scale_a_per="token")  # T may be G
+    return out, _fp8_grouped_reference(a, b, offs, sa, sb, bias), TOL[BF16], None, None
+
+
+def nvfp4_grouped(seed):
+    r = random.Random(seed)
+    G, T, N, K, sizes = _grouped_shape(r)
+    w4a4 = r.random() < 0.4
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed).reshape(G, N, K).to(BF16),
+                                       scaling=r.choice(["tensor", "token"]))
+    offsets = _offsets(sizes)
+    x = _wide((T + 3, K), seed + 1).to(BF16)  # 3 rows past the last group: never written
+    a = scalemm.quantize_nvfp4_grouped(x[:T], offsets, scaling=r.choice(["tensor", "token"])) if w4a4 else x
+    bias = torch.randn(G, N, device="cuda") if r.random() < 0.3 else None
+    out = torch.full((a.shape[0], N), float("nan"), dtype=F32, device="cuda")
+    scalemm.grouped_gemm(a, w, None if w4a4 else offsets, bias=bias, out_dtype=F32, out=out)
+    assert out[T:].isnan().all(), "rows past the last group were written"
+    return out, _exact_grouped(a if w4a4 else x[:T], w, sizes, N, bias), TOL[F32], T, None
+
+
+KINDS = {"fp8_dense": fp8_dense, "nvfp4_dense": nvfp4_dense, "fp8_grouped": fp8_grouped,
+         "nvfp4_grouped": nvfp4_grouped}
+
+
+# ---------------------------------------------------------------------------------------
+# one parallel build of every kernel the cases launch
+# ---------------------------------------------------------------------------------------
+
+class _Missing(Exception):
+    pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt():
+    """Dry-run every case with the modules' `build` recording the kernels not yet cached, build those in
+    parallel, and repeat (a case's second kernel shows once its first is there) until nothing is missing."""
+    import importlib
+
+    from scalemm import jit
+    # the modules themselves (scalemm.gemm etc. as attributes are the functions of the same names)
+    mods = [importlib.import_module(f"scalemm.{m}") for m in ("gemm", "gemm_nvfp4", "grouped", "quantize",
+                                                               "quantize_grouped")]
+    for _ in range(4):
+        missing = {}
+
+        def record(spec, **kw):
+            if jit.is_cached(spec):
+                return jit.build(spec, **kw)
+            missing[spec.name] = spec
+            raise _Missing(spec.name)
+        saved = [m.build for m in mods]
+        try:
+            for m in mods:
+                m.build = record
+            for kind, fn in KINDS.items():
+                for seed in range(CASES):
+                    try:
+                        fn(seed)
+                    except Exception:  # _Missing, or what the test itself will report
+                        pass
+        finally:
+            for m, b in zip(mods, saved):
+                m.build = b
+            torch.cuda.synchronize()
+        if not missing:
+            return
+        failed = [(s.name, e) for s, e in jit.build_many(list(missing.values()), jobs=os.cpu_count()) if e]
+        assert not failed, f"kernels failed to build: {failed}"
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_random_problem_matches_exact_reference(kind, seed):
+    out, exact, tol, rows, peer = KINDS[kind](seed)
+    _check(out, exact, tol, rows, peer)
