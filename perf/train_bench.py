@@ -407,6 +407,14 @@ def main(argv=None):
                for b in dict.fromkeys(r["block"] for r in rows)}
     summary["geomean_scalemm_fp8_rowwise_vs_bf16"] = geomean(
         [r["speedup_vs_bf16"] for r in rows if r["contender"] == "scalemm_fp8_rowwise"])
+    # scalemm over torchao with the same scaling, per block (torchao's time / scalemm's)
+    peers = {"torchao_float8_tensorwise": "scalemm_fp8_tensorwise", "torchao_float8_rowwise": "scalemm_fp8_rowwise",
+             "torchao_fp8_rowwise_grouped": "scalemm_fp8_rowwise"}
+    for b in dict.fromkeys(r["block"] for r in rows):
+        ms = {r["contender"]: r["ms"] for r in rows if r["block"] == b}
+        for theirs, ours in peers.items():
+            if theirs in ms and ours in ms:
+                summary[b][f"{ours}_vs_{theirs}"] = ms[theirs] / ms[ours]
     result = {"gpu": gpu, "torch": torch.__version__, "scalemm": scalemm.__version__,
               "options": vars(args), "rows": rows, "summary": summary}
     with open(os.path.join(args.out, "train_bench.json"), "w") as f:
