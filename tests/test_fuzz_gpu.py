@@ -11,9 +11,9 @@ Checks, beyond the other tests' relative Frobenius error of the whole output:
 - each row and each column within 4x the whole output's tolerance (a wrong tile, row scale or column scale
   cannot hide in the average), and rows whose exact result is zero exactly zero.
 
-The first test to run prebuilds, in parallel, every kernel the cases will launch (a dry run of each case
-records the kernels it would build), so a cold JIT cache costs one parallel build instead of one compile per
-case.
+The first GEMM test to run prebuilds, in parallel, every kernel the GEMM cases will launch (a dry run of each
+case records the kernels it would build), so a cold JIT cache costs one parallel build instead of one compile per
+case. The quantizer cases (their kernels are few and quick to build) check every byte against scalemm.reference.
 """
 import os
 import random
@@ -191,6 +191,99 @@ KINDS = {"fp8_dense": fp8_dense, "nvfp4_dense": nvfp4_dense, "fp8_grouped": fp8_
          "nvfp4_grouped": nvfp4_grouped}
 
 
+# The quantizers, bit for bit against scalemm.reference on the same input (every output byte, padding included;
+# outputs poisoned with 0xFF and 0x00 in turn): the quantization GPU tests' comparisons on random problems. Inputs
+# span many binades with zero, subnormal-scale and underflowing blocks, and sometimes +-Inf / NaN.
+
+def _quant_input(r, M, K, seed, block=16):
+    from quantcheck import make_input
+    return make_input(M, K, r.choice([BF16, torch.float16, F32]), seed=seed, specials=r.random() < 0.2, block=block)
+
+
+def _copies(r, m_multiple, M):
+    """(rowwise, columnwise): the columnwise copy needs M % m_multiple == 0."""
+    if M % m_multiple:
+        return True, False
+    return r.choice([(True, False), (True, True), (False, True)])
+
+
+def _nvfp4_options(r, columnwise):
+    rht = columnwise and r.random() < 0.3
+    sr = dict(stochastic_rounding=True, seed=r.getrandbits(63), offset=r.getrandbits(40)) if r.random() < 0.3 else {}
+    return dict(rht=rht, **sr)
+
+
+def _amax_options(r, G=None):
+    """Delayed scaling (a given amax: below, near or above the data's, 0 or Inf) or current scaling."""
+    if r.random() < 0.7:
+        return {}
+    vals = [r.choice([0.0, float("inf"), 1e-3 * r.random(), 8 * r.random(), 1e6 * r.random()]) for _ in range(G or 1)]
+    return {"amax": torch.tensor(vals if G else vals[0], device="cuda")}
+
+
+def q_nvfp4(r, seed, monkeypatch):
+    from test_quantize_gpu import check_nvfp4
+    M, K = _tokens(r), 16 * r.randint(1, 512)
+    M = M - M % 16 if M >= 16 and r.random() < 0.5 else M
+    rowwise, columnwise = _copies(r, 16, M)
+    check_nvfp4(monkeypatch, _quant_input(r, M, K, seed), scaling=r.choice(["tensor", "token"]), rowwise=rowwise,
+                columnwise=columnwise, **_nvfp4_options(r, columnwise))
+
+
+def q_fp8(r, seed, monkeypatch):
+    from test_quantize_gpu import assert_fp8_equal, run_poisoned
+    M, K = _tokens(r), 16 * r.randint(1, 512)
+    M = M - M % 16 if M >= 16 and r.random() < 0.5 else M
+    rowwise, columnwise = _copies(r, 16, M)
+    x, scaling = _quant_input(r, M, K, seed), r.choice(["tensor", "token"])
+    kw = dict(scaling=scaling, rowwise=rowwise, columnwise=columnwise, **(_amax_options(r) if scaling == "tensor"
+                                                                           else {}))
+    want = scalemm.reference.quantize_fp8(x, **kw)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_fp8(x, **kw)):
+        assert_fp8_equal(got, want)
+
+
+def q_mxfp8(r, seed, monkeypatch):
+    from test_quantize_gpu import assert_mxfp8_equal, run_poisoned
+    M, K = _tokens(r), 32 * r.randint(1, 256)
+    M = M - M % 32 if M >= 32 and r.random() < 0.5 else M
+    rowwise, columnwise = _copies(r, 32, M)
+    x = _quant_input(r, M, K, seed, block=32)
+    want = scalemm.reference.quantize_mxfp8(x, rowwise=rowwise, columnwise=columnwise)
+    for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_mxfp8(x, rowwise=rowwise, columnwise=columnwise)):
+        assert_mxfp8_equal(got, want)
+
+
+def _grouped_quant_problem(r, seed):
+    G = r.choice([1, 2, 8, 16, 60, 128, 160])
+    T = r.randint(1, 4 * G) if r.random() < 0.3 else r.randint(1, 8192)
+    K = 16 * r.randint(1, 512)
+    sizes = _routing(r, T, G)
+    past = r.choice([0, 0, 0, 5])  # rows of x past the last group (no group's rows)
+    return _quant_input(r, T + past, K, seed), _offsets(sizes), G
+
+
+def q_nvfp4_grouped(r, seed, monkeypatch):
+    from test_quantize_grouped_gpu import check_nvfp4 as check
+    x, offsets, _ = _grouped_quant_problem(r, seed)
+    rowwise, columnwise = r.choice([(True, False), (True, True), (False, True)])
+    check(monkeypatch, x, offsets, scaling=r.choice(["tensor", "token"]), rowwise=rowwise, columnwise=columnwise,
+          **_nvfp4_options(r, columnwise))
+
+
+def q_fp8_grouped(r, seed, monkeypatch):
+    from test_quantize_grouped_gpu import check_fp8 as check
+    x, offsets, G = _grouped_quant_problem(r, seed)
+    rowwise, columnwise = r.choice([(True, False), (True, True), (False, True)])
+    scaling = r.choice(["tensor", "token"])
+    check(monkeypatch, x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
+          **(_amax_options(r, G) if scaling == "tensor" else {}))
+
+
+QUANT_KINDS = {"nvfp4": q_nvfp4, "fp8": q_fp8, "mxfp8": q_mxfp8, "nvfp4_grouped": q_nvfp4_grouped,
+               "fp8_grouped": q_fp8_grouped}
+
+
 # ---------------------------------------------------------------------------------------
 # one parallel build of every kernel the cases launch
 # ---------------------------------------------------------------------------------------
@@ -199,8 +292,8 @@ class _Missing(Exception):
     pass
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prebuilt():
+@pytest.fixture(scope="module")
+def prebuilt():
     """Dry-run every case with the modules' `build` recording the kernels not yet cached, build those in
     parallel, and repeat (a case's second kernel shows once its first is there) until nothing is missing."""
     import importlib
@@ -239,6 +332,12 @@ def _prebuilt():
 
 @pytest.mark.parametrize("seed", range(CASES))
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_random_problem_matches_exact_reference(kind, seed):
+def test_random_problem_matches_exact_reference(kind, seed, prebuilt):
     out, exact, tol, rows, peer = KINDS[kind](seed)
     _check(out, exact, tol, rows, peer)
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+@pytest.mark.parametrize("kind", list(QUANT_KINDS))
+def test_random_quantization_matches_reference(kind, seed, monkeypatch):
+    QUANT_KINDS[kind](random.Random(seed), seed, monkeypatch)
