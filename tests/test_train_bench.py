@@ -8,16 +8,21 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "perf" / "train_bench.py"
 
 
-def _run_bench(name, argv):
-    """perf/train_bench.py's main(argv), loaded as module `name` with perf/ on sys.path."""
+def _load(name):
+    """perf/train_bench.py loaded as module `name` (perf/ on sys.path while it imports)."""
     spec = importlib.util.spec_from_file_location(name, BENCH)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(BENCH.parent))
     try:
         spec.loader.exec_module(module)
-        module.main(argv)
     finally:
         sys.path.remove(str(BENCH.parent))
+    return module
+
+
+def _run_bench(name, argv):
+    """perf/train_bench.py's main(argv)."""
+    _load(name).main(argv)
 
 
 def test_smoke_run_writes_json_and_profiles(tmp_path):
@@ -40,3 +45,17 @@ def test_smoke_run_of_the_expert_layers_alone(tmp_path):
                                                            "qwen3-30b-a3b down layer, 64 tok"]
     fp8 = [r for r in rows if r["contender"] == "scalemm_fp8_rowwise"]
     assert len(fp8) == 2 and all(r["ms"] > 0 and r["output_sqnr_db_vs_bf16"] > 20 for r in fp8)
+
+
+def test_contenders_filter_and_aligned_groups(tmp_path):
+    """--contenders keeps bf16 and the matching contenders; --group-multiple 16 rounds every expert's routed rows
+    up to 16 (empty experts stay empty), the groups torchao's FP8 grouped GEMM needs."""
+    _run_bench("train_bench_filter_under_test", ["--smoke", "--only", "moe", "--contenders", "tensorwise",
+                                                 "--group-multiple", "16", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "train_bench.json").read_text())["rows"]
+    assert [r["contender"] for r in rows] == ["bf16", "scalemm_fp8_tensorwise"]
+    module = _load("train_bench_sizes_under_test")
+    raw, aligned = module.moe_sizes(64, 16, 4, 1), module.moe_sizes(64, 16, 4, 16)
+    assert int(raw.sum()) == 64 * 4
+    assert ((aligned % 16 == 0) & (aligned >= raw) & (aligned - raw < 16)).all()
+    assert ((aligned == 0) == (raw == 0)).all()
