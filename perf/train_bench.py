@@ -148,14 +148,24 @@ def moe_contenders(experts, hidden, inter, cache_weight, fuse_wgrad_accumulation
         up, down = GroupedLinear(experts, hidden, 2 * inter, **kw), GroupedLinear(experts, inter, hidden, **kw)
         up.weight, down.weight = ref_up.weight, ref_down.weight  # shared Parameters
         out[name] = Experts(up, down)
-    if DEVICE == "cuda":
-        try:
-            from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as fn
-            out["torchao_fp8_rowwise_grouped"] = TorchaoExperts(fn, ref_up.weight, ref_down.weight)
-        except Exception as e:  # not installed, or an API it does not have
-            print(f"torchao FP8 grouped GEMM not compared: {type(e).__name__}: "
-                  f"{str(e).splitlines()[0] if str(e) else ''}")
     return out
+
+
+def torchao_experts(bf16: Experts, sizes) -> dict:
+    """{"torchao_fp8_rowwise_grouped": the expert block on torchao's FP8 grouped GEMM, with bf16's Parameters}
+    where torchao imports and every group is a multiple of 16 rows; else {} (and says why). Kept out of
+    moe_contenders, whose contenders are all Experts of GroupedLinear layers (the A/B harnesses take their layers)."""
+    if DEVICE != "cuda":
+        return {}
+    if bool((sizes % 16 != 0).any()):
+        print("torchao FP8 grouped GEMM not compared: its groups must be multiples of 16 rows (--group-multiple 16)")
+        return {}
+    try:
+        from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as fn
+    except Exception as e:  # not installed, or an API it does not have
+        print(f"torchao FP8 grouped GEMM not compared: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return {}
+    return {"torchao_fp8_rowwise_grouped": TorchaoExperts(fn, bf16.w1, bf16.w2)}
 
 
 def select(models: dict, pattern) -> dict:
@@ -364,13 +374,10 @@ def main(argv=None):
         torch.cuda.empty_cache()
     if args.only in (None, "moe"):
         E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
-        models = select(moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation),
-                        args.contenders)
         sizes = moe_sizes(M, E, k, args.group_multiple)
         T = int(sizes.sum())
-        if "torchao_fp8_rowwise_grouped" in models and bool((sizes % 16 != 0).any()):
-            print("torchao FP8 grouped GEMM not compared: its groups must be multiples of 16 rows (--group-multiple 16)")
-            del models["torchao_fp8_rowwise_grouped"]
+        models = moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation)
+        models = select({**models, **torchao_experts(models["bf16"], sizes)}, args.contenders)
 
         def moe_input():
             g = torch.Generator(device=DEVICE).manual_seed(2)
@@ -384,7 +391,6 @@ def main(argv=None):
         E, k, hidden, inter = (16, 4, 128, 64) if args.smoke else (128, 8, 2048, 768)
         models = select(moe_contenders(E, hidden, inter, args.cache_weight, args.fuse_wgrad_accumulation),
                         args.contenders)
-        models.pop("torchao_fp8_rowwise_grouped", None)  # a block-level contender
         sizes = moe_sizes(M, E, k, args.group_multiple)
         T = int(sizes.sum())
         for name, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):

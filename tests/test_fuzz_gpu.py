@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import scalemm
+from test_gemm_gpu import _quant_rows
 from test_grouped_gemm_gpu import _reference as _fp8_grouped_reference
 from test_nvfp4_gemm_gpu import _exact, _exact_grouped, _offsets, _wide
 
@@ -116,13 +117,7 @@ def fp8_dense(seed):
     a = torch.randn(M, K, device="cuda", generator=g) * torch.rand(M, 1, device="cuda", generator=g).mul(4).exp2()
     a[1::13] = 0  # rows of zeros: exactly the bias (or zero) out
     b = torch.randn(N, K, device="cuda", generator=g) * 0.1
-    if per_tensor:
-        sa, sb = a.abs().amax().clamp_min(1e-12) / 448, b.abs().amax() / 448
-        a8, b8 = (a / sa).to(E4M3), (b / sb).to(E4M3)
-        sa, sb = sa.reshape(1).float(), sb.reshape(1).float()
-    else:
-        sa, sb = a.abs().amax(1).clamp_min(1e-12) / 448, b.abs().amax(1).clamp_min(1e-12) / 448
-        a8, b8 = (a / sa[:, None]).to(E4M3), (b / sb[:, None]).to(E4M3)
+    (a8, sa), (b8, sb) = _quant_rows(a, per_tensor), _quant_rows(b, per_tensor)
     bias = torch.randn(N, device="cuda", generator=g).to(BF16) if with_bias else None
     out = torch.full((M, N), float("nan"), dtype=BF16, device="cuda")
     scalemm.gemm(a8, b8, sa, sb, bias=bias, out=out, fast_accum=fast)
