@@ -58,10 +58,10 @@ def _launcher(spec: KernelSpec):
     return build(spec).function("scalemm_grouped_gemm", [ctypes.POINTER(abi.GroupedGemmArgs)])
 
 
-def _workspace_bytes(G: int) -> int:
-    # setup arrays (problem shapes, 3 pointer + 3 stride arrays, 8 leaf pointer arrays) + CUTLASS's
-    # own (per-SM TMA descriptors, scheduler): generous and cheap from the caching allocator.
-    return G * 512 + (2 << 20)
+def _workspace_bytes(G: int, zeros: int = 0) -> int:
+    # setup arrays (problem shapes, 3 pointer + 3 stride arrays, 8 leaf pointer arrays), wgrad's `zeros` bytes of
+    # zero buffer + CUTLASS's own (per-SM TMA descriptors, scheduler): generous and cheap from the caching allocator.
+    return G * 512 + zeros + (2 << 20)
 
 
 def _scale_a_mode(s, T, G, per):
@@ -228,6 +228,16 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         return gemm_nvfp4.grouped_gemm(a, b, offsets, scale_a=scale_a, scale_b=scale_b, scale_a_per=scale_a_per,
                                        scale_b_per=scale_b_per, bias=bias, out_dtype=out_dtype, epilogue=epilogue,
                                        epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, config=config)
+    return fp8_grouped_gemm(a, b, offsets, scale_a, scale_b, bias=bias, out_dtype=out_dtype, epilogue=epilogue,
+                            epilogue_inputs=epilogue_inputs, out=out, fast_accum=fast_accum, scale_a_per=scale_a_per,
+                            scale_b_per=scale_b_per, config=config)
+
+
+def fp8_grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat16,
+                     epilogue=None, epilogue_inputs=None, out=None, fast_accum=False, scale_a_per=None,
+                     scale_b_per=None, config=None, zero_rows_past_groups: bool = False):
+    """grouped_gemm's FP8 form (its arguments); zero_rows_past_groups=True also sets out's rows past the last group
+    to zero, in the kernel's own setup launch (scalemm.training's grouped fprop / dgrad outputs)."""
     a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per,
                                                                    scale_b_per)
     a, scale_a = _unwrap(a, scale_a, "a")
@@ -281,17 +291,22 @@ def grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, out_dt
         raise ValueError(f"out must be a contiguous [{T}, {N}] tensor of {out_dtype} on {device}")
     for t, n in ((a, "a"), (b, "b"), (out, "out")):
         check_aligned(t, n)
-    if G == 0 or T == 0 or N == 0:
+    if T == 0 or N == 0:
         return out
+    if G == 0:
+        return out.zero_() if zero_rows_past_groups else out
 
     if device.type == "cpu":
         res = _reference(a, b, offsets, tree, inputs, out_dtype, wgrad=False)
         last = int(layout.group_bounds(offsets, T)[1][-1])  # rows past the last group are not written
         out[:last] = res[:last]
+        if zero_rows_past_groups:
+            out[last:] = 0
         return out
     configs_for(device)  # the capability check, with or without config=
     leaves, launch = _plan(T, G, N, K, bool(fast_accum), out_dtype, epilogue, config, device)
-    _launch(leaves, launch, False, a, b, out, offsets, G, T, N, K, inputs, device)
+    _launch(leaves, launch, False, a, b, out, offsets, G, T, N, K, inputs, device,
+            zero_rows_past_groups=zero_rows_past_groups)
     return out
 
 
@@ -332,14 +347,14 @@ def _reference(a, b, offsets, tree, inputs, out_dtype, wgrad):
                                             out_dtype, per_group=per_group, wgrad=wgrad, accum_dtype=torch.float32)
 
 
-def _launch(leaves, launch, wgrad, a, b, out, offsets, G, T, N, K, inputs, device):
+def _launch(leaves, launch, wgrad, a, b, out, offsets, G, T, N, K, inputs, device, zero_rows_past_groups=False):
     """Fills abi.GroupedGemmArgs (T: the rows of a; for wgrad W, the columns of dy_t / x_t) and launches the
-    kernel of `leaves` / `launch` (_kernel)."""
-    ws = torch.empty(_workspace_bytes(G), dtype=torch.uint8, device=device)
-    zeros = torch.zeros(16 * max(N, K), dtype=torch.uint8, device=device) if wgrad else None
+    kernel of `leaves` / `launch` (_kernel). wgrad's zero buffer for empty groups comes from the workspace (the
+    kernel's setup launch clears it)."""
+    ws = torch.empty(_workspace_bytes(G, 16 * max(N, K) if wgrad else 0), dtype=torch.uint8, device=device)
     args = abi.GroupedGemmArgs(
         a=a.data_ptr(), b=b.data_ptr(), d=out.data_ptr(), offsets=offsets.data_ptr(), groups=G, tokens=T, n=N, k=K,
-        zeros=zeros.data_ptr() if wgrad else None, leaf_count=len(leaves), workspace=ws.data_ptr(),
+        zeros=None, zero_rows_past_groups=int(zero_rows_past_groups), leaf_count=len(leaves), workspace=ws.data_ptr(),
         workspace_bytes=ws.numel(), device=device.index, stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, leaf in enumerate(leaves):
         t, args.leaf_mode[i], args.leaf_group_stride[i] = inputs[leaf.name]

@@ -43,6 +43,7 @@ from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
 from .formats.nvfp4 import e2m1_decode, grouped_nvfp4_shapes, nvfp4_shapes, unpack_fp4
 from .gemm import gemm as _gemm
 from .gemm_nvfp4 import decode_wgrad_blocks_bf16, scale_grouped_wgrad
+from .grouped import fp8_grouped_gemm as _fp8_grouped_gemm
 from .grouped import grouped_gemm as _grouped_gemm
 from .grouped import grouped_gemm_wgrad as _grouped_gemm_wgrad
 from .quantize import quantize_fp8, quantize_nvfp4
@@ -267,6 +268,23 @@ def stacked_shapes(recipe: Recipe, E: int, N: int, K: int) -> list:
     return [s[f] for f in GROUPED_FIELDS[recipe.format]]
 
 
+_STACKED_OFFSETS: dict = {}
+
+
+def _stacked_offsets(E: int, N: int, device: torch.device) -> torch.Tensor:
+    """layout.stacked_offsets(E, N, device), made once per (E, N, device) outside a CUDA-graph capture and kept (the
+    rebuilt stacked weights' own offsets: two small kernels per grouped GEMM otherwise). Never handed to a user or
+    written. Inside a capture a missing one is made in the capture, as before: the graph's memory pool would own a
+    kept one."""
+    key = (E, N, device)
+    t = _STACKED_OFFSETS.get(key)
+    if t is None:
+        t = layout.stacked_offsets(E, N, device)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _STACKED_OFFSETS[key] = t
+    return t
+
+
 def grouped_unflatten(tensors, recipe: Recipe, role: str, copy: str, offsets: torch.Tensor, T: int):
     """One grouped copy as a container: copy "row" (rows layout [T, K]), "col" (the wgrad layout of
     x [T, K]) or "stacked" / "stacked_t" (stacked weights [E, N, K] / [E, K, N], E = len(offsets),
@@ -279,7 +297,7 @@ def grouped_unflatten(tensors, recipe: Recipe, role: str, copy: str, offsets: to
         rows = tensors[0].shape[0]
         K = tensors[0].shape[1] * (1 if fp8 else 2)
         N = rows // G
-        own = layout.stacked_offsets(G, N, offsets.device)
+        own = _stacked_offsets(G, N, offsets.device)
         if fp8:
             return GroupedFP8Tensor(*tensors, own, (rows, K), scaling, _META_DTYPE, group_rows=N)
         return GroupedNVFP4Tensor(*tensors, own, (rows, K), scaling, _META_DTYPE,
@@ -311,6 +329,9 @@ def grouped_gemm(which: str, a_tensors, b_tensors, offsets: torch.Tensor, recipe
     fast = recipe.gemm(which).fast_accum
     if which != "wgrad":
         out = torch.empty((T, b.group_rows), dtype=out_dtype, device=offsets.device)
+        if recipe.format == "fp8":  # the rows the GEMM does not write, zeroed in its own setup launch
+            return _fp8_grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast,
+                                     zero_rows_past_groups=True)
         _grouped_gemm(a, b, None, bias=bias, out_dtype=out_dtype, out=out, fast_accum=fast)
         return zero_rows_past_groups(out, offsets)  # the rows the GEMM does not write
     if recipe.format == "fp8":

@@ -4,6 +4,7 @@
 # and write everything under $OUT (default ./results).
 #
 #   bash scripts/device_run.sh                 # all stages: build test sweep grouped quant
+#   TEST_SHARDS=12 bash scripts/device_run.sh build test  # the GPU tests in 12 pytest processes (run_gpu_tests.py)
 #   bash scripts/device_run.sh test sweep      # some stages; also: tune (sweep + candidates), tuned (scalemm.tune
 #                                              # over the sweep's points, then tuned vs heuristic; copies the
 #                                              # tuned-config cache to $OUT), nvfp4 (NVFP4 config exploration),
@@ -58,7 +59,11 @@ if has build; then
   python3 -m scalemm build ${BUILD_SETS:---set all} --jobs "$(nproc)" 2>&1 | tail -n 40 || status=1
 fi
 if has test; then
-  timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE --durations=15 -p no:cacheprovider --continue-on-collection-errors || status=1
+  if [ "${TEST_SHARDS:-1}" -gt 1 ]; then  # N pytest processes side by side: kernels missing from the cache compile in parallel
+    timeout 1200 python3 scripts/run_gpu_tests.py --shards "$TEST_SHARDS" --log-dir "$OUT/test-shards" ${TESTS:-tests} || status=1
+  else
+    timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE --durations=15 -p no:cacheprovider --continue-on-collection-errors || status=1
+  fi
 fi
 if has sweep || has tune || has tuned; then
   extra=""; has tune && extra="--tune"; has tuned && extra="$extra --tuned"

@@ -434,19 +434,21 @@ def test_grouped_gemm_fills_grouped_gemm_args(monkeypatch, fake_stream, wgrad):
     monkeypatch.setattr(grouped, "_launcher", lambda spec: launch)
     cfg = GemmConfig(128, 128, 128, 1, 1, "cooperative")
     leaves, launcher = grouped._kernel(cfg, False, bf16, epi.scaled(bf16, bias=True), wgrad=wgrad)
-    grouped._launch(leaves, launcher, wgrad, a, b, out, offsets, G, T, N, K, inputs, device)
+    grouped._launch(leaves, launcher, wgrad, a, b, out, offsets, G, T, N, K, inputs, device,
+                    zero_rows_past_groups=not wgrad)
     name, args = launch.calls[0]
     assert name == "GroupedGemmArgs"
     assert (args.a, args.b, args.d, args.offsets) == (a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets.data_ptr())
     assert (args.groups, args.tokens, args.n, args.k) == (G, T, N, K)
-    assert (args.zeros is not None) == wgrad
+    # wgrad's zero buffer is carved from the workspace by the launcher (its room counted in workspace_bytes)
+    assert args.zeros is None and args.zero_rows_past_groups == int(not wgrad)
     assert args.leaf_count == 3
     names = ["scale_a", "scale_b", "bias"]
     assert list(args.leaf_base)[:3] == [_p(inputs[n][0]) for n in names]
     assert list(args.leaf_mode)[:3] == [inputs[n][1] for n in names]
     assert list(args.leaf_group_stride)[:3] == [inputs[n][2] for n in names]
     assert list(args.leaf_elem_bytes)[:3] == [4, 4, 0 if wgrad else 2]
-    assert args.workspace is not None and args.workspace_bytes == grouped._workspace_bytes(G)
+    assert args.workspace is not None and args.workspace_bytes == grouped._workspace_bytes(G, 16 * max(N, K) * wgrad)
     assert (args.device, args.stream) == (0, STREAM)
 
 

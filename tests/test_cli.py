@@ -36,3 +36,23 @@ def test_demo_runs_small_on_cpu(capsys):
     assert main(["demo", "-m", "5", "-n", "16", "-k", "32"]) == 0
     out = capsys.readouterr().out
     assert "FP8 per-token GEMM 5x16x32" in out and "nan" not in out
+
+
+def test_run_gpu_tests_shards_a_selection(tmp_path):
+    """scripts/run_gpu_tests.py: the selected tests dealt to shards run once each, the totals add up, and a
+    failing test makes the exit status nonzero."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    case = tmp_path / "test_case.py"
+    case.write_text("import pytest\n\n@pytest.mark.parametrize('i', range(5))\ndef test_ok(i):\n    assert i >= 0\n\n"
+                    "def test_bad():\n    assert False\n")
+    run = [sys.executable, str(root / "scripts" / "run_gpu_tests.py"), "--shards", "2", "--log-dir",
+           str(tmp_path / "logs"), "-m", "not gpu", str(case)]
+    got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path)
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "6 tests in 2 shards: 5 passed, 1 failed" in got.stdout
+    assert "FAILED" in got.stdout and "test_bad" in got.stdout
+    got = subprocess.run(run + ["-k", "ok"], capture_output=True, text=True, cwd=tmp_path)
+    assert got.returncode == 0 and "5 tests in 2 shards: 5 passed" in got.stdout, got.stdout + got.stderr

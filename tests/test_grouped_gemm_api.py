@@ -11,7 +11,7 @@ import torch
 import scalemm
 from scalemm import epilogues as epi
 from scalemm import reference as ref
-from scalemm.grouped import pad_groups_transposed
+from scalemm.grouped import fp8_grouped_gemm, pad_groups_transposed
 
 E4M3 = torch.float8_e4m3fn
 SIZES = [3, 0, 5, 8, 0]  # ragged, with empty experts
@@ -246,6 +246,15 @@ def test_grouped_gemm_cpu_scale_modes_and_out():
     scalemm.grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf)
     assert torch.isnan(buf[8:]).all() and not torch.isnan(buf[:8]).any()
     assert torch.equal(buf[4:8], (sa_g[2] * sb_g[2]) * (a[4:8].float() @ b[2].float().T))
+    # the training layers' form: the rows past the last group set to zero, the others as above
+    buf.fill_(float("nan"))
+    fp8_grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf,
+                     zero_rows_past_groups=True)
+    assert (buf[8:] == 0).all() and torch.equal(buf[4:8], (sa_g[2] * sb_g[2]) * (a[4:8].float() @ b[2].float().T))
+    none = torch.full((T, N), float("nan"))  # no groups: every row is past them
+    fp8_grouped_gemm(a, b[:0], torch.zeros(0, dtype=torch.int32), torch.tensor(1.0), torch.tensor(1.0),
+                     out_dtype=torch.float32, out=none, zero_rows_past_groups=True)
+    assert (none == 0).all()
     # decreasing offsets are refused on CPU; the reference (what CUDA offsets get) clamps them: group 1 empty
     decreasing = torch.tensor([4, 2, 8, 8], dtype=torch.int32)
     got = ref.grouped_gemm_reference(a, b, decreasing, inputs={"scale_a": sa_g, "scale_b": sb_g, "bias": None},

@@ -205,6 +205,66 @@ def test_grouped_wgrad(G, T, N, K, per_channel, config):
     assert _rel(out, ref) <= 4e-3
 
 
+@pytest.mark.parametrize("G,T,empty", [(300, 3000, (0, 127, 128, 200, 255, 256, 299)), (129, 700, (128,)),
+                                         (128, 900, ())])
+def test_grouped_wgrad_many_groups(G, T, empty):
+    """More groups than the setup kernel's block (128): the groups' padded column starts are a block scan carried
+    from one chunk of 128 groups to the next; empty groups on both sides of a chunk's edge."""
+    from scalemm.grouped import pad_groups_transposed
+    N, K = 256, 128
+    sizes = _sizes(G, T, seed=G, empty=empty)
+    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(G)
+    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
+    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
+    W = (T + 15 * G + 15) // 16 * 16
+    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
+    s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
+    scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out)
+    assert not out.isnan().any()
+    for e in empty:
+        assert (out[e] == 0).all(), "an expert with no tokens must get dW = 0"
+    ref = _wgrad_reference(dy, x, offs, s_dy, s_x)
+    for e in range(G):  # each expert on its own: a wrong column start would hit one expert, not the average
+        if int(sizes[e]) > 0:
+            assert _rel(out[e], ref[e]) <= 4e-3, f"expert {e}"
+
+
+def test_fp8_grouped_gemm_zero_rows_past_groups():
+    """fp8_grouped_gemm(zero_rows_past_groups=True) (the training layers' grouped fprop / dgrad): the rows past the
+    last group come out zero from the kernel's setup launch, the others as grouped_gemm writes them; under graph
+    replay with new offsets the zeroed rows move with the last group's end."""
+    from scalemm.grouped import fp8_grouped_gemm
+    G, T, N, K = 8, 4096, 2048, 256
+    sizes = _sizes(G, T - 700, seed=5, empty=(2,))
+    a, b, sa, sb, offs = _problem(sizes, N, K, seed=5)
+    a = torch.cat([a, (torch.randn(700, K, device="cuda") * 8).to(E4M3)])
+    sa = torch.cat([sa, torch.ones(700, device="cuda")])
+    want = scalemm.grouped_gemm(a, b, offs, sa, sb)
+    last = int(offs[-1])
+    for end in (last, T):  # rows past the groups, and none (T - end = 0)
+        o = offs.clone()
+        o[-1] = end
+        out = torch.full((T, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        fp8_grouped_gemm(a, b, o, sa, sb, out=out, zero_rows_past_groups=True)
+        assert torch.equal(out[:last], want[:last])
+        assert (out[end:] == 0).all() and not out.isnan().any()
+    out = torch.full((T, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    o = offs.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8_grouped_gemm(a, b, o, sa, sb, out=out, zero_rows_past_groups=True)
+    for ends in ([0] * G, [int(v) for v in offs.tolist()]):
+        o.copy_(torch.tensor(ends, dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = ends[-1]
+        assert (out[end:] == 0).all() and not out.isnan().any()
+        assert torch.equal(out[:end], want[:end])
+
+
 def _wgrad_operands(G, T, N, K, sizes_seed, seed, empty):
     """Random FP8 dY [T, N] and X [T, K] over G groups (those in `empty` without tokens), their wgrad-layout copies
     and per-channel scales: (offs, dy, x, dy_t, x_t, s_dy, s_x, the generator for more)."""

@@ -85,7 +85,9 @@ struct GroupedGemmArgs {
   int64_t tokens;             // fprop: rows of a; wgrad: W, the columns of dy_t / x_t
   int64_t n;
   int64_t k;
-  void const* zeros;          // wgrad: >= 16 * max(n, k) zero bytes (empty groups reduce over them); fprop: null
+  void const* zeros;          // wgrad: >= 16 * max(n, k) zero bytes (empty groups reduce over them), or null: the
+                              // launcher carves them from the workspace and zeroes them in its setup kernel; fprop: null
+  int64_t zero_rows_past_groups;  // fprop: nonzero also sets d's rows past the last group to zero (in the setup kernel)
   void const* leaf_base[kMaxLeaves];      // the i-th epilogue leaf's base pointer (null: absent)
   int64_t leaf_mode[kMaxLeaves];          // GroupedLeafMode
   int64_t leaf_elem_bytes[kMaxLeaves];

@@ -61,52 +61,58 @@ inline bool leaf_is_vector(int mode) {
   return mode == kLeafPerRow || mode == kLeafPerGroupVec || mode == kLeafShared;
 }
 
-// One thread per group. Offsets are clamped into [0, T] and a group whose end precedes its
-// start is empty, so invalid offsets can never send the GEMM outside its buffers (overlapping
-// groups would compute some rows twice; the result is then unspecified but in bounds).
+// The setup kernel's per-group arrays. Offsets are clamped into [0, T] and a group whose end precedes its
+// start is empty, so invalid offsets can never send the GEMM outside its buffers (overlapping groups would compute
+// some rows twice; the result is then unspecified but in bounds).
 // fprop: a [T,K], b [G,N,K], d [T,N].  wgrad: a = dy_t [N,Tp], b = x_t [K,Tp], d [G,N,K], T = Tp.
+struct GroupedSetupArgs {
+  int const* offsets;
+  int G;
+  int64_t T;
+  int N, K;
+  char const* a;
+  char const* b;
+  char* d;
+  int d_bytes;
+  char const* zeros;        // wgrad: 16 * max(N, K) zero bytes (empty groups reduce over them)
+  GroupedLeaves leaves;
+  void const** leaf_ptrs;
+  char* clear;              // bytes the kernel sets to zero first: CUTLASS's workspace when asked for
+  int64_t clear_bytes;      // (sm90::workspace_bytes_to_zero), and wgrad's zero buffer when carved
+  char* zero_buf;
+  int64_t zero_buf_bytes;
+  int64_t tail_row_bytes;   // fprop: > 0 also zeroes d's rows past the groups (rows of tail_row_bytes)
+};
+
+__device__ __forceinline__ int64_t clamp_offset(int v, int64_t T) {
+  return v < 0 ? int64_t(0) : (int64_t(v) > T ? T : int64_t(v));
+}
+
+// Group g's problem, pointers, strides and leaf pointers from its rows [start, end) (clamped, end >= start) and,
+// for wgrad, its padded column start pstart.
 template <class ProblemShape, class StrideA, class StrideB, class StrideD, GroupedKind kKind>
-__global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64_t T, int N, int K,
-                                   char const* a, char const* b, char* d, int d_bytes, char const* zeros,
-                                   ProblemShape* problems, void const** ptr_a, void const** ptr_b,
-                                   void** ptr_d, StrideA* stride_a, StrideB* stride_b,
-                                   StrideD* stride_d, GroupedLeaves leaves, void const** leaf_ptrs,
-                                   char* clear, int64_t clear_bytes) {
-  int g = blockIdx.x * blockDim.x + threadIdx.x;
-  // CUTLASS's part of the workspace, when asked for (sm90::workspace_bytes_to_zero says why).
-  sm90::clear_workspace(clear, clear_bytes, g, int64_t(gridDim.x) * blockDim.x);
-  if (g >= G) return;
-  auto clamp = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > T ? T : v); };
-  int64_t start = g == 0 ? 0 : clamp(offsets[g - 1]);
-  int64_t end = clamp(offsets[g]);
-  end = end < start ? start : end;
+__device__ void setup_group(GroupedSetupArgs const& s, int g, int64_t start, int64_t end, int64_t pstart,
+                            ProblemShape* problems, void const** ptr_a, void const** ptr_b, void** ptr_d,
+                            StrideA* stride_a, StrideB* stride_b, StrideD* stride_d) {
+  int const N = s.N, K = s.K;
   int m = int(end - start);
   if constexpr (kKind == GroupedKind::kWgrad) {
-    // The padded column start p_g = sum_{j<g} ceil(m_j/16)*16 (a serial prefix: fine for the
-    // training-time wgrad; fprop never pays it).
-    int64_t pstart = 0, prev = 0;
-    for (int j = 0; j < g; ++j) {
-      int64_t e = clamp(offsets[j]);
-      e = e < prev ? prev : e;
-      pstart += (e - prev + 15) / 16 * 16;
-      prev = e;
-    }
     // Reduction over the group's m tokens. An empty group still has to write dW_g = 0: give it a
     // 16-long reduction over a zero buffer (CUTLASS leaves the accumulators unset when K = 0).
-    int64_t Tp = T;
+    int64_t Tp = s.T;
     bool empty = m == 0 || pstart + m > Tp;
     problems[g] = {N, K, empty ? 16 : m};
-    ptr_a[g] = empty ? zeros : a + pstart;
-    ptr_b[g] = empty ? zeros : b + pstart;
+    ptr_a[g] = empty ? s.zeros : s.a + pstart;
+    ptr_b[g] = empty ? s.zeros : s.b + pstart;
     StrideA sa{};  cute::get<0>(sa) = empty ? 16 : Tp;
     StrideB sb{};  cute::get<0>(sb) = empty ? 16 : Tp;
     stride_a[g] = sa;
     stride_b[g] = sb;
     stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(N, K, 1));
-    ptr_d[g] = d + int64_t(g) * N * K * d_bytes;
+    ptr_d[g] = s.d + int64_t(g) * N * K * s.d_bytes;
   } else {
-    char const* a_g = a + start * K;                       // e4m3: one byte per element
-    char const* b_g = b + int64_t(g) * N * K;
+    char const* a_g = s.a + start * K;                       // e4m3: one byte per element
+    char const* b_g = s.b + int64_t(g) * N * K;
     if constexpr (kKind == GroupedKind::kSwapFprop) {
       problems[g] = {N, m, K};
       ptr_a[g] = b_g; ptr_b[g] = a_g;
@@ -120,8 +126,9 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
       stride_b[g] = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, 1));
       stride_d[g] = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, N, 1));
     }
-    ptr_d[g] = d + start * int64_t(N) * d_bytes;
+    ptr_d[g] = s.d + start * int64_t(N) * s.d_bytes;
   }
+  GroupedLeaves const& leaves = s.leaves;
   for (int i = 0; i < leaves.count; ++i) {
     char const* base = static_cast<char const*>(leaves.base[i]);
     int64_t off = 0;
@@ -131,7 +138,87 @@ __global__ void grouped_gemm_setup(int const* __restrict__ offsets, int G, int64
       case kLeafPerGroup: off = g; break;
       default: off = 0;
     }
-    leaf_ptrs[int64_t(i) * G + g] = base ? base + off * leaves.elem_bytes[i] : nullptr;
+    s.leaf_ptrs[int64_t(i) * s.G + g] = base ? base + off * leaves.elem_bytes[i] : nullptr;
+  }
+}
+
+constexpr int kSetupThreads = 128;
+
+// Inclusive scan over a block of kSetupThreads threads (op: max or +), through `warps` (kSetupThreads / 32
+// entries of shared memory). Every thread must call it.
+template <class T, class Op>
+__device__ T block_inclusive_scan(T v, Op op, T* warps) {
+  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    T u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = op(v, u);
+  }
+  if (lane == 31) warps[warp] = v;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) v = op(warps[w], v);
+  __syncthreads();  // warps[] may be reused by the next call
+  return v;
+}
+
+// The setup kernel: optional clears (CUTLASS's workspace, wgrad's zero buffer, fprop's rows past the groups) over
+// the whole grid, then the per-group arrays: fprop one thread per group (each reads only its own two offsets:
+// decode MoE pays nothing per earlier group), wgrad in block 0, kSetupThreads groups at a time, with its padded
+// column starts p_g = sum_{j<g} ceil(m_j/16)*16 (m_j from the running maximum of the clamped offsets) as a block
+// scan carried from chunk to chunk.
+template <class ProblemShape, class StrideA, class StrideB, class StrideD, GroupedKind kKind>
+__global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup(GroupedSetupArgs s, ProblemShape* problems,
+                                                                    void const** ptr_a, void const** ptr_b,
+                                                                    void** ptr_d, StrideA* stride_a,
+                                                                    StrideB* stride_b, StrideD* stride_d) {
+  int64_t const thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
+  sm90::clear_workspace(s.clear, s.clear_bytes, thread, threads);
+  sm90::clear_workspace(s.zero_buf, s.zero_buf_bytes, thread, threads);
+  if constexpr (kKind != GroupedKind::kWgrad) {
+    if (s.tail_row_bytes > 0) {  // d's rows [end, T), end = the largest clamped offset (what the GEMM leaves)
+      __shared__ int end;
+      if (threadIdx.x == 0) end = 0;
+      __syncthreads();
+      int m = 0;
+      for (int g = threadIdx.x; g < s.G; g += blockDim.x) m = max(m, int(clamp_offset(__ldg(s.offsets + g), s.T)));
+      atomicMax(&end, m);
+      __syncthreads();
+      sm90::clear_workspace(s.d + int64_t(end) * s.tail_row_bytes, (s.T - end) * s.tail_row_bytes, thread, threads);
+    }
+    int g = int(thread);
+    if (g >= s.G) return;
+    int64_t start = g == 0 ? 0 : clamp_offset(s.offsets[g - 1], s.T);
+    int64_t end = clamp_offset(s.offsets[g], s.T);
+    setup_group<ProblemShape, StrideA, StrideB, StrideD, kKind>(s, g, start, end < start ? start : end, 0, problems,
+                                                                ptr_a, ptr_b, ptr_d, stride_a, stride_b, stride_d);
+  } else {
+    if (blockIdx.x != 0) return;
+    __shared__ int64_t warps[kSetupThreads / 32];
+    __shared__ int64_t runs[kSetupThreads];
+    __shared__ int64_t chunk_cols;
+    int64_t carry_run = 0, carry_cols = 0;  // running max and padded columns of the groups before the chunk
+    for (int base = 0; base < s.G; base += kSetupThreads) {
+      int const t = int(threadIdx.x), g = base + t;
+      int64_t const e = g < s.G ? clamp_offset(s.offsets[g], s.T) : 0;
+      int64_t run = block_inclusive_scan(e, [](int64_t x, int64_t y) { return x > y ? x : y; }, warps);
+      run = run > carry_run ? run : carry_run;
+      runs[t] = run;
+      __syncthreads();
+      int64_t const prev = t == 0 ? carry_run : runs[t - 1];
+      int64_t const cols = (run - prev + 15) / 16 * 16;  // 0 past G: the running max stops there
+      int64_t const incl = block_inclusive_scan(cols, [](int64_t x, int64_t y) { return x + y; }, warps);
+      if (g < s.G) {
+        int64_t const start = g == 0 ? 0 : clamp_offset(s.offsets[g - 1], s.T);
+        setup_group<ProblemShape, StrideA, StrideB, StrideD, kKind>(s, g, start, e < start ? start : e,
+                                                                    carry_cols + incl - cols, problems, ptr_a, ptr_b,
+                                                                    ptr_d, stride_a, stride_b, stride_d);
+      }
+      if (t == kSetupThreads - 1) chunk_cols = incl;
+      __syncthreads();
+      carry_run = runs[kSetupThreads - 1];
+      carry_cols += chunk_cols;
+      __syncthreads();  // runs[] and chunk_cols are rewritten by the next chunk
+    }
   }
 }
 
@@ -195,13 +282,14 @@ struct Sm90GroupedGemm {
       return const_cast<ElementC const**>(reinterpret_cast<ElementC**>(ptr_d));
   }
 
-  // Device arrays the setup kernel writes, carved from the caller's workspace.
+  // Device arrays the setup kernel writes, carved from the caller's workspace, and (zero_bytes > 0) the zero
+  // buffer it clears for wgrad's empty groups.
   struct Arrays {
     Problem* problems; void const** ptr_a; void const** ptr_b; void** ptr_d;
     StrideA* stride_a; StrideB* stride_b; StrideD* stride_d; void const** leaf_ptrs;
-    char* rest; int64_t bytes;
+    char* zeros; char* rest; int64_t bytes;
   };
-  static Arrays carve(void* workspace, int G) {
+  static Arrays carve(void* workspace, int G, int64_t zero_bytes) {
     Arrays r;
     char* p = static_cast<char*>(workspace);
     auto take = [&](int64_t n) { char* q = p; p += align16(n); return q; };
@@ -213,6 +301,7 @@ struct Sm90GroupedGemm {
     r.stride_b = reinterpret_cast<StrideB*>(take(sizeof(StrideB) * G));
     r.stride_d = reinterpret_cast<StrideD*>(take(sizeof(StrideD) * G));
     r.leaf_ptrs = reinterpret_cast<void const**>(take(sizeof(void*) * G * kMaxLeaves));
+    r.zeros = zero_bytes > 0 ? take(zero_bytes) : nullptr;
     // CUTLASS keeps per-group TMA descriptors in its workspace: give it 256-byte alignment.
     int64_t used = p - static_cast<char*>(workspace);
     r.bytes = (used + 255) / 256 * 256;
@@ -239,14 +328,15 @@ struct Sm90GroupedGemm {
     int const G = int(p.groups);
     int64_t const T = p.tokens;
     int const N = int(p.n), K = int(p.k);
-    void const* zeros = p.zeros;
     void* workspace = p.workspace;
     int64_t const workspace_bytes = p.workspace_bytes;
     int const device = int(p.device);
     cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
     cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) return static_cast<int>(err);
-    Arrays arr = carve(workspace, G);
+    // wgrad without the caller's zero buffer: one carved from the workspace, cleared by the setup kernel
+    int64_t const carved_zeros = kKind == GroupedKind::kWgrad && p.zeros == nullptr ? 16 * int64_t(std::max(N, K)) : 0;
+    Arrays arr = carve(workspace, G, carved_zeros);
     if (arr.bytes > workspace_bytes) return kWorkspaceTooSmall;
     void const* leaf_arrays[kMaxLeaves];
     int64_t vec[kMaxLeaves];
@@ -255,6 +345,7 @@ struct Sm90GroupedGemm {
       leaf_arrays[i] = present ? static_cast<void const*>(arr.leaf_ptrs + int64_t(i) * G) : nullptr;
       vec[i] = i < leaves.count && leaf_is_vector(leaves.mode[i]);
     }
+    auto const hw = sm90::hardware_info(device);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {G, arr.problems, nullptr},  // problem shapes live on the device only
@@ -262,18 +353,30 @@ struct Sm90GroupedGemm {
          reinterpret_cast<ElementB const**>(arr.ptr_b), arr.stride_b},
         {make_evt_args(leaf_arrays, vec), source(arr.ptr_d), arr.stride_d,
          reinterpret_cast<ElementD**>(arr.ptr_d), arr.stride_d},
-        sm90::hardware_info(device)};
+        hw};
     int64_t const cutlass_bytes = static_cast<int64_t>(Gemm::get_workspace_size(args));
     if (cutlass_bytes > workspace_bytes - arr.bytes) return kWorkspaceTooSmall;
-    // One thread per group; when zeroing CUTLASS's workspace (sm90::workspace_bytes_to_zero), enough
-    // blocks to do it 16 bytes a thread in at most 8 rounds. The GEMM reads what setup writes (stream order).
-    int64_t const zero_bytes = sm90::workspace_bytes_to_zero(cutlass_bytes);
-    int const blocks = int(std::max<int64_t>({(G + 127) / 128, (zero_bytes + 16 * 1024 - 1) / (16 * 1024), 1}));
-    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<blocks, 128, 0, stream>>>(
-        offsets, G, T, N, K, static_cast<char const*>(a), static_cast<char const*>(b),
-        static_cast<char*>(d), int(sizeof(ElementD)), static_cast<char const*>(zeros), arr.problems,
-        arr.ptr_a, arr.ptr_b, arr.ptr_d, arr.stride_a, arr.stride_b, arr.stride_d, leaves,
-        arr.leaf_ptrs, arr.rest, zero_bytes);
+    GroupedSetupArgs s{};
+    s.offsets = offsets; s.G = G; s.T = T; s.N = N; s.K = K;
+    s.a = static_cast<char const*>(a); s.b = static_cast<char const*>(b); s.d = static_cast<char*>(d);
+    s.d_bytes = int(sizeof(ElementD));
+    s.zeros = carved_zeros > 0 ? arr.zeros : static_cast<char const*>(p.zeros);
+    s.leaves = leaves; s.leaf_ptrs = arr.leaf_ptrs;
+    s.clear = arr.rest; s.clear_bytes = sm90::workspace_bytes_to_zero(cutlass_bytes);
+    s.zero_buf = arr.zeros; s.zero_buf_bytes = carved_zeros;
+    s.tail_row_bytes = kKind != GroupedKind::kWgrad && p.zero_rows_past_groups ? int64_t(N) * s.d_bytes : 0;
+    // One thread per fprop group; enough blocks to clear the workspace / zero buffer 16 bytes a thread in at most
+    // 8 rounds; and for the rows past the groups (usually none: each block finds that out and exits) up to 4
+    // blocks per SM. The GEMM reads what setup writes (stream order).
+    auto rounds8 = [](int64_t bytes) { return (bytes + 16 * 8 * kSetupThreads - 1) / (16 * 8 * kSetupThreads); };
+    int64_t const tail_blocks = s.tail_row_bytes > 0 ? std::min<int64_t>((T * s.tail_row_bytes + 16 * kSetupThreads - 1) /
+                                                                             (16 * kSetupThreads),
+                                                                         4 * int64_t(hw.sm_count))
+                                                     : 0;
+    int const blocks = int(std::max<int64_t>(
+        {(G + kSetupThreads - 1) / kSetupThreads, rounds8(s.clear_bytes), rounds8(carved_zeros), tail_blocks, 1}));
+    grouped_gemm_setup<Problem, StrideA, StrideB, StrideD, kKind><<<blocks, kSetupThreads, 0, stream>>>(
+        s, arr.problems, arr.ptr_a, arr.ptr_b, arr.ptr_d, arr.stride_a, arr.stride_b, arr.stride_d);
     err = cudaGetLastError();
     if (err != cudaSuccess) return static_cast<int>(err);
     return sm90::launch<Gemm>(args, arr.rest, workspace_bytes - arr.bytes, stream);

@@ -1,0 +1,78 @@
+"""Run GPU tests in N pytest processes side by side, so that the kernels they JIT-build on first use compile in
+parallel (one nvcc each) instead of one after another: on a bare device machine with a cold JIT cache a test file
+that launches 20 kernels otherwise spends most of its time compiling.
+
+  python3 scripts/run_gpu_tests.py --shards 12 tests/test_grouped_gemm_gpu.py tests/test_train_gpu.py -k "not convergence"
+
+Everything after the options goes to pytest (files, -k, -m; `-m gpu` is added when no -m is given). The tests are
+collected once and dealt to the shards in turn; each shard's output is written to --log-dir (default: a temporary
+directory) and its summary line printed, with the failures' lines. The kernel cache's file locks keep two shards
+from building the same kernel twice (the second waits for the first). Exit status: 0 when every shard passed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def collect(pytest_args: list[str]) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          *pytest_args], capture_output=True, text=True)
+    ids = [line.strip() for line in out.stdout.splitlines() if "::" in line]
+    if out.returncode not in (0, 5) or not ids:  # 5: nothing collected
+        sys.stdout.write(out.stdout[-4000:] + out.stderr[-4000:])
+    return ids
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--log-dir", default=None)
+    p.add_argument("--timeout", type=float, default=1200, help="seconds per shard")
+    args, pytest_args = p.parse_known_args(argv)
+    if "-m" not in pytest_args:
+        pytest_args = ["-m", "gpu", *pytest_args]
+    ids = collect(pytest_args)
+    if not ids:
+        print("no tests collected")
+        return 1
+    # -k / -m stay for each shard (they select among the given ids anyway); the files are replaced by the ids
+    options = [a for i, a in enumerate(pytest_args)
+               if a.startswith("-") or (i > 0 and pytest_args[i - 1] in ("-k", "-m"))]
+    shards = [ids[i::args.shards] for i in range(min(args.shards, len(ids)))]
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="scalemm-gpu-tests-")
+    os.makedirs(log_dir, exist_ok=True)
+    procs = []
+    for i, shard in enumerate(shards):
+        log = open(os.path.join(log_dir, f"shard-{i}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+                                        *options, *shard], stdout=log, stderr=subprocess.STDOUT), log))
+    totals, failed = {}, False
+    for i, (proc, log) in enumerate(procs):
+        try:
+            rc = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "timeout"
+        log.close()
+        text = open(log.name).read()
+        lines = text.strip().splitlines()
+        summary = lines[-1] if lines else "(no output)"
+        print(f"shard {i}: {summary}  [{log.name}]")
+        for line in lines:
+            if line.startswith(("FAILED", "ERROR")):
+                print("  " + line)
+        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary):
+            totals[what] = totals.get(what, 0) + int(n)
+        failed |= rc not in (0, 5)
+    order = ("passed", "failed", "error", "errors", "skipped", "deselected")
+    print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if w in totals))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
