@@ -210,16 +210,9 @@ def test_grouped_wgrad(G, T, N, K, per_channel, config):
 def test_grouped_wgrad_many_groups(G, T, empty):
     """More groups than the setup kernel's block (128): the groups' padded column starts are a block scan carried
     from one chunk of 128 groups to the next; empty groups on both sides of a chunk's edge."""
-    from scalemm.grouped import pad_groups_transposed
     N, K = 256, 128
-    sizes = _sizes(G, T, seed=G, empty=empty)
-    offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
-    g = torch.Generator(device="cuda").manual_seed(G)
-    dy = (torch.randn(T, N, device="cuda", generator=g) * 8).to(E4M3)
-    x = (torch.randn(T, K, device="cuda", generator=g) * 8).to(E4M3)
-    W = (T + 15 * G + 15) // 16 * 16
-    dy_t, x_t = pad_groups_transposed(dy, offs, W), pad_groups_transposed(x, offs, W)
-    s_dy, s_x = torch.rand(G, N, device="cuda") + 0.5, torch.rand(G, K, device="cuda") + 0.5
+    offs, dy, x, dy_t, x_t, s_dy, s_x, _ = _wgrad_operands(G, T, N, K, G, G, empty)
+    sizes = torch.diff(offs.long(), prepend=offs.new_zeros(1).long()).tolist()
     out = torch.full((G, N, K), float("nan"), dtype=torch.bfloat16, device="cuda")
     scalemm.grouped_gemm_wgrad(dy_t, x_t, offs, s_dy, s_x, out=out)
     assert not out.isnan().any()
@@ -227,7 +220,7 @@ def test_grouped_wgrad_many_groups(G, T, empty):
         assert (out[e] == 0).all(), "an expert with no tokens must get dW = 0"
     ref = _wgrad_reference(dy, x, offs, s_dy, s_x)
     for e in range(G):  # each expert on its own: a wrong column start would hit one expert, not the average
-        if int(sizes[e]) > 0:
+        if sizes[e] > 0:
             assert _rel(out[e], ref[e]) <= 4e-3, f"expert {e}"
 
 
