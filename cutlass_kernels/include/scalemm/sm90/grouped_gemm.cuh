@@ -77,9 +77,9 @@ struct GroupedSetupArgs {
   char const* zeros;        // wgrad: 16 * max(N, K) zero bytes (empty groups reduce over them)
   GroupedLeaves leaves;
   void const** leaf_ptrs;
-  char* clear;              // bytes the kernel sets to zero first: CUTLASS's workspace when asked for
-  int64_t clear_bytes;      // (sm90::workspace_bytes_to_zero), and wgrad's zero buffer when carved
-  char* zero_buf;
+  char* clear;              // CUTLASS's workspace, set to zero first when asked for (sm90::workspace_bytes_to_zero)
+  int64_t clear_bytes;
+  char* zero_buf;           // wgrad's zero buffer when carved from the workspace (then `zeros`), set to zero first
   int64_t zero_buf_bytes;
   int64_t tail_row_bytes;   // fprop: > 0 also zeroes d's rows past the groups (rows of tail_row_bytes)
 };
