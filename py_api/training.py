@@ -280,8 +280,12 @@ def _stacked_offsets(E: int, N: int, device: torch.device) -> torch.Tensor:
     t = _STACKED_OFFSETS.get(key)
     if t is None:
         t = layout.stacked_offsets(E, N, device)
-        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        if device.type != "cuda":
             _STACKED_OFFSETS[key] = t
+        else:
+            with torch.cuda.device(device):  # the capture that matters is the one on the offsets' device
+                if not torch.cuda.is_current_stream_capturing():
+                    _STACKED_OFFSETS[key] = t
     return t
 
 

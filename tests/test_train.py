@@ -959,3 +959,14 @@ def test_delayed_scaling_under_activation_checkpointing(grouped):
             assert torch.equal(getattr(plain, f"amax_history_{role}"), getattr(ckpt, f"amax_history_{role}")), role
         plain.zero_grad()
         ckpt.zero_grad()
+
+
+def test_stacked_offsets_made_once():
+    """training._stacked_offsets: layout.stacked_offsets' values, made once per (E, N, device) and kept (outside a
+    CUDA-graph capture): the rebuilt stacked weights' own offsets, otherwise made on every grouped GEMM."""
+    from scalemm.formats import layout
+    cpu = torch.device("cpu")
+    t = training._stacked_offsets(5, 48, cpu)
+    assert torch.equal(t, layout.stacked_offsets(5, 48, cpu)) and t.dtype == torch.int32
+    assert training._stacked_offsets(5, 48, cpu) is t
+    assert training._stacked_offsets(5, 64, cpu) is not t
