@@ -60,7 +60,7 @@ if has build; then
 fi
 if has test; then
   if [ "${TEST_SHARDS:-1}" -gt 1 ]; then  # N pytest processes side by side: kernels missing from the cache compile in parallel
-    timeout 1200 python3 scripts/run_gpu_tests.py --shards "$TEST_SHARDS" --log-dir "$OUT/test-shards" ${TESTS:-tests} || status=1
+    python3 scripts/run_gpu_tests.py --shards "$TEST_SHARDS" --timeout 1200 --log-dir "$OUT/test-shards" ${TESTS:-tests} || status=1
   else
     timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE --durations=15 -p no:cacheprovider --continue-on-collection-errors || status=1
   fi

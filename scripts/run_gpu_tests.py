@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def collect(pytest_args: list[str]) -> list[str]:
@@ -32,7 +33,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=os.cpu_count() or 1)
     p.add_argument("--log-dir", default=None)
-    p.add_argument("--timeout", type=float, default=1200, help="seconds per shard")
+    p.add_argument("--timeout", type=float, default=1200,
+                   help="seconds for the whole run: shards still running then are stopped, and reported")
     args, pytest_args = p.parse_known_args(argv)
     if "-m" not in pytest_args:
         pytest_args = ["-m", "gpu", *pytest_args]
@@ -52,16 +54,21 @@ def main(argv=None) -> int:
         procs.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
                                         *options, *shard], stdout=log, stderr=subprocess.STDOUT), log))
     totals, failed = {}, False
+    deadline = time.monotonic() + args.timeout
     for i, (proc, log) in enumerate(procs):
         try:
-            rc = proc.wait(timeout=args.timeout)
+            rc = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
             rc = "timeout"
         log.close()
         text = open(log.name).read()
         lines = text.strip().splitlines()
         summary = lines[-1] if lines else "(no output)"
+        if rc == "timeout":
+            summary = f"stopped at the time limit ({args.timeout:.0f} s); its output ends: {summary[-120:]}"
+            totals["timed out (shards)"] = totals.get("timed out (shards)", 0) + 1
         print(f"shard {i}: {summary}  [{log.name}]")
         for line in lines:
             if line.startswith(("FAILED", "ERROR")):
@@ -69,7 +76,7 @@ def main(argv=None) -> int:
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary):
             totals[what] = totals.get(what, 0) + int(n)
         failed |= rc not in (0, 5)
-    order = ("passed", "failed", "error", "errors", "skipped", "deselected")
+    order = ("passed", "failed", "error", "errors", "skipped", "deselected", "timed out (shards)")
     print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if w in totals))
     return 1 if failed else 0
 

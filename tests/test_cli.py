@@ -56,3 +56,20 @@ def test_run_gpu_tests_shards_a_selection(tmp_path):
     assert "FAILED" in got.stdout and "test_bad" in got.stdout
     got = subprocess.run(run + ["-k", "ok"], capture_output=True, text=True, cwd=tmp_path)
     assert got.returncode == 0 and "5 tests in 2 shards: 5 passed" in got.stdout, got.stdout + got.stderr
+
+
+def test_run_gpu_tests_time_limit(tmp_path):
+    """scripts/run_gpu_tests.py --timeout: shards still running at the limit are stopped and reported, with what the
+    finished shards found, and the exit status is nonzero."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    case = tmp_path / "test_slow.py"
+    case.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_slow():\n    time.sleep(60)\n")
+    run = [sys.executable, str(root / "scripts" / "run_gpu_tests.py"), "--shards", "2", "--timeout", "8",
+           "--log-dir", str(tmp_path / "logs"), "-m", "not gpu", str(case)]
+    got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=50)
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "stopped at the time limit" in got.stdout
+    assert "2 tests in 2 shards: 1 passed, 1 timed out (shards)" in got.stdout, got.stdout
