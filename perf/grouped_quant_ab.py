@@ -90,8 +90,7 @@ def steps(lines, E, offsets, T):
     moe = tb.moe_contenders(E, hidden, inter, True, True)
     blocks = [("experts block", moe, hidden, hidden)]
     for n, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
-        blocks.append((f"{n} layer", {k: tb.ExpertLayer(w=m.w1 if n == "gate_up" else m.w2) if k == "bf16" else
-                                      tb.ExpertLayer(getattr(m, n)) for k, m in moe.items()}, K, N))
+        blocks.append((f"{n} layer", tb.expert_layers(moe, n), K, N))
     g = torch.Generator(device="cuda").manual_seed(3)
     for label, models, K, N in blocks:
         x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()

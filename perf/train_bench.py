@@ -115,6 +115,19 @@ class ExpertLayer(torch.nn.Module):
         return self.layer(x, offsets)
 
 
+def expert_layers(models: dict, name: str) -> dict:
+    """{contender: ExpertLayer} of one layer ("gate_up" or "down") of moe_contenders' expert blocks: bf16's on
+    torch._grouped_mm with its own autograd (on the CPU smoke run its GroupedLinear(recipe=None)), the others'
+    GroupedLinear."""
+    out = {}
+    for n, m in models.items():
+        if n == "bf16" and DEVICE == "cuda":
+            out[n] = ExpertLayer(w=m.w1 if name == "gate_up" else m.w2)
+        else:
+            out[n] = ExpertLayer(m.gate_up if name == "gate_up" else m.down)
+    return out
+
+
 def mlp_contenders(hidden, inter, cache_weight, fuse_wgrad_accumulation=False):
     torch.manual_seed(0)
     base = MLP(torch.nn.Linear(hidden, 2 * inter, bias=False), torch.nn.Linear(inter, hidden, bias=False))
@@ -394,13 +407,7 @@ def main(argv=None):
         sizes = moe_sizes(M, E, k, args.group_multiple)
         T = int(sizes.sum())
         for name, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
-            layers = {}
-            for n, m in models.items():
-                if n == "bf16":
-                    layers[n] = ExpertLayer(w=m.w1 if name == "gate_up" else m.w2) if DEVICE == "cuda" else \
-                        ExpertLayer(m.gate_up if name == "gate_up" else m.down)
-                else:
-                    layers[n] = ExpertLayer(m.gate_up if name == "gate_up" else m.down)
+            layers = expert_layers(models, name)
 
             def layer_input(K=K, N=N):
                 g = torch.Generator(device=DEVICE).manual_seed(3)

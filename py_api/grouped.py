@@ -238,6 +238,8 @@ def fp8_grouped_gemm(a, b, offsets, scale_a=None, scale_b=None, *, bias=None, ou
                      scale_b_per=None, config=None, zero_rows_past_groups: bool = False):
     """grouped_gemm's FP8 form (its arguments); zero_rows_past_groups=True also sets out's rows past the last group
     to zero, in the kernel's own setup launch (scalemm.training's grouped fprop / dgrad outputs)."""
+    if not isinstance(zero_rows_past_groups, bool):
+        raise TypeError(f"zero_rows_past_groups must be a bool, got {type(zero_rows_past_groups).__name__}")
     a, b, offsets, scale_a, scale_b, scale_a_per = _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per,
                                                                    scale_b_per)
     a, scale_a = _unwrap(a, scale_a, "a")

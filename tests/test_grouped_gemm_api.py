@@ -255,6 +255,9 @@ def test_grouped_gemm_cpu_scale_modes_and_out():
     fp8_grouped_gemm(a, b[:0], torch.zeros(0, dtype=torch.int32), torch.tensor(1.0), torch.tensor(1.0),
                      out_dtype=torch.float32, out=none, zero_rows_past_groups=True)
     assert (none == 0).all()
+    with pytest.raises(TypeError, match="zero_rows_past_groups must be a bool"):
+        fp8_grouped_gemm(a, b, short, sa_g, sb_g, scale_a_per="group", out_dtype=torch.float32, out=buf,
+                         zero_rows_past_groups=1)
     # decreasing offsets are refused on CPU; the reference (what CUDA offsets get) clamps them: group 1 empty
     decreasing = torch.tensor([4, 2, 8, 8], dtype=torch.int32)
     got = ref.grouped_gemm_reference(a, b, decreasing, inputs={"scale_a": sa_g, "scale_b": sb_g, "bias": None},

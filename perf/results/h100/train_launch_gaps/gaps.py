@@ -76,12 +76,7 @@ def main():
             x = torch.randn(T, K, device="cuda", dtype=tb.BF16, generator=g).requires_grad_()
             dy = torch.randn(T, N, device="cuda", dtype=tb.BF16, generator=g) * 1e-2
             offsets = torch.cumsum(sizes, 0).to(torch.int32).to("cuda")
-            for n, m in models.items():
-                if n == "bf16":
-                    layer = tb.ExpertLayer(w=m.w1 if name == "gate_up" else m.w2)
-                else:
-                    layer = tb.ExpertLayer(m.gate_up if name == "gate_up" else m.down)
-
+            for n, layer in tb.expert_layers(models, name).items():
                 def step(layer=layer):
                     layer(x, offsets).backward(dy)
                 replay_profile(step, f"{name} layer, {n}", f)
