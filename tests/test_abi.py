@@ -219,6 +219,34 @@ def test_headers_include_the_abi():
     assert not (INCLUDE / "scalemm" / "sm90_grouped_gemm.cuh").exists()
 
 
+# A line that clamps an offset it reads by an expression of its own (min / max or a comparison with 0 next to a
+# load of the offsets), instead of group_offsets.cuh's helpers.
+_OWN_OFFSET_CLAMP = re.compile(r"__ldg\(\s*(?:\w+\.)?offsets\b.*(?:\bmin\(|\bmax\(|< 0 \?)"
+                               r"|(?:\bmin\(|\bmax\(|< 0 \?).*__ldg\(\s*(?:\w+\.)?offsets\b")
+
+
+def own_offset_clamps(text: str) -> list[str]:
+    return [line for line in text.splitlines() if _OWN_OFFSET_CLAMP.search(line) and "group_offsets::" not in line]
+
+
+def test_offsets_rule_has_one_owner():
+    """The device rule for a grouped op's offsets (each clamped into [0, T], then a running maximum: numerics.md
+    12.5) and the zeroing of the rows past the groups live in scalemm/group_offsets.cuh; every other header calls
+    it. The scan flags the clamps the headers wrote themselves before (the first three lines below)."""
+    for old in ("    int e = g < G ? min(max(__ldg(offsets + g), 0), T) : 0;",
+                "        last = max(last, min(max(int64_t(__ldg(offsets + g)), int64_t(0)), M));",
+                "    m = max(m, static_cast<int>(min(static_cast<int64_t>(max(__ldg(offsets + g), 0)), rows)));",
+                "    m = max(m, int(group_offsets::clamp_offset(__ldg(s.offsets + g), s.T)));"):
+        assert bool(own_offset_clamps(old)) == ("group_offsets::" not in old), old
+    headers = sorted((INCLUDE / "scalemm").rglob("*.cuh"))
+    assert INCLUDE / "scalemm" / "group_offsets.cuh" in headers
+    for path in headers:
+        if path.name != "group_offsets.cuh":
+            text = path.read_text()
+            assert not own_offset_clamps(text), (path.name, own_offset_clamps(text))
+            assert "clear_workspace" not in text, path.name  # the grid's byte clear is group_offsets::zero_bytes
+
+
 # ---------------------------------------------------------------------------------------------
 # (c) the constants come from abi.h only
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 
+#include "scalemm/group_offsets.cuh"
 #include "scalemm/quant_numerics.cuh"
 
 namespace scalemm {
@@ -542,14 +543,7 @@ struct DenseRows {
   const int* offsets;
   int groups;
   __device__ __forceinline__ RowSlot operator()(int64_t c) const {
-    int64_t last = M;
-    if (offsets != nullptr) {
-      last = 0;
-      for (int g = threadIdx.x & 31; g < groups; g += 32)
-        last = max(last, min(max(int64_t(__ldg(offsets + g)), int64_t(0)), M));
-#pragma unroll
-      for (int sh = 16; sh > 0; sh >>= 1) last = max(last, static_cast<int64_t>(__shfl_xor_sync(kFullMask, last, sh)));
-    }
+    const int64_t last = offsets != nullptr ? group_offsets::warp_groups_end(offsets, groups, M) : M;
     return RowSlot{c, c < last, c < M, c};
   }
 };

@@ -39,6 +39,7 @@
 #pragma once
 
 #include "scalemm/abi.h"
+#include "scalemm/group_offsets.cuh"
 #include "scalemm/quant.cuh"
 
 namespace scalemm {
@@ -121,9 +122,8 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
                                                                      uint8_t* zero = nullptr, int64_t zero_bytes = 0,
                                                                      float* zero_g0 = nullptr, float* zero_g1 = nullptr) {
   if (blockIdx.x > 0) {
-    const int64_t step = int64_t(gridDim.x - 1) * kSetupThreads * 16;
-    for (int64_t i = (int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x) * 16; i < zero_bytes; i += step)
-      *reinterpret_cast<uint4*>(zero + i) = make_uint4(0u, 0u, 0u, 0u);
+    group_offsets::zero_bytes(reinterpret_cast<char*>(zero), zero_bytes,
+                              int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x, int64_t(gridDim.x - 1) * kSetupThreads);
     return;
   }
   __shared__ int warp_sums[32];
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
   int c_end = 0, c16 = 0, c64 = 0, c128 = 0;
   for (int base = 0; base < G; base += kSetupThreads) {
     const int g = base + t;
-    int e = g < G ? min(max(__ldg(offsets + g), 0), T) : 0;
+    int e = g < G ? group_offsets::clamp_offset(__ldg(offsets + g), T) : 0;
     e = max(block_scan(e, MaxOp{}, warp_sums), c_end);
     ends_s[t] = e;
     __syncthreads();
@@ -1018,21 +1018,12 @@ int launch_mxfp8_grouped(const void* x, int64_t T_, int64_t K, const int* offset
 // ---------------------------------------------------------------------------
 
 // Rows [end, rows) of out [rows, row_bytes] set to zero, end = the clamped running maximum of the offsets
-// (group_table_kernel's ends[G-1]): the rows a grouped GEMM does not write. Every CTA finds end itself; with no
-// such rows the launch is all it costs.
+// (group_table_kernel's ends[G-1]): the rows a grouped GEMM does not write (group_offsets::zero_rows_past_groups, which
+// the FP8 grouped GEMM's setup launch also runs when asked to). With no such rows the launch is all it costs.
 __global__ void __launch_bounds__(kThreads) zero_rows_past_groups_kernel(uint8_t* out, int64_t rows, int64_t row_bytes,
                                                                     const int* offsets, int G) {
-  __shared__ int end;
-  if (threadIdx.x == 0) end = 0;
-  __syncthreads();
-  int m = 0;
-  for (int g = threadIdx.x; g < G; g += blockDim.x)
-    m = max(m, static_cast<int>(min(static_cast<int64_t>(max(__ldg(offsets + g), 0)), rows)));
-  atomicMax(&end, m);
-  __syncthreads();
-  const int64_t stop = rows * row_bytes, step = int64_t(gridDim.x) * blockDim.x * 16;
-  for (int64_t i = end * row_bytes + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 16; i < stop; i += step)
-    *reinterpret_cast<uint4*>(out + i) = make_uint4(0u, 0u, 0u, 0u);
+  group_offsets::zero_rows_past_groups(reinterpret_cast<char*>(out), rows, row_bytes, offsets, G,
+                                       int64_t(blockIdx.x) * blockDim.x + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 inline int launch_zero_rows_past_groups(void* out, int64_t rows, int64_t row_bytes, const int* offsets, int G,

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "scalemm/group_offsets.cuh"
 #include "scalemm/sm90/gemm.cuh"
 
 namespace scalemm {
@@ -83,10 +84,6 @@ struct GroupedSetupArgs {
   int64_t zero_buf_bytes;
   int64_t tail_row_bytes;   // fprop: > 0 also zeroes d's rows past the groups (rows of tail_row_bytes)
 };
-
-__device__ __forceinline__ int64_t clamp_offset(int v, int64_t T) {
-  return v < 0 ? int64_t(0) : (int64_t(v) > T ? T : int64_t(v));
-}
 
 // Group g's problem, pointers, strides and leaf pointers from its rows [start, end) (clamped, end >= start) and,
 // for wgrad, its padded column start pstart.
@@ -172,23 +169,15 @@ __global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup(GroupedSetup
                                                                     void** ptr_d, StrideA* stride_a,
                                                                     StrideB* stride_b, StrideD* stride_d) {
   int64_t const thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
-  sm90::clear_workspace(s.clear, s.clear_bytes, thread, threads);
-  sm90::clear_workspace(s.zero_buf, s.zero_buf_bytes, thread, threads);
+  group_offsets::zero_bytes(s.clear, s.clear_bytes, thread, threads);
+  group_offsets::zero_bytes(s.zero_buf, s.zero_buf_bytes, thread, threads);
   if constexpr (kKind != GroupedKind::kWgrad) {
-    if (s.tail_row_bytes > 0) {  // d's rows [end, T), end = the largest clamped offset (what the GEMM leaves)
-      __shared__ int end;
-      if (threadIdx.x == 0) end = 0;
-      __syncthreads();
-      int m = 0;
-      for (int g = threadIdx.x; g < s.G; g += blockDim.x) m = max(m, int(clamp_offset(__ldg(s.offsets + g), s.T)));
-      atomicMax(&end, m);
-      __syncthreads();
-      sm90::clear_workspace(s.d + int64_t(end) * s.tail_row_bytes, (s.T - end) * s.tail_row_bytes, thread, threads);
-    }
+    if (s.tail_row_bytes > 0)  // the same for every thread: the helper's block barriers are safe
+      group_offsets::zero_rows_past_groups(s.d, s.T, s.tail_row_bytes, s.offsets, s.G, thread, threads);
     int g = int(thread);
     if (g >= s.G) return;
-    int64_t start = g == 0 ? 0 : clamp_offset(s.offsets[g - 1], s.T);
-    int64_t end = clamp_offset(s.offsets[g], s.T);
+    int64_t start = g == 0 ? 0 : group_offsets::clamp_offset(s.offsets[g - 1], s.T);
+    int64_t end = group_offsets::clamp_offset(s.offsets[g], s.T);
     setup_group<ProblemShape, StrideA, StrideB, StrideD, kKind>(s, g, start, end < start ? start : end, 0, problems,
                                                                 ptr_a, ptr_b, ptr_d, stride_a, stride_b, stride_d);
   } else {
@@ -199,7 +188,7 @@ __global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup(GroupedSetup
     int64_t carry_run = 0, carry_cols = 0;  // running max and padded columns of the groups before the chunk
     for (int base = 0; base < s.G; base += kSetupThreads) {
       int const t = int(threadIdx.x), g = base + t;
-      int64_t const e = g < s.G ? clamp_offset(s.offsets[g], s.T) : 0;
+      int64_t const e = g < s.G ? group_offsets::clamp_offset(s.offsets[g], s.T) : 0;
       int64_t run = block_inclusive_scan(e, [](int64_t x, int64_t y) { return x > y ? x : y; }, warps);
       run = run > carry_run ? run : carry_run;
       runs[t] = run;
@@ -208,7 +197,7 @@ __global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup(GroupedSetup
       int64_t const cols = (run - prev + 15) / 16 * 16;  // 0 past G: the running max stops there
       int64_t const incl = block_inclusive_scan(cols, [](int64_t x, int64_t y) { return x + y; }, warps);
       if (g < s.G) {
-        int64_t const start = g == 0 ? 0 : clamp_offset(s.offsets[g - 1], s.T);
+        int64_t const start = g == 0 ? 0 : group_offsets::clamp_offset(s.offsets[g - 1], s.T);
         setup_group<ProblemShape, StrideA, StrideB, StrideD, kKind>(s, g, start, e < start ? start : e,
                                                                     carry_cols + incl - cols, problems, ptr_a, ptr_b,
                                                                     ptr_d, stride_a, stride_b, stride_d);

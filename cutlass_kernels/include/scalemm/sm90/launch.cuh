@@ -58,17 +58,6 @@ inline int64_t workspace_bytes_to_zero(int64_t bytes) {
   return on ? bytes : 0;
 }
 
-// `thread` / `threads`: this thread's index in the grid and the grid's size.
-__device__ __forceinline__ void clear_workspace(char* p, int64_t bytes, int64_t thread, int64_t threads) {
-  for (int64_t i = thread * 16; i < bytes; i += threads * 16) {
-    if (i + 16 <= bytes) {
-      *reinterpret_cast<uint4*>(p + i) = make_uint4(0, 0, 0, 0);
-    } else {
-      for (int64_t j = i; j < bytes; ++j) p[j] = 0;
-    }
-  }
-}
-
 template <class Gemm>
 inline int launch(typename Gemm::Arguments const& args, void* workspace, int64_t workspace_bytes,
                   cudaStream_t stream) {

@@ -25,6 +25,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "scalemm/abi.h"
+#include "scalemm/group_offsets.cuh"
 #include "scalemm/sm90/launch.cuh"
 #include "scalemm/sm90/nvfp4_mainloop.hpp"
 
@@ -61,7 +62,7 @@ template <class Problem, class StrideD>
 __global__ void __launch_bounds__(kGroupSetupThreads)
 nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* problems, int* row_start, void** ptr_d,
                     StrideD* stride_d, void const** leaf_ptrs, char* clear, int64_t clear_bytes) {
-  clear_workspace(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // see workspace_bytes_to_zero
+  group_offsets::zero_bytes(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // see workspace_bytes_to_zero
   __shared__ int64_t warp_max[32];
   __shared__ int64_t ends[kGroupSetupThreads];
   int const* offsets = static_cast<int const*>(a.offsets);
@@ -69,8 +70,7 @@ nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* pro
   int64_t carry = 0;  // the end of the last group of the previous chunk
   for (int64_t base = 0; base < a.groups; base += kGroupSetupThreads) {
     int64_t const g = base + t;
-    int64_t e = g < a.groups ? __ldg(offsets + g) : 0;
-    e = e < 0 ? 0 : (e > a.tokens ? a.tokens : e);
+    int64_t e = g < a.groups ? group_offsets::clamp_offset(__ldg(offsets + g), a.tokens) : 0;
     e = block_max_scan(e, warp_max);
     e = e > carry ? e : carry;
     ends[t] = e;

@@ -48,6 +48,7 @@
 #include "cute/arch/mma_sm90_gmma.hpp"
 
 #include "scalemm/abi.h"
+#include "scalemm/group_offsets.cuh"
 #include "scalemm/sm90/nvfp4_numerics.cuh"
 
 namespace scalemm::sm90::skinny {
@@ -876,7 +877,7 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
                                                 int slot_stride, int* scratch) {
   constexpr int kThreads = kWarps * 32;
   const int tid = threadIdx.x;
-  auto end_of = [&](int j) { return min(max(__ldg(offsets + j), 0), tokens); };
+  auto end_of = [&](int j) { return group_offsets::clamp_offset(__ldg(offsets + j), tokens); };
   int* result = scratch + kGroupResultAt;
   if (slots == groups) {  // group `slot`: first = the running max of the offsets before it
     int m = 0;
