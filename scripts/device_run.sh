@@ -60,7 +60,11 @@ if has build; then
 fi
 if has test; then
   if [ "${TEST_SHARDS:-1}" -gt 1 ]; then  # N pytest processes side by side: kernels missing from the cache compile in parallel
-    python3 scripts/run_gpu_tests.py --shards "$TEST_SHARDS" --timeout 1200 --log-dir "$OUT/test-shards" ${TESTS:-tests} || status=1
+    # The shards share the GPU's memory (a large test can run out of it beside others): the failures run again alone
+    # and both results are reported. The per-shard logs stay in /tmp; $OUT gets them in one file.
+    python3 scripts/run_gpu_tests.py --shards "$TEST_SHARDS" --timeout 1200 --rerun-failed \
+      --log-dir /tmp/scalemm-test-shards ${TESTS:-tests} || status=1
+    cp /tmp/scalemm-test-shards/shards.log "$OUT/test-shards.log" 2>/dev/null || true
   else
     timeout 900 python3 -m pytest -m gpu ${TESTS:-tests} -q -rfE --durations=15 -p no:cacheprovider --continue-on-collection-errors || status=1
   fi

@@ -6,8 +6,14 @@ that launches 20 kernels otherwise spends most of its time compiling.
 
 Everything after the options goes to pytest (files, -k, -m; `-m gpu` is added when no -m is given). The tests are
 collected once and dealt to the shards in turn; each shard's output is written to --log-dir (default: a temporary
-directory) and its summary line printed, with the failures' lines. The kernel cache's file locks keep two shards
-from building the same kernel twice (the second waits for the first). Exit status: 0 when every shard passed.
+directory, and all of them in one file, shards.log, for a device call that brings back only a few files) and its
+summary line printed, with the failures' lines (pytest's, at a width that keeps the error's type). The kernel
+cache's file locks keep two shards from building the same kernel twice (the second waits for the first).
+
+Shards share the GPU's memory: tests with large tensors in several shards at once can run out of it
+(torch.OutOfMemoryError) where each passes alone. --rerun-failed runs the tests that failed in the shards once more,
+in one process after the shards, and reports them apart. Exit status: 0 when every test passed, in its shard or
+(with --rerun-failed) in the rerun.
 """
 from __future__ import annotations
 
@@ -35,6 +41,8 @@ def main(argv=None) -> int:
     p.add_argument("--log-dir", default=None)
     p.add_argument("--timeout", type=float, default=1200,
                    help="seconds for the whole run: shards still running then are stopped, and reported")
+    p.add_argument("--rerun-failed", action="store_true",
+                   help="run the tests that failed in the shards again, alone in one process (within --timeout)")
     args, pytest_args = p.parse_known_args(argv)
     if "-m" not in pytest_args:
         pytest_args = ["-m", "gpu", *pytest_args]
@@ -48,12 +56,13 @@ def main(argv=None) -> int:
     shards = [ids[i::args.shards] for i in range(min(args.shards, len(ids)))]
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="scalemm-gpu-tests-")
     os.makedirs(log_dir, exist_ok=True)
+    env = {**os.environ, "COLUMNS": "240"}  # pytest's short summary then keeps the error's type and message
+    pytest = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *options]
     procs = []
     for i, shard in enumerate(shards):
         log = open(os.path.join(log_dir, f"shard-{i}.log"), "w")
-        procs.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
-                                        *options, *shard], stdout=log, stderr=subprocess.STDOUT), log))
-    totals, failed = {}, False
+        procs.append((subprocess.Popen([*pytest, *shard], stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    totals, failed, failed_ids, texts = {}, False, [], []
     deadline = time.monotonic() + args.timeout
     for i, (proc, log) in enumerate(procs):
         try:
@@ -64,6 +73,7 @@ def main(argv=None) -> int:
             rc = "timeout"
         log.close()
         text = open(log.name).read()
+        texts.append(f"===== shard {i} ({log.name}) =====\n{text}")
         lines = text.strip().splitlines()
         summary = lines[-1] if lines else "(no output)"
         if rc == "timeout":
@@ -73,12 +83,32 @@ def main(argv=None) -> int:
         for line in lines:
             if line.startswith(("FAILED", "ERROR")):
                 print("  " + line)
+                failed_ids.append(line.split(" ", 1)[1].split(" - ", 1)[0])
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary):
             totals[what] = totals.get(what, 0) + int(n)
         failed |= rc not in (0, 5)
+    with open(os.path.join(log_dir, "shards.log"), "w") as f:
+        f.write("\n".join(texts))
     order = ("passed", "failed", "error", "errors", "skipped", "deselected", "timed out (shards)")
     print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if w in totals))
-    return 1 if failed else 0
+    if not (failed and args.rerun_failed and failed_ids and "timed out (shards)" not in totals):
+        return 1 if failed else 0
+    # the failures once more, alone (nothing else on the GPU): what passes here failed for want of shared resources
+    # (memory) or is flaky; the report keeps both results
+    left = deadline - time.monotonic()
+    try:
+        rerun = subprocess.run([*pytest, *failed_ids], capture_output=True, text=True, env=env, timeout=max(left, 1))
+    except subprocess.TimeoutExpired:
+        print(f"rerun of the {len(failed_ids)} failed tests: stopped at the time limit")
+        return 1
+    lines = rerun.stdout.strip().splitlines()
+    print(f"rerun alone of the {len(failed_ids)} tests that failed in the shards: {lines[-1] if lines else '(no output)'}")
+    for line in lines:
+        if line.startswith(("FAILED", "ERROR")):
+            print("  " + line)
+    with open(os.path.join(log_dir, "shards.log"), "a") as f:
+        f.write(f"\n===== rerun alone =====\n{rerun.stdout}{rerun.stderr}")
+    return 0 if rerun.returncode == 0 else 1
 
 
 if __name__ == "__main__":

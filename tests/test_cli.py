@@ -56,6 +56,34 @@ def test_run_gpu_tests_shards_a_selection(tmp_path):
     assert "FAILED" in got.stdout and "test_bad" in got.stdout
     got = subprocess.run(run + ["-k", "ok"], capture_output=True, text=True, cwd=tmp_path)
     assert got.returncode == 0 and "5 tests in 2 shards: 5 passed" in got.stdout, got.stdout + got.stderr
+    assert "===== shard 1" in (tmp_path / "logs" / "shards.log").read_text()  # every shard's log in one file
+
+
+def test_run_gpu_tests_rerun_failed(tmp_path):
+    """scripts/run_gpu_tests.py --rerun-failed: a test that fails in its shard but passes alone (here: it fails while
+    a marker file is absent, and the first run creates it) is reported in both runs, and the exit status is 0; a test
+    that fails again keeps it nonzero."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    mark = tmp_path / "second_try"
+    case = tmp_path / "test_flaky.py"
+    case.write_text("from pathlib import Path\nimport pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_ok(i):\n"
+                    f"    pass\n\ndef test_once():\n    m = Path({str(mark)!r})\n    if not m.exists():\n"
+                    "        m.touch()\n        raise MemoryError('the first time')\n")
+    run = [sys.executable, str(root / "scripts" / "run_gpu_tests.py"), "--shards", "2", "--rerun-failed",
+           "--log-dir", str(tmp_path / "logs"), "-m", "not gpu", str(case)]
+    got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert "4 tests in 2 shards: 3 passed, 1 failed" in got.stdout, got.stdout + got.stderr
+    assert "MemoryError: the first time" in got.stdout  # the failure's type and message, not cut short
+    assert "rerun alone of the 1 tests that failed in the shards: 1 passed" in got.stdout, got.stdout
+    assert got.returncode == 0, got.stdout + got.stderr
+    case.write_text(case.read_text() + "\ndef test_bad():\n    assert False\n")
+    mark.unlink()
+    got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert "rerun alone of the 2 tests that failed in the shards: 1 failed, 1 passed" in got.stdout, got.stdout
+    assert got.returncode == 1
 
 
 def test_run_gpu_tests_time_limit(tmp_path):
