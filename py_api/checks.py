@@ -36,6 +36,15 @@ def check_n(N, out_dtype, what="N") -> None:
         raise ValueError(f"{what} = {N} must be a multiple of {per16} for {out_dtype} output (16-byte rows)")
 
 
+def grouped_activation_offsets(a, offsets):
+    """The offsets of a grouped GEMM whose activations a are a grouped container (GroupedFP8Tensor /
+    GroupedNVFP4Tensor): its own, when offsets is None or that same tensor; any other tensor is refused."""
+    if offsets is None or offsets is a.offsets:
+        return a.offsets
+    raise ValueError(f"a is a {type(a).__name__}: pass offsets=None (its own offsets are used) or the same "
+                     "tensor it was quantized with")
+
+
 def check_aligned(t, name):
     if t.data_ptr() % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary (TMA); got a view at offset "

@@ -36,7 +36,7 @@ from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
 from .formats.nvfp4 import dequantize_nvfp4_grouped
 from .reference import dequantize_nvfp4, grouped_gemm_reference
-from .checks import check_aligned, check_n
+from .checks import check_aligned, check_n, grouped_activation_offsets
 from .checks import check_options as check_gemm_options
 from .jit import KernelError, KernelSpec, build
 
@@ -886,11 +886,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
     if isinstance(a, GroupedNVFP4Tensor):
         if a.qdata is None or a.layout != "rows":
             raise ValueError("a must be the rowwise ('rows' layout) copy of quantize_nvfp4_grouped")
-        if offsets is None:
-            offsets = a.offsets
-        elif offsets is not a.offsets:
-            raise ValueError("a is a GroupedNVFP4Tensor: pass offsets=None (its own offsets are used) or the same "
-                             "tensor it was quantized with")
+        offsets = grouped_activation_offsets(a, offsets)
         if a.shape[1] != K:
             raise ValueError(f"a has K = {a.shape[1]}, the weights K = {K}")
         device = a.qdata.device

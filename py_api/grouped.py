@@ -20,7 +20,7 @@ from .arch import configs_for
 from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
-from .checks import check_aligned, check_k, check_n, check_options
+from .checks import check_aligned, check_k, check_n, check_options, grouped_activation_offsets
 from .gemm import (_epilogue_extra, _epilogue_input, _resolve_epilogue, _unwrap)
 from .jit import KernelSpec, build
 
@@ -123,11 +123,7 @@ def _unwrap_grouped(a, b, offsets, scale_a, scale_b, scale_a_per, scale_b_per):
             raise ValueError("a: grouped_gemm takes the rowwise ('rows' layout) copy of a GroupedFP8Tensor")
         if scale_a is not None:
             raise ValueError("a is a GroupedFP8Tensor: it carries its own scale; pass scale_a=None")
-        if offsets is None:
-            offsets = a.offsets
-        elif offsets is not a.offsets:
-            raise ValueError("a is a GroupedFP8Tensor: pass offsets=None (its own offsets are used) or the same "
-                             "tensor it was quantized with")
+        offsets = grouped_activation_offsets(a, offsets)
         scale_a, scale_a_per = a.scale_inv, ("token" if a.scaling == "token" else "group")
         a = a.data
     if isinstance(b, GroupedFP8Tensor):

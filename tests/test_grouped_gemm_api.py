@@ -278,6 +278,14 @@ def test_grouped_gemm_cpu_containers():
     want = scalemm.grouped_gemm(xq.data, wq.data.view(len(SIZES), N, K), offs, xq.scale_inv,
                                 wq.scale_inv.view(len(SIZES), N), out_dtype=torch.float32)
     assert torch.equal(y, want)
+    assert torch.equal(scalemm.grouped_gemm(xq, wq, xq.offsets, out_dtype=torch.float32), want)  # its own: allowed
+    with pytest.raises(ValueError, match="a is a GroupedFP8Tensor: pass offsets=None"):
+        scalemm.grouped_gemm(xq, wq, offs.clone(), out_dtype=torch.float32)  # equal values, another tensor
+    w4 = scalemm.quantize_nvfp4_stacked(w)
+    x4 = scalemm.quantize_nvfp4_grouped(x, offs)
+    assert torch.equal(scalemm.grouped_gemm(x4, w4, None), scalemm.grouped_gemm(x4, w4, x4.offsets))
+    with pytest.raises(ValueError, match="a is a GroupedNVFP4Tensor: pass offsets=None"):
+        scalemm.grouped_gemm(x4, w4, offs.clone())
     dyq = scalemm.quantize_fp8_grouped(dy, offs, scaling="token", columnwise=True)
     dw = scalemm.grouped_gemm_wgrad(dyq, xq, out_dtype=torch.float32)
     assert dw.shape == (len(SIZES), N, K) and (dw[1] == 0).all() and (dw[4] == 0).all()

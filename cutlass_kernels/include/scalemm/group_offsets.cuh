@@ -1,6 +1,7 @@
 // scalemm: which rows each group of a grouped op holds, read from its offsets on the device (one owner for
 // every kernel that reads offsets: the grouped quantizers, the grouped GEMMs' setup launches, the skinny
-// kernel's grouped form, and the kernel that zeroes the rows past the groups).
+// kernel's grouped form, and the kernel that zeroes the rows past the groups), and the block scans they run
+// over the groups (running maxima of the ends, sums of padded sizes).
 //
 // offsets int32 [G] are cumulative row ends over T rows (torch._grouped_mm's `offs`). Every offset is clamped
 // into [0, T] and the clamped ends are made non-decreasing by a running maximum, so group g holds rows
@@ -19,6 +20,46 @@ namespace scalemm::group_offsets {
 template <class I>
 __device__ __forceinline__ I clamp_offset(int v, I T) {
   return v < 0 ? I(0) : (I(v) > T ? T : I(v));
+}
+
+// The two operations the groups' scans use, over values >= 0 (identity 0): a running maximum, a sum.
+struct MaxOp {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct SumOp {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+
+template <class T>
+struct Scan {
+  T inclusive, exclusive;  // over this thread and the threads before it / over the threads before it (0 for thread 0)
+};
+
+// A scan of v over the kThreads threads of a 1-D block (kThreads a multiple of 32, at most 1024) with MaxOp or SumOp
+// over values >= 0. Every thread calls it. scratch: kThreads / 32 entries of shared memory, written and then read
+// after the one barrier inside; they may be written again only after another barrier, so a caller that scans again
+// before one passes other entries.
+template <int kThreads, class T, class Op>
+__device__ __forceinline__ Scan<T> block_scan(T v, Op op, T* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block of whole warps");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const T u = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc = op(inc, u);
+  }
+  if (lane == 31) scratch[warp] = inc;
+  __syncthreads();
+  T before = T(0);  // the warps before this one
+#pragma unroll
+  for (int w = 0; w < kThreads / 32 - 1; ++w)
+    if (w < warp) before = op(before, scratch[w]);
+  T exc = __shfl_up_sync(0xffffffffu, inc, 1);
+  if (lane == 0) exc = T(0);
+  return {op(before, inc), op(before, exc)};
 }
 
 // The end of the last group, max_g clamp_offset(offsets[g], T), computed by the 32 lanes of a converged warp

@@ -79,39 +79,6 @@ inline int4* tile_table(int* t, int G) {
 // 1. the group table
 // ---------------------------------------------------------------------------
 
-struct MaxOp {
-  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
-};
-struct SumOp {
-  __device__ int operator()(int a, int b) const { return a + b; }
-};
-
-// Inclusive scan over the 1024 threads of the block.
-template <typename Op>
-__device__ __forceinline__ int block_scan(int v, Op op, int* warp_sums) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int s = 1; s < 32; s <<= 1) {
-    const int n = __shfl_up_sync(kFullMask, v, s);
-    if (lane >= s) v = op(v, n);
-  }
-  if (lane == 31) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int w = warp_sums[lane];
-#pragma unroll
-    for (int s = 1; s < 32; s <<= 1) {
-      const int n = __shfl_up_sync(kFullMask, w, s);
-      if (lane >= s) w = op(w, n);
-    }
-    warp_sums[lane] = w;
-  }
-  __syncthreads();
-  if (warp > 0) v = op(v, warp_sums[warp - 1]);
-  __syncthreads();  // warp_sums is reused by the next scan
-  return v;
-}
-
 __device__ __forceinline__ int round_up(int v, int a) { return (v + a - 1) / a * a; }
 
 // The host guarantees T + 128 * G < 2^31, so every sum here fits in int32.
@@ -126,7 +93,8 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
                               int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x, int64_t(gridDim.x - 1) * kSetupThreads);
     return;
   }
-  __shared__ int warp_sums[32];
+  using group_offsets::block_scan, group_offsets::MaxOp, group_offsets::SumOp;
+  __shared__ int scan_scratch[4][kSetupThreads / 32];  // one row per scan of a chunk (no barrier between them)
   __shared__ int ends_s[kSetupThreads];
   __shared__ int carry_s[4];
   int* ends = table;
@@ -139,13 +107,13 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
   for (int base = 0; base < G; base += kSetupThreads) {
     const int g = base + t;
     int e = g < G ? group_offsets::clamp_offset(__ldg(offsets + g), T) : 0;
-    e = max(block_scan(e, MaxOp{}, warp_sums), c_end);
+    e = max(block_scan<kSetupThreads>(e, MaxOp{}, scan_scratch[0]).inclusive, c_end);
     ends_s[t] = e;
     __syncthreads();
     const int m = e - (t > 0 ? ends_s[t - 1] : c_end);  // >= 0; 0 past G
-    const int a16 = block_scan(round_up(m, 16), SumOp{}, warp_sums) + c16;
-    const int a64 = block_scan(round_up(m, 64), SumOp{}, warp_sums) + c64;
-    const int a128 = block_scan(round_up(m, 128), SumOp{}, warp_sums) + c128;
+    const int a16 = block_scan<kSetupThreads>(round_up(m, 16), SumOp{}, scan_scratch[1]).inclusive + c16;
+    const int a64 = block_scan<kSetupThreads>(round_up(m, 64), SumOp{}, scan_scratch[2]).inclusive + c64;
+    const int a128 = block_scan<kSetupThreads>(round_up(m, 128), SumOp{}, scan_scratch[3]).inclusive + c128;
     if (g < G) {
       ends[g] = e;
       pos16[g + 1] = a16;

@@ -141,23 +141,6 @@ __device__ void setup_group(GroupedSetupArgs const& s, int g, int64_t start, int
 
 constexpr int kSetupThreads = 128;
 
-// Inclusive scan over a block of kSetupThreads threads (op: max or +), through `warps` (kSetupThreads / 32
-// entries of shared memory). Every thread must call it.
-template <class T, class Op>
-__device__ T block_inclusive_scan(T v, Op op, T* warps) {
-  int const lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    T u = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v = op(v, u);
-  }
-  if (lane == 31) warps[warp] = v;
-  __syncthreads();
-  for (int w = 0; w < warp; ++w) v = op(warps[w], v);
-  __syncthreads();  // warps[] may be reused by the next call
-  return v;
-}
-
 // The setup kernel: optional clears (CUTLASS's workspace, wgrad's zero buffer, fprop's rows past the groups) over
 // the whole grid, then the per-group arrays: fprop one thread per group (each reads only its own two offsets:
 // decode MoE pays nothing per earlier group), wgrad in block 0, kSetupThreads groups at a time, with its padded
@@ -182,20 +165,20 @@ __global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup(GroupedSetup
                                                                 ptr_a, ptr_b, ptr_d, stride_a, stride_b, stride_d);
   } else {
     if (blockIdx.x != 0) return;
-    __shared__ int64_t warps[kSetupThreads / 32];
+    __shared__ int64_t scan_scratch[2][kSetupThreads / 32];
     __shared__ int64_t runs[kSetupThreads];
     __shared__ int64_t chunk_cols;
     int64_t carry_run = 0, carry_cols = 0;  // running max and padded columns of the groups before the chunk
     for (int base = 0; base < s.G; base += kSetupThreads) {
       int const t = int(threadIdx.x), g = base + t;
       int64_t const e = g < s.G ? group_offsets::clamp_offset(s.offsets[g], s.T) : 0;
-      int64_t run = block_inclusive_scan(e, [](int64_t x, int64_t y) { return x > y ? x : y; }, warps);
+      int64_t run = group_offsets::block_scan<kSetupThreads>(e, group_offsets::MaxOp{}, scan_scratch[0]).inclusive;
       run = run > carry_run ? run : carry_run;
       runs[t] = run;
       __syncthreads();
       int64_t const prev = t == 0 ? carry_run : runs[t - 1];
       int64_t const cols = (run - prev + 15) / 16 * 16;  // 0 past G: the running max stops there
-      int64_t const incl = block_inclusive_scan(cols, [](int64_t x, int64_t y) { return x + y; }, warps);
+      int64_t const incl = group_offsets::block_scan<kSetupThreads>(cols, group_offsets::SumOp{}, scan_scratch[1]).inclusive;
       if (g < s.G) {
         int64_t const start = g == 0 ? 0 : group_offsets::clamp_offset(s.offsets[g - 1], s.T);
         setup_group<ProblemShape, StrideA, StrideB, StrideD, kKind>(s, g, start, e < start ? start : e,

@@ -33,37 +33,12 @@ namespace scalemm::sm90 {
 
 constexpr int kGroupSetupThreads = 1024;
 
-// Inclusive max-scan over the block (1024 threads).
-__device__ __forceinline__ int64_t block_max_scan(int64_t v, int64_t* warp_max) {
-  int const lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int s = 1; s < 32; s <<= 1) {
-    int64_t const n = __shfl_up_sync(0xffffffffu, v, s);
-    if (lane >= s) v = n > v ? n : v;
-  }
-  if (lane == 31) warp_max[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int64_t w = warp_max[lane];
-#pragma unroll
-    for (int s = 1; s < 32; s <<= 1) {
-      int64_t const n = __shfl_up_sync(0xffffffffu, w, s);
-      if (lane >= s) w = n > w ? n : w;
-    }
-    warp_max[lane] = w;
-  }
-  __syncthreads();
-  if (warp > 0) v = warp_max[warp - 1] > v ? warp_max[warp - 1] : v;
-  __syncthreads();
-  return v;
-}
-
 template <class Problem, class StrideD>
 __global__ void __launch_bounds__(kGroupSetupThreads)
 nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* problems, int* row_start, void** ptr_d,
                     StrideD* stride_d, void const** leaf_ptrs, char* clear, int64_t clear_bytes) {
   group_offsets::zero_bytes(clear, clear_bytes, threadIdx.x, kGroupSetupThreads);  // see workspace_bytes_to_zero
-  __shared__ int64_t warp_max[32];
+  __shared__ int64_t scan_scratch[kGroupSetupThreads / 32];
   __shared__ int64_t ends[kGroupSetupThreads];
   int const* offsets = static_cast<int const*>(a.offsets);
   int const t = threadIdx.x;
@@ -71,7 +46,7 @@ nvfp4_grouped_setup(Nvfp4GroupedGemmArgs const a, int elem_bytes_d, Problem* pro
   for (int64_t base = 0; base < a.groups; base += kGroupSetupThreads) {
     int64_t const g = base + t;
     int64_t e = g < a.groups ? group_offsets::clamp_offset(__ldg(offsets + g), a.tokens) : 0;
-    e = block_max_scan(e, warp_max);
+    e = group_offsets::block_scan<kGroupSetupThreads>(e, group_offsets::MaxOp{}, scan_scratch).inclusive;
     e = e > carry ? e : carry;
     ends[t] = e;
     __syncthreads();

@@ -852,27 +852,6 @@ constexpr int kGroupsPerThread = 4;
 constexpr int kGroupResultAt = 2 * kWarps;             // find_group's scratch: two scans' warp partials, then
 constexpr int kGroupScratch = kGroupResultAt + 3;      // the result (group, first, last)
 
-// exclusive scan of v over the CTA's kWarps * 32 threads (op max or +, identity 0); scratch[0, kWarps)
-template <bool kMax>
-__device__ __forceinline__ int block_exclusive_scan(int v, int* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o *= 2) {
-    const int u = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc = kMax ? max(inc, u) : inc + u;
-  }
-  if (lane == 31) scratch[warp] = inc;
-  __syncthreads();
-  int before = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps - 1; ++w)
-    if (w < warp) before = kMax ? max(before, scratch[w]) : before + scratch[w];
-  int exc = __shfl_up_sync(0xffffffffu, inc, 1);
-  if (lane == 0) exc = 0;
-  return kMax ? max(before, exc) : before + exc;
-}
-
 __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, int tokens, int slot, int slots,
                                                 int slot_stride, int* scratch) {
   constexpr int kThreads = kWarps * 32;
@@ -914,7 +893,8 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
 #pragma unroll
   for (int i = 0; i < kGroupsPerThread; ++i) run_max = max(run_max, v[i]);
   for (int j = j0 + kGroupsPerThread; j < j1; ++j) run_max = max(run_max, end_of(j));
-  const int before = block_exclusive_scan<true>(run_max, scratch);  // the end of the group before the run
+  // the end of the group before the run
+  const int before = group_offsets::block_scan<kThreads>(run_max, group_offsets::MaxOp{}, scratch).exclusive;
   // walk the run from `before`: count the groups holding rows, or (find) stop at the one of rank `want`
   auto walk = [&](int want, bool find) {
     int v[kGroupsPerThread];
@@ -937,7 +917,8 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
     return r;
   };
   const int held = walk(0, false);
-  const int base = block_exclusive_scan<false>(held, scratch + kWarps);  // groups holding rows before the run
+  // groups holding rows before the run
+  const int base = group_offsets::block_scan<kThreads>(held, group_offsets::SumOp{}, scratch + kWarps).exclusive;
   if (rank >= base && rank < base + held) walk(rank - base, true);        // one thread
   if (tid == kThreads - 1 && rank >= base + held) result[0] = -1, result[1] = 0, result[2] = 0;  // past them all
   __syncthreads();
