@@ -832,6 +832,19 @@ def _check_layout(N, K, out_dtype, tensors):
             check_aligned(t, n)
 
 
+def _operand_device(a, b, K: int) -> torch.device:
+    """The device both operands are on: a's (an NVFP4 container its caller has checked, or a bf16 / fp16 [M, K]
+    activation, checked here), which b's must be."""
+    if isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor)):
+        device = a.qdata.device
+    else:
+        _check_activation_rows(a, "a", K)
+        device = a.device
+    if b.qdata.device != device:
+        raise ValueError(f"a is on {device}, b on {b.qdata.device}")
+    return device
+
+
 def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat16, epilogue=None,
          epilogue_inputs=None, out=None, fast_accum=False, config=None):
     """scalemm.gemm for an NVFP4Tensor weight b [N, K]: validated here, then the CUDA kernel or, for CPU
@@ -846,12 +859,7 @@ def gemm(a, b, *, scale_a=None, scale_b=None, bias=None, out_dtype=torch.bfloat1
             raise ValueError("a must be an NVFP4Tensor with a rowwise copy and no RHT")
         if a.shape[1] != K:
             raise ValueError(f"a is [M, K] = {list(a.shape)} and b is [N, K] = {list(b.shape)}: K differs")
-        device = a.qdata.device
-    else:
-        _check_activation_rows(a, "a", K)
-        device = a.device
-    if b.qdata.device != device:
-        raise ValueError(f"a is on {device}, b on {b.qdata.device}")
+    device = _operand_device(a, b, K)
     M = a.shape[0]
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or tuple(bias.shape) != (N,)
                              or bias.device != device or not bias.is_contiguous()):
@@ -889,12 +897,7 @@ def grouped_gemm(a, b, offsets, *, scale_a=None, scale_b=None, scale_a_per=None,
         offsets = grouped_activation_offsets(a, offsets)
         if a.shape[1] != K:
             raise ValueError(f"a has K = {a.shape[1]}, the weights K = {K}")
-        device = a.qdata.device
-    else:
-        _check_activation_rows(a, "a", K)
-        device = a.device
-    if b.qdata.device != device:
-        raise ValueError(f"a is on {device}, b on {b.qdata.device}")
+    device = _operand_device(a, b, K)
     if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int32 or tuple(offsets.shape) != (G,) \
             or offsets.device != device or not offsets.is_contiguous():
         raise ValueError(f"offsets must be a contiguous int32 tensor of shape [G] = [{G}] (one per expert of b) on "

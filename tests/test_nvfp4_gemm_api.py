@@ -134,6 +134,17 @@ def test_layout_rules_hold_on_cpu_too():
         scalemm.grouped_gemm(_data(5 * 32 + 1)[1:].view(5, 32), ws, offs, out_dtype=torch.float32)
 
 
+def test_operands_on_two_devices_are_refused():
+    """An activation on another device than the weights: refused before any dispatch, dense and grouped (a meta
+    tensor stands in for a second device on a CPU-only machine)."""
+    on_meta = torch.empty(5, 32, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="a is on meta, b on cpu"):
+        scalemm.gemm(on_meta, scalemm.quantize_nvfp4(_data(16, 32)))
+    with pytest.raises(ValueError, match="a is on meta, b on cpu"):
+        scalemm.grouped_gemm(on_meta, scalemm.quantize_nvfp4_stacked(_data(2, 16, 32)),
+                             torch.tensor([2, 5], dtype=torch.int32))
+
+
 def test_grouped_bad_offsets_and_weights():
     w = scalemm.quantize_nvfp4_stacked(_data(2, 16, 32))
     x = _data(5, 32)
