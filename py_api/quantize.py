@@ -87,7 +87,7 @@ def _check_amax(amax, scaling: str, M: int, device: torch.device) -> torch.Tenso
 
 
 def _resolve_seed(seed, offset, generator, device: torch.device, device_seed: bool = False):
-    """(seed, offset) for stochastic rounding.
+    """(seed, offset) for stochastic rounding (generator already checked by _sr_args, its one caller).
 
     An explicit seed is used as is. With seed=None the seed comes from `generator` (or the
     default generator of x's device): a CUDA generator gives (initial_seed(), offset +
@@ -102,8 +102,6 @@ def _resolve_seed(seed, offset, generator, device: torch.device, device_seed: bo
     check_u64(offset, "offset")
     if seed is not None:
         return check_u64(seed, "seed"), offset
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"'generator' must be a torch.Generator or None, got {type(generator).__name__}")
     if (device.type == "cuda" and (generator is None or generator.device.type == "cuda")
             and torch.cuda.is_current_stream_capturing()):
         if device_seed:

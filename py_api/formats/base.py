@@ -214,7 +214,7 @@ def check_shape(cls: str, shape, names: str = "(M, K)", block: Optional[int] = N
     """`shape` as a pair of non-negative ints; K a multiple of `block` when given."""
     try:
         shape = tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):  # not iterable, or items int() refuses ("ab": ValueError)
         raise TypeError(f"{cls}: 'shape' must be a pair of ints {names}, got {shape!r}") from None
     if len(shape) != 2 or shape[0] < 0 or shape[1] < 0:
         raise ValueError(f"{cls}: 'shape' must be {names} with both >= 0, got {shape}")
