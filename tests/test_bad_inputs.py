@@ -1,4 +1,4 @@
-"""Bad input to the public ops raises a clear error that names the argument, before anything runs: one table of the
+"""Bad input to the public ops and modules raises a clear error that names the argument, before anything runs: one table of the
 checks no other CPU test reaches (found by running the CPU suite under coverage and listing the `raise` lines it
 never took). Every case runs on CPU tensors (a meta tensor stands in for a second device); the checks are the ones
 the CUDA path makes too.
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import scalemm
+from scalemm import nn as snn
 from scalemm.formats import FP8Tensor, GroupedFP8Tensor, NVFP4Tensor
 from scalemm.grouped import grouped_gemm_wgrad
 
@@ -226,6 +227,36 @@ CASES = {
         lambda g: GroupedFP8Tensor(g.data, g.scale_inv, g.offsets, g.shape, g.scaling, g.orig_dtype,
                                    columnwise=scalemm.quantize_fp8(torch.randn(32, 16))),
         _grouped_fp8_tensor, TypeError, r"GroupedFP8Tensor: 'columnwise' must be a GroupedFP8Tensor or None"),
+    # scalemm.nn
+    "FP8Linear.from_linear: not an nn.Linear": (
+        lambda: snn.FP8Linear.from_linear(torch.nn.Conv1d(2, 2, 1)),
+        lambda: (), TypeError, r"from_linear takes an nn.Linear, got Conv1d"),
+    "Linear.from_linear: not an nn.Linear": (
+        lambda: snn.Linear.from_linear(torch.nn.Conv1d(2, 2, 1), scalemm.recipes.FP8Rowwise()),
+        lambda: (), TypeError, r"from_linear takes an nn.Linear, got Conv1d"),
+    "FP8Linear: in_features 0": (
+        lambda: snn.FP8Linear(0, 16), lambda: (), ValueError, r"FP8Linear: 'in_features' must be a positive int, got 0"),
+    "FP8Linear: out_features a bool": (
+        lambda: snn.FP8Linear(16, True), lambda: (), ValueError,
+        r"FP8Linear: 'out_features' must be a positive int, got True"),
+    "FP8Linear: fast_accum not a bool": (
+        lambda: snn.FP8Linear(32, 16, fast_accum=1), lambda: (), TypeError,
+        r"FP8Linear: 'fast_accum' must be a bool, got int"),
+    "NVFP4Linear: bias not a bool": (
+        lambda: snn.NVFP4Linear(32, 16, bias=1), lambda: (), TypeError, r"NVFP4Linear: 'bias' must be a bool, got int"),
+    "NVFP4Linear.from_blocks: codes of another dtype": (
+        lambda: snn.NVFP4Linear.from_blocks(torch.zeros(16, 16), torch.ones(16, 2).to(E4M3), torch.ones(())),
+        lambda: (), TypeError, r"from_blocks: 'codes' must be a uint8 \[out, in / 2\] tensor"),
+    "NVFP4Linear.from_blocks: alpha of another dtype": (
+        lambda: snn.NVFP4Linear.from_blocks(torch.zeros(16, 16, dtype=torch.uint8), torch.ones(16, 2).to(E4M3),
+                                            torch.ones((), dtype=torch.float64)),
+        lambda: (), TypeError, r"from_blocks: 'alpha' must be a float32 0-d or \[16\] tensor"),
+    "convert: not a module": (
+        lambda: snn.convert([torch.nn.Linear(32, 16)], scalemm.recipes.FP8Rowwise()),
+        lambda: (), TypeError, r"convert: 'model' must be an nn.Module, got list"),
+    "convert: a filter that cannot be called": (
+        lambda: snn.convert(torch.nn.Sequential(torch.nn.Linear(32, 16)), scalemm.recipes.FP8Rowwise(), filter=3),
+        lambda: (), TypeError, r"convert: 'filter' must be callable"),
 }
 
 
