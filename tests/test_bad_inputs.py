@@ -3,11 +3,15 @@ checks no other CPU test reaches (found by running the CPU suite under coverage 
 never took). Every case runs on CPU tensors (a meta tensor stands in for a second device); the checks are the ones
 the CUDA path makes too.
 """
+import json
+
 import pytest
 import torch
 
 import scalemm
 from scalemm import nn as snn
+from scalemm import recipes
+from scalemm.formats import layout, nvfp4
 from scalemm.formats import FP8Tensor, GroupedFP8Tensor, NVFP4Tensor
 from scalemm.grouped import grouped_gemm_wgrad
 
@@ -257,6 +261,25 @@ CASES = {
     "convert: a filter that cannot be called": (
         lambda: snn.convert(torch.nn.Sequential(torch.nn.Linear(32, 16)), scalemm.recipes.FP8Rowwise(), filter=3),
         lambda: (), TypeError, r"convert: 'filter' must be callable"),
+    # recipes and the format helpers
+    "recipes.from_key: unknown fields": (
+        lambda: recipes.from_key(json.dumps({**json.loads(recipes.FP8Rowwise().key()), "extra": 1})),
+        lambda: (), ValueError, r"has unknown fields \['extra'\]"),
+    "e2m1_decode: codes of another dtype": (
+        lambda: nvfp4.e2m1_decode(torch.zeros(4)), lambda: (), TypeError, r"'codes' must be a uint8 tensor"),
+    "pack_fp4: codes of another dtype": (
+        lambda: nvfp4.pack_fp4(torch.zeros(4)), lambda: (), TypeError, r"'codes' must be a uint8 tensor"),
+    "unpack_fp4: packed of another dtype": (
+        lambda: nvfp4.unpack_fp4(torch.zeros(4)), lambda: (), TypeError, r"'packed' must be a uint8 tensor"),
+    "unpack_fp4: a 0-d tensor": (
+        lambda: nvfp4.unpack_fp4(torch.zeros((), dtype=torch.uint8)), lambda: (), ValueError,
+        r"'packed' must have at least one dimension"),
+    "swizzle_scales: scales of a 4-byte dtype": (
+        lambda: layout.swizzle_scales(torch.zeros(4, 4)), lambda: (), TypeError,
+        r"'s' must be a tensor of a 1-byte dtype"),
+    "unswizzle_scales: a buffer of a 4-byte dtype": (
+        lambda: layout.unswizzle_scales(torch.zeros(512), 4, 4), lambda: (), TypeError,
+        r"'buf' must be a tensor of a 1-byte dtype"),
 }
 
 
