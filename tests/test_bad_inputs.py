@@ -280,6 +280,36 @@ CASES = {
     "unswizzle_scales: a buffer of a 4-byte dtype": (
         lambda: layout.unswizzle_scales(torch.zeros(512), 4, 4), lambda: (), TypeError,
         r"'buf' must be a tensor of a 1-byte dtype"),
+    # dequantization
+    "dequantize: a copy without rowwise data": (
+        lambda: scalemm.quantize_fp8(torch.randn(16, 32), rowwise=False, columnwise=True).dequantize(),
+        lambda: (), ValueError, r"'t' has no rowwise copy; dequantize t.columnwise to get x.T"),
+    "dequantize: an integer dtype": (
+        lambda: scalemm.quantize_nvfp4(torch.randn(16, 32)).dequantize(torch.int8),
+        lambda: (), TypeError, r"'dtype' must be a floating-point dtype"),
+    "dequantize: padded of a rows-layout container": (
+        lambda: scalemm.quantize_nvfp4_grouped(torch.randn(16, 32), torch.tensor([8, 16], dtype=torch.int32))
+        .dequantize(padded=True),
+        lambda: (), ValueError, r"'padded' applies to a 'wgrad'-layout container"),
+    "dequantize_nvfp4_grouped: a tensor (it has a .layout of its own)": (
+        lambda: nvfp4.dequantize_nvfp4_grouped(torch.zeros(4), padded=True),
+        lambda: (), TypeError, r"'t' must be a GroupedNVFP4Tensor, got Tensor"),
+    # given amaxes
+    "quantize_nvfp4: amax on another device": (
+        lambda: scalemm.quantize_nvfp4(torch.randn(16, 32), amax=torch.ones((), device="meta")),
+        lambda: (), ValueError, r"'amax' is on meta but 'x' is on cpu"),
+    "quantize_fp8: amax of another dtype": (
+        lambda: scalemm.quantize_fp8(torch.randn(16, 32), amax=torch.ones((), dtype=torch.float64)),
+        lambda: (), TypeError, r"'amax' must be float32, got torch.float64"),
+    "quantize_fp8: amax not a tensor": (
+        lambda: scalemm.quantize_fp8(torch.randn(16, 32), amax=[1.0]),
+        lambda: (), TypeError, r"'amax' must be a torch.Tensor or None, got list"),
+    "quantize_fp8: amax_out sharing amax's memory": (
+        lambda amax: scalemm.quantize_fp8(torch.randn(16, 32), amax=amax, amax_out=amax),
+        lambda: (torch.ones(()),), ValueError, r"'amax_out' must not share memory with 'amax'"),
+    "quantize_fp8: a given amax with per-token scaling": (
+        lambda: scalemm.quantize_fp8(torch.randn(16, 32), scaling="token", amax=torch.ones(())),
+        lambda: (), ValueError, r"'amax' / 'amax_out' \(FP8 delayed scaling\) take scaling='tensor', got 'token'"),
 }
 
 

@@ -287,10 +287,10 @@ def dequantize_nvfp4_grouped(t: GroupedNVFP4Tensor, dtype: torch.dtype = torch.f
     if t.rht), or with padded=True the [K, W] wgrad data itself, every group's ceil(m_g/16)*16
     columns included (what a wgrad GEMM sums over; with rht the padding columns carry data).
     apply_alpha=False leaves out the global scales (the operand a GEMM multiplies)."""
-    if padded and t.layout != "wgrad":
-        raise ValueError("'padded' applies to a 'wgrad'-layout container")
     if not isinstance(t, GroupedNVFP4Tensor):
         raise TypeError(f"'t' must be a GroupedNVFP4Tensor, got {type(t).__name__}")
+    if padded and t.layout != "wgrad":
+        raise ValueError("'padded' applies to a 'wgrad'-layout container")
     check_dequantize_dtype(dtype)
     if t.qdata is None:
         raise ValueError("'t' has no rowwise copy; dequantize t.columnwise")
