@@ -84,6 +84,12 @@ def test_run_gpu_tests_rerun_failed(tmp_path):
     got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert "rerun alone of the 2 tests that failed in the shards: 1 failed, 1 passed" in got.stdout, got.stdout
     assert got.returncode == 1
+    # a shard that dies without naming its failures (here: the process exits mid-test) is never rescued by a rerun
+    case.write_text(case.read_text().replace("def test_bad():\n    assert False\n",
+                                             "def test_bad():\n    import os\n    os._exit(1)\n"))
+    mark.unlink()
+    got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert "rerun alone" not in got.stdout and got.returncode == 1, got.stdout
 
 
 def test_run_gpu_tests_time_limit(tmp_path):
