@@ -59,6 +59,31 @@ def gpu_info(device=None) -> GpuInfo:
     return info
 
 
+class on_device:
+    """`device` current for the block (torch.cuda.device(device), skipped when it already is: the common case, and
+    cheaper). Every kernel launch on CUDA tensors runs inside one, for the tensors' device: the kernel libraries
+    link a static CUDA runtime, which launches on the calling thread's current device whatever device the stream
+    and the pointers belong to, so a launch for tensors on cuda:1 while cuda:0 is current would run on cuda:0 (and
+    read cuda:1's memory from there, or fault). torch.cuda.device sets the thread's current context, which that
+    runtime reads too; the previous device is restored on exit. Host-only queries of a kernel library (a workspace size,
+the skinny kernel's split) run inside one as well: their launchers select the device themselves (cudaSetDevice),
+which would otherwise leave it current for torch too (tests/test_multi_gpu.py)."""
+    __slots__ = ("index", "prev")
+
+    def __init__(self, device: torch.device | int):
+        self.index, self.prev = device if isinstance(device, int) else device.index, None
+
+    def __enter__(self):
+        cur = torch.cuda.current_device()
+        if self.index is not None and self.index != cur:
+            self.prev = cur
+            torch.cuda.set_device(self.index)
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            torch.cuda.set_device(self.prev)
+
+
 def _reset() -> None:
     """Forget the devices seen (tests: after faking one)."""
     _info.clear()

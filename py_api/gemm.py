@@ -11,7 +11,7 @@ import torch
 from . import abi
 from . import epilogues as epi
 from . import tuned as tuned_configs
-from .arch import configs_for, gpu_info, kernel_arch
+from .arch import configs_for, gpu_info, kernel_arch, on_device
 from .checks import check_aligned, check_k, check_n, check_options
 from .cutlass_kernels.configs import GemmConfig, bias_free_full_kernel
 from .jit import KernelSpec, build
@@ -54,7 +54,8 @@ def _stream_k_workspace_bytes(spec: KernelSpec, m: int, n: int, k: int, device: 
     stream-K kernels take a workspace; it comes from torch's caching allocator, so concurrent streams and graphs
     are safe."""
     call = abi.GemmArgs(m=m, n=n, k=k, device=device, raster=raster, swizzle=swizzle, splits=1)
-    return abi.workspace_bytes(_workspace_fn(spec), call)
+    with on_device(device):
+        return abi.workspace_bytes(_workspace_fn(spec), call)
 
 
 def bias_leaf(has_bias: bool, fast_accum: bool, config: GemmConfig) -> bool:
@@ -265,7 +266,8 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
 def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
     """Launches one planned call on the current stream (arguments: _gemm_args)."""
     args, ws = _gemm_args(cfg, leaves, workspace, a, b, out, inputs, M, N, K, device)  # noqa: F841 (ws: alive)
-    launch(ctypes.byref(args))
+    with on_device(device):
+        launch(ctypes.byref(args))
 
 
 def _gemm_args(cfg, leaves, workspace, a, b, out, inputs, M, N, K, device):

@@ -28,7 +28,7 @@ import torch
 
 from . import abi
 from . import epilogues as epi
-from .arch import configs_for, gpu_info
+from .arch import configs_for, gpu_info, on_device
 from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, GemmConfig, SkinnyConfig,
                                       default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
@@ -121,7 +121,8 @@ def _prepare_sm90_cuda(qdata: torch.Tensor) -> torch.Tensor:
     if rows:
         args = abi.Nvfp4PrepareArgs(qdata=q.data_ptr(), out=out.data_ptr(), rows=rows, half=half,
                                     stream=torch._C._cuda_getCurrentRawStream(q.device.index))
-        _dequant_fn("scalemm_nvfp4_prepare_sm90")(ctypes.byref(args))
+        with on_device(q.device):
+            _dequant_fn("scalemm_nvfp4_prepare_sm90")(ctypes.byref(args))
     return out
 
 
@@ -314,8 +315,9 @@ def _resident_chunks_per_split(spec: KernelSpec, n: int, tokens: int, k: int, de
                                    splits=0, device=device)
     got = ctypes.c_int64(0)
     try:
-        _skinny_splits_fn(spec)(ctypes.byref(abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(call),
-                                                                       splits=ctypes.addressof(got))))
+        with on_device(device):
+            _skinny_splits_fn(spec)(ctypes.byref(abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(call),
+                                                                           splits=ctypes.addressof(got))))
     except KernelError:
         return 0
     return -(-(-(-k // 128)) // got.value) if got.value > 0 else 0
@@ -337,7 +339,8 @@ def _gemm_skinny(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None):
     """The skinny kernel, dense (offsets None) or grouped (b stacked experts, offsets [G] on the device)."""
     spec, args, _alive = _skinny_call(a, b, bias, out, cfg, activation, offsets)
     try:
-        _skinny_launcher(spec)(ctypes.byref(args))
+        with on_device(out.device):
+            _skinny_launcher(spec)(ctypes.byref(args))
     except KernelError as e:  # the resident loop's launcher refuses a split of its choice whose tokens do not fit
         if cfg.mainloop != "resident" or cfg.splits:
             raise
@@ -379,7 +382,8 @@ def skinny_splits(a, b, config: SkinnyConfig, offsets=None, *, out_dtype=torch.b
     spec, args, _decoded = _skinny_call(a, b, None, None, config, epilogue, offsets, out_dtype=out_dtype)
     got = ctypes.c_int64(-1)
     query = abi.Nvfp4SkinnySplitsArgs(call=ctypes.addressof(args), splits=ctypes.addressof(got))
-    _skinny_splits_fn(spec)(ctypes.byref(query))
+    with on_device(device):
+        _skinny_splits_fn(spec)(ctypes.byref(query))
     return got.value
 
 
@@ -394,7 +398,8 @@ def _gemm_workspace_bytes(spec: KernelSpec, n: int, tokens: int, k: int, device:
     """The workspace a stream-K launch of `spec` needs, as the kernel computes it (CUTLASS's partial sums and
     locks for this shape and GPU); host only, cached per shape."""
     call = abi.Nvfp4GemmArgs(n=n, tokens=tokens, k=k, device=device, raster=raster, swizzle=swizzle, splits=splits)
-    return abi.workspace_bytes(_gemm_workspace_fn(spec), call)
+    with on_device(device):
+        return abi.workspace_bytes(_gemm_workspace_fn(spec), call)
 
 
 @functools.lru_cache(maxsize=None)
@@ -434,7 +439,8 @@ def decode_wgrad_blocks_bf16(qdata: torch.Tensor, scales: torch.Tensor, base: to
         args = abi.Nvfp4WgradDecodeArgs(qdata=q.data_ptr(), scales=s.data_ptr(), base=b64.data_ptr(),
                                         local=l32.data_ptr(), cp=c32.data_ptr(), out=out.data_ptr(), k=K, w=2 * half,
                                         stream=torch._C._cuda_getCurrentRawStream(q.device.index))
-        _dequant_fn("scalemm_nvfp4_wgrad_to_bf16")(ctypes.byref(args))
+        with on_device(q.device):
+            _dequant_fn("scalemm_nvfp4_wgrad_to_bf16")(ctypes.byref(args))
     return out
 
 
@@ -466,7 +472,8 @@ def scale_grouped_wgrad(acc: torch.Tensor, alpha_dy: torch.Tensor, alpha_x: torc
                                    dy_vec=int(a_dy.dim() == 2), alpha_x=a_x.data_ptr(), x_vec=int(a_x.dim() == 2),
                                    has_rows=rows.data_ptr(), groups=G, n=N, k=K, out_kind=_OUT_KINDS[out_dtype],
                                    stream=torch._C._cuda_getCurrentRawStream(acc.device.index))
-    _dequant_fn("scalemm_nvfp4_wgrad_scale")(ctypes.byref(args))
+    with on_device(acc.device):
+        _dequant_fn("scalemm_nvfp4_wgrad_scale")(ctypes.byref(args))
     return out
 
 
@@ -492,7 +499,8 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
         scale_cols=-(-(K // 16) // 4) * 4, offsets=None if offsets is None else offsets.data_ptr(), groups=G,
         table=None if table is None else table.data_ptr(),
         stream=torch._C._cuda_getCurrentRawStream(out.device.index))
-    _dequant_fn("scalemm_nvfp4_dequant")(ctypes.byref(args))
+    with on_device(out.device):
+        _dequant_fn("scalemm_nvfp4_dequant")(ctypes.byref(args))
     return out
 
 
@@ -590,7 +598,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         ws = torch.empty(_gemm_workspace_bytes(spec, N, M, K, device.index, args.raster, args.swizzle, args.splits),
                          dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
-    _gemm_launcher(spec)(ctypes.byref(args))
+    with on_device(device):
+        _gemm_launcher(spec)(ctypes.byref(args))
     return out
 
 
@@ -779,7 +788,8 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         args.leaf_base[i] = None if t is None else t.data_ptr()
         args.leaf_mode[i], args.leaf_group_stride[i] = mode, stride
         args.leaf_elem_bytes[i] = 0 if t is None else t.element_size()
-    _grouped_launcher(spec)(ctypes.byref(args))
+    with on_device(device):
+        _grouped_launcher(spec)(ctypes.byref(args))
     return out
 
 

@@ -16,7 +16,7 @@ from . import abi
 from . import epilogues as epi
 from . import reference
 from . import tuned as tuned_configs
-from .arch import configs_for
+from .arch import configs_for, on_device
 from .cutlass_kernels.configs import GemmConfig
 from .formats import GroupedFP8Tensor, GroupedNVFP4Tensor, layout
 from .formats.base import check_host_offsets, check_offsets
@@ -359,7 +359,8 @@ def _launch(leaves, launch, wgrad, a, b, out, offsets, G, T, N, K, inputs, devic
         t = None if isinstance(leaf, epi.Source) else t  # the kernel reads a Source from D itself
         args.leaf_base[i] = t.data_ptr() if t is not None else None
         args.leaf_elem_bytes[i] = t.element_size() if t is not None else 0
-    launch(ctypes.byref(args))
+    with on_device(device):
+        launch(ctypes.byref(args))
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ import torch
 
 from . import abi
 from . import reference
-from .arch import kernel_arch
+from .arch import kernel_arch, on_device
 from .formats import MXFP8, NVFP4
 from .formats.base import check_amax, check_amax_used, check_delayed_amax, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
@@ -166,24 +166,6 @@ def _empty(shape, dtype, device) -> torch.Tensor:
     if _poison_byte is not None:
         t.reshape(-1).view(torch.uint8).fill_(_poison_byte)
     return t
-
-
-class _on_device:
-    """torch.cuda.device(d), skipped when d is already current (the common case, and cheaper)."""
-    __slots__ = ("device", "prev")
-
-    def __init__(self, device: torch.device):
-        self.device, self.prev = device, None
-
-    def __enter__(self):
-        cur = torch.cuda.current_device()
-        if self.device.index is not None and self.device.index != cur:
-            self.prev = cur
-            torch.cuda.set_device(self.device.index)
-
-    def __exit__(self, *exc):
-        if self.prev is not None:
-            torch.cuda.set_device(self.prev)
 
 
 def _p(t: Optional[torch.Tensor]):
@@ -364,7 +346,7 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     seed, offset = _sr_args(stochastic_rounding, seed, offset, generator, x2.device,
                             device_seed=x2.device.type == "cuda")
     if kernels:
-        with _on_device(x2.device):
+        with on_device(x2.device):
             return _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, stochastic_rounding,
                                seed, offset)
     if isinstance(seed, torch.Tensor):  # an empty x on CUDA inside a capture: no bits are drawn
@@ -401,7 +383,7 @@ def quantize_fp8(x: torch.Tensor, *, scaling: str = "tensor", rowwise: bool = Tr
         _check_multiple(M, 16, "M (rows, for the columnwise copy)")
     check_delayed_amax(amax, amax_out, scaling, (), x2.device)
     if _runs_kernels(x2):
-        with _on_device(x2.device):
+        with on_device(x2.device):
             return _fp8_cuda(x2, scaling, rowwise, columnwise, amax, amax_out)
     return reference.quantize_fp8(x2, scaling=scaling, rowwise=rowwise, columnwise=columnwise, amax=amax,
                                   amax_out=amax_out)
@@ -453,7 +435,7 @@ def advance_amax_history(history: torch.Tensor, amax: torch.Tensor, next_amax: t
         return
     _check_device(history.device)
     rows, cols = history.shape[0], history[0].numel()
-    with _on_device(history.device):
+    with on_device(history.device):
         args = abi.AmaxHistoryArgs(history=history.data_ptr(), rows=rows, cols=cols, amax=amax.data_ptr(),
                                    next_amax=next_amax.data_ptr(), used=_p(used), stream=_stream(history.device))
         _history_launcher()(ctypes.byref(args))
@@ -479,6 +461,6 @@ def quantize_mxfp8(x: torch.Tensor, *, rowwise: bool = True, columnwise: bool = 
     if columnwise:
         _check_multiple(M, MXFP8.block_size, "M (rows, for the columnwise copy)")
     if _runs_kernels(x2):
-        with _on_device(x2.device):
+        with on_device(x2.device):
             return _mxfp8_cuda(x2, rowwise, columnwise)
     return reference.quantize_mxfp8(x2, rowwise=rowwise, columnwise=columnwise)

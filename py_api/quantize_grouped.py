@@ -30,6 +30,7 @@ import torch
 from . import abi
 from . import quantize as _q
 from . import reference
+from .arch import on_device
 from .formats import MXFP8, NVFP4, layout
 from .formats.base import (Shapes, check_delayed_amax, check_host_offsets, check_input, check_last_dim, check_offsets,
                            check_scaling)
@@ -295,7 +296,7 @@ def quantize_fp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: str
     if x.shape[0] == 0:
         return _fp8_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, amax, amax_out)
     if _q._on_cuda(x):
-        with _q._on_device(x.device):
+        with on_device(x.device):
             return _fp8_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, amax=amax, amax_out=amax_out)
     return reference.quantize_fp8_grouped(x, offsets, scaling=scaling, rowwise=rowwise, columnwise=columnwise,
                                           amax=amax, amax_out=amax_out)
@@ -343,7 +344,7 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
     if T == 0:
         return _nvfp4_grouped_empty(x, offsets, G, scaling, rowwise, columnwise, rht)
     if _q._on_cuda(x):
-        with _q._on_device(x.device):
+        with on_device(x.device):
             return _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise,
                                        layout.grouped_scale_rows(T, G), rht=rht, sr=stochastic_rounding,
                                        seed=seed, offset=offset)
@@ -362,7 +363,7 @@ def quantize_mxfp8_grouped(x: torch.Tensor, offsets: torch.Tensor, *, rowwise: b
     if x.shape[0] == 0:
         return GroupedMXFP8(**_filled(grouped_mxfp8_shapes(0, x.shape[1], G), x.device), offsets=offsets)
     if _q._on_cuda(x):
-        with _q._on_device(x.device):
+        with on_device(x.device):
             return _mxfp8_grouped_cuda(x, offsets, G)
     return reference.quantize_mxfp8_grouped(x, offsets)
 
@@ -402,7 +403,7 @@ def quantize_fp8_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwise
     E, N, _ = w.shape
     check_delayed_amax(amax, amax_out, scaling, (E,), w.device)
     if w2.device.type == "cuda":
-        with _q._on_device(w.device):
+        with on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, columnwise, group_rows=N, amax=amax,
                                      amax_out=amax_out)
     return reference.quantize_fp8_stacked(w, scaling=scaling, columnwise=columnwise, amax=amax, amax_out=amax_out)
@@ -420,7 +421,7 @@ def quantize_fp8_stacked_pair(w: torch.Tensor, *, scaling: str = "tensor", amax:
     _q._check_multiple(N, 16, "N (dim 1)", "w")
     check_delayed_amax(amax, amax_out, scaling, (E,), w.device)
     if w2.device.type == "cuda":
-        with _q._on_device(w.device):
+        with on_device(w.device):
             return _fp8_grouped_cuda(w2, offsets, E, scaling, True, True, group_rows=N, transposed=True, amax=amax,
                                      amax_out=amax_out)
     return (reference.quantize_fp8_stacked(w, scaling=scaling, amax=amax, amax_out=amax_out),
@@ -447,7 +448,7 @@ def zero_rows_past_groups(out: torch.Tensor, offsets: torch.Tensor) -> torch.Ten
                          "the CUDA path needs rows of a multiple of 16 bytes, 16-byte aligned")
     if out.numel() == 0:
         return out
-    with _q._on_device(out.device):
+    with on_device(out.device):
         args = abi.ZeroRowsPastGroupsArgs(out=out.data_ptr(), rows=T, row_bytes=row_bytes, offsets=offsets.data_ptr(),
                                           groups=offsets.numel(), stream=_q._stream(out.device))
         _launcher(torch.bfloat16, "scalemm_zero_rows_past_groups")(ctypes.byref(args))
@@ -468,7 +469,7 @@ def quantize_nvfp4_stacked(w: torch.Tensor, *, scaling: str = "tensor", columnwi
     _q._check_bool(columnwise, "columnwise")
     E, N, _ = w.shape
     if w2.device.type == "cuda":
-        with _q._on_device(w.device):
+        with on_device(w.device):
             return _nvfp4_grouped_cuda(w2, offsets, E, scaling, True, columnwise, layout.stacked_scale_rows(E, N),
                                        group_rows=N)
     return reference.quantize_nvfp4_stacked(w, scaling=scaling, columnwise=columnwise)

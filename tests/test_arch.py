@@ -4,6 +4,8 @@ package, and every op that launches kernels refusing a GPU scalemm has no kernel
 The ops run on fake CUDA tensors (torch's FakeTensorMode: shapes, dtypes and a device, no data,
 no GPU), so each reaches its CUDA path here and must stop at the check, before building or
 launching anything; the GPU itself is faked through scalemm.arch._query (the `fake_gpu` fixture)."""
+import pathlib
+import re
 import warnings
 
 import pytest
@@ -211,3 +213,62 @@ def test_conftest_runs_gpu_tests_on_hopper_and_skips_without_a_gpu(fake_gpu, mon
     gpu = _Item("gpu")
     conftest.pytest_collection_modifyitems(None, [gpu])
     assert gpu.markers[0].kwargs["reason"] == "needs a CUDA GPU scalemm has kernels for (sm_90: H100, H200); none is available"
+
+
+# ---------------------------------------------------------------------------------------------
+# every kernel-library call runs with the operands' device current (arch.on_device)
+# ---------------------------------------------------------------------------------------------
+
+def _blocks_above(lines, i):
+    """The statements that open the blocks enclosing line i, innermost first (by indentation)."""
+    ind = len(lines[i]) - len(lines[i].lstrip())
+    for j in range(i - 1, -1, -1):
+        s = lines[j]
+        if s.strip() and len(s) - len(s.lstrip()) < ind:
+            ind = len(s) - len(s.lstrip())
+            yield s.strip()
+            if s.lstrip().startswith("def ") and ind == 0:
+                return
+
+
+def unguarded_library_calls(sources: dict) -> list:
+    """(file, line) of every call into a kernel library (`ctypes.byref(` outside abi.py, which only wraps one)
+    that is neither inside a `with on_device(` block nor in a function whose every call in `sources` is."""
+    def guarded(lines, i):
+        return any(b.startswith("with on_device(") for b in _blocks_above(lines, i))
+
+    calls = {}  # function name -> [(file, line index)] of its calls
+    for name, text in sources.items():
+        for i, line in enumerate(text.splitlines()):
+            for fn in re.findall(r"\b(_[a-z0-9_]+_cuda)\(", line):
+                if not line.lstrip().startswith("def "):
+                    calls.setdefault(fn, []).append((name, i))
+    bad = []
+    for name, text in sources.items():
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if "ctypes.byref(" not in line or guarded(lines, i):
+                continue
+            fn = next((b[4:b.index("(")] for b in _blocks_above(lines, i) if b.startswith("def ")), None)
+            sites = calls.get(fn, [])
+            if not sites or not all(guarded(sources[f].splitlines(), j) for f, j in sites):
+                bad.append((name, i + 1))
+    return bad
+
+
+def test_every_kernel_call_selects_the_operands_device():
+    """A kernel library launches on the thread's current device whatever device its pointers are on (a static CUDA
+    runtime), so each call runs inside arch.on_device for its tensors (tests/test_multi_gpu.py checks the effect on
+    two GPUs). The scan is checked on a call without the guard, one inside it, and a helper guarded at its call."""
+    unguarded = "def f(x):\n    launch(ctypes.byref(args))\n"
+    inside = "def f(x):\n    with on_device(x.device):\n        launch(ctypes.byref(args))\n"
+    helper = ("def _a_cuda(x):\n    launch(ctypes.byref(args))\n\n\ndef f(x):\n    with on_device(x.device):\n"
+              "        return _a_cuda(x)\n")
+    assert unguarded_library_calls({"m.py": unguarded}) == [("m.py", 2)]
+    assert unguarded_library_calls({"m.py": inside}) == []
+    assert unguarded_library_calls({"m.py": helper}) == []
+    assert unguarded_library_calls({"m.py": helper + "\n\ndef g(x):\n    return _a_cuda(x)\n"}) == [("m.py", 2)]
+    root = pathlib.Path(scalemm.__file__).parent
+    sources = {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py"))
+               if p.name != "abi.py" and "jit" not in p.parts and "reference" not in p.parts}
+    assert unguarded_library_calls(sources) == []
