@@ -378,21 +378,29 @@ def test_prepare_refuses_what_is_not_packed_codes():
 def test_default_config_above_128_tokens():
     """default_nvfp4_config's rule above 128 tokens (configs/sm90.py, _nvfp4_mid_tokens_config; 132 SMs): one wave of
     the widest narrow tile that busies half the SMs where 128x256 tiles would leave them idle and K is short; stream-K
-    over 128x256 tiles for long K below one wave and for a short last wave of fewer than 8 waves; else 128x256."""
+    below one wave for long K (over 128-token tiles where 128x256 ones would be a quarter wave or less, with at most
+    3072 of K per SM) and for a short last wave of fewer than 8 waves (up to 0.3 full, from 1024 tokens 0.5); else
+    128x256."""
     from scalemm.cutlass_kernels.configs import default_nvfp4_config
     picks = {(M, N, K): default_nvfp4_config(M, N, K).label() for M, N, K in [
         (192, 4096, 4096), (512, 4096, 4096), (256, 7168, 2048), (192, 4096, 14336), (768, 6144, 4096),
-        (640, 57344, 8192), (1024, 8192, 8192), (4096, 4096, 4096), (129, 64, 4096)]}
+        (640, 57344, 8192), (1024, 8192, 8192), (4096, 4096, 4096), (129, 64, 4096), (256, 2048, 7168),
+        (1024, 1024, 16384), (4096, 1536, 7168), (1024, 6144, 4096), (384, 28672, 4096)]}
     assert picks == {
         (192, 4096, 4096): "t128x64x64_c1x1_coop_swap",        # 96 tiles of 64 tokens (128x256: 32)
         (512, 4096, 4096): "t128x128x64_c1x1_coop_swap",       # 128 tiles of 128
         (256, 7168, 2048): "t128x128x64_c1x1_coop_swap",       # 112 tiles of 128
-        (192, 4096, 14336): "t128x256x64_c1x1_coop_swap_sk_rm",  # long K: stream-K
+        (192, 4096, 14336): "t128x256x64_c1x1_coop_swap_sk_rm",  # long K: stream-K (8 x 14336 of K per SM: 256)
         (768, 6144, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",   # 144 tiles: a last wave 9% full
         (640, 57344, 8192): "t128x256x64_c1x1_coop_swap",      # 10.2 waves: the last one matters less
         (1024, 8192, 8192): "t128x256x64_c1x1_coop_swap",      # 1.94 waves
         (4096, 4096, 4096): "t128x256x64_c1x1_coop_swap",      # 3.9 waves
-        (129, 64, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",   # 1 tile: no narrow tile busies half the SMs
+        (129, 64, 4096): "t128x128x64_c1x1_coop_swap_sk_rm",   # 1 tile: no narrow tile busies half the SMs
+        (256, 2048, 7168): "t128x128x64_c1x1_coop_swap_sk_rm",  # 16 tiles of 256 (a quarter wave or less): 128
+        (1024, 1024, 16384): "t128x256x64_c1x1_coop_swap_sk_rm",  # 32 tiles, but 3971 of K per SM: 256
+        (4096, 1536, 7168): "t128x256x64_c1x1_coop_swap_sk_rm",  # 1.45 waves, from 1024 tokens: stream-K
+        (1024, 6144, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",  # 1.45 waves
+        (384, 28672, 4096): "t128x256x64_c1x1_coop_swap",      # 3.39 waves: below 1024 tokens only up to 0.3
     }
 
 

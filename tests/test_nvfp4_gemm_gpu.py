@@ -92,11 +92,14 @@ def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
                                          (384, 4096, 4096, "t128x128x64_c1x1_coop_swap"),
                                          (768, 6144, 4096, "t128x256x64_c1x1_coop_swap_sk"),
                                          (300, 2048, 2080, "t128x64x64_c1x1_coop_swap"),
-                                         (700, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk")])
+                                         (700, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk"),
+                                         (512, 2048, 7168, "t128x128x64_c1x1_coop_swap_sk"),
+                                         (4096, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk")])
 @pytest.mark.parametrize("w4a4", [False, True], ids=["w4a16", "w4a4"])
 def test_mid_token_defaults_match_exact_dequant(M, N, K, tile, w4a4):
-    """129-1023 tokens: default_nvfp4_config's one-wave narrow tiles and its stream-K over a short last wave of
-    128x256 tiles (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half past K)."""
+    """Above 128 tokens: default_nvfp4_config's one-wave narrow tiles, its stream-K over a short last wave of
+    128x256 tiles (from 1024 tokens up to half a wave) and over 128-token tiles where 128x256 ones would be few
+    (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half past K)."""
     assert default_nvfp4_config(M, N, K).key() == tile
     w = _weights(N, K, "token", seed=M)
     x = _wide((M, K), seed=M + 1).to(torch.bfloat16)

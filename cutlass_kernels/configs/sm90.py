@@ -398,9 +398,27 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
 # evens the waves. Over those points: 1.055x the previous rule (always 128x256, stream-K below one wave), min 0.995x.
 # Held out (70 points of 14 other layers at other token counts): 1.076x, min 0.937x, the two losses (0.94-0.95x) at
 # 10.2 waves, where the rule without the wave bound took stream-K: the bound was set from them after that run.
+# Two refinements (thirty-fourth session, H100, perf/results/h100/nvfp4_narrow/: the saved timings above and narrow
+# layers such as DeepSeek-V3's kv_a / q_a, 576 / 1536 x 7168, at 1024-16384 tokens):
+# - from NVFP4_STREAM_K_PREFILL_TOKENS tokens stream-K takes last waves up to NVFP4_STREAM_K_LAST_WAVE_PREFILL full:
+#   at 0.39-0.45 it was 1.05-1.16x faster at all five such points of four shapes from 1024 tokens (6144 x 4096,
+#   14336 x 4096, 1536 x 7168, 576 x 7168 / 5120); below 1024 tokens one shape lost 11-13% there (28672 x 4096 at
+#   384 tokens, a half-empty token tile), so 0.3 stays;
+# - stream-K below one wave runs 128-token tiles where the 128x256 tiles would number at most num_sms /
+#   NVFP4_STREAM_K_NARROW and hold at most NVFP4_STREAM_K_NARROW_K elements of K per SM: each tile's K is split over
+#   fewer SMs, with half as large partial sums to fix up. At 0.36 wave and more 128x256 was faster (0.84-0.97x);
+#   below it, 1.09-1.73x at 24 points of K 4096-16384 (rule_ab_run1.txt there), but 0.88-0.98x where each SM's share
+#   of K was 3500-4000 (3584 x 18944 at 160 tokens, 4096 x 14336 at 192-256, 1024 x 16384 at 1024).
+# Held out (rule_ab.txt there: k / v and MLA projections of nine other models at 192-12288 tokens, every point where
+# the rules differ, same process): W4A16 1.41x the previous rule's speed (min 1.05x, 32 points), W4A4 1.35x (min
+# 0.97x); the sweep's five changed points 1.05-1.42x.
 NVFP4_ONE_WAVE_MAX_K = 6144
 NVFP4_STREAM_K_LAST_WAVE = 0.3
+NVFP4_STREAM_K_LAST_WAVE_PREFILL = 0.5
+NVFP4_STREAM_K_PREFILL_TOKENS = 1024
 NVFP4_STREAM_K_MAX_WAVES = 8
+NVFP4_STREAM_K_NARROW = 4
+NVFP4_STREAM_K_NARROW_K = 3072
 
 
 def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
@@ -416,13 +434,15 @@ def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig
     wide = rows * -(-M // 256)
     if wide >= num_sms:
         last = wide / num_sms % 1
-        return _nvfp4_tile(256, 0 < last <= NVFP4_STREAM_K_LAST_WAVE and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
+        bound = NVFP4_STREAM_K_LAST_WAVE_PREFILL if M >= NVFP4_STREAM_K_PREFILL_TOKENS else NVFP4_STREAM_K_LAST_WAVE
+        return _nvfp4_tile(256, 0 < last <= bound and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
     if K <= NVFP4_ONE_WAVE_MAX_K:
         for tile_n in (256, 128, 64):  # the widest tile that busies half the SMs or more in one wave
             tiles = rows * -(-M // tile_n)
             if num_sms <= 2 * tiles <= 2 * num_sms:
                 return _nvfp4_tile(tile_n, False)
-    return _nvfp4_tile(256, True)
+    narrow = NVFP4_STREAM_K_NARROW * wide <= num_sms and wide * K <= NVFP4_STREAM_K_NARROW_K * num_sms
+    return _nvfp4_tile(128 if narrow else 256, True)
 
 
 @dataclass(frozen=True)
