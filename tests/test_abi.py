@@ -371,6 +371,7 @@ class _Capture:
 @pytest.fixture
 def fake_stream(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # arch.on_device around the launches: cuda:0 current
     monkeypatch.setattr(quantize, "_stream", lambda device: STREAM)
 
 
