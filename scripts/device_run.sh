@@ -9,6 +9,7 @@
 #                                              # over the sweep's points, then tuned vs heuristic; copies the
 #                                              # tuned-config cache to $OUT), nvfp4 (NVFP4 config exploration),
 #                                              # sanitize (compute-sanitizer over every kernel; logs in $OUT),
+#                                              # multigpu (two GPUs: tests/test_multi_gpu.py, then under memcheck),
 #                                              # decode (NVFP4 at 1-64 tokens: the skinny kernel's splits against
 #                                              # the CUTLASS kernel and bf16 cuBLAS; kernels of --set tests),
 #                                              # profile (ncu on one 8192x8192 decode GEMM: skinny (default
@@ -97,6 +98,16 @@ if has sanitize; then  # small shapes through every kernel under each compute-sa
     grep -E "^=========( Program hit| [A-Z][a-z]+ .*(read|write|access|hazard)|     at )" "$log" |
       sed -E 's/<.*>//; s/\(.*\)//' | sort | uniq -c | sort -rn | head -n 12 | sed "s/^/[$tool] /"
   done
+fi
+if has multigpu; then  # two GPUs (nvidia-h100-x2): every op family on cuda:1, then the same under memcheck
+  if [ "$(nvidia-smi --list-gpus | wc -l)" -lt 2 ]; then
+    echo "multigpu: needs two GPUs, this machine has $(nvidia-smi --list-gpus | wc -l)"; status=1
+  else
+    timeout 600 python3 -m pytest -m gpu tests/test_multi_gpu.py -q -rfE -p no:cacheprovider || status=1
+    timeout 600 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 --log-file "$OUT/multigpu-memcheck.log" \
+      python3 -m pytest -m gpu tests/test_multi_gpu.py -q -p no:cacheprovider || status=1
+    grep -E "SUMMARY" "$OUT/multigpu-memcheck.log"
+  fi
 fi
 if has train; then  # training layers: their GPU tests, the convergence run, the fwd+bwd benchmark
   python3 -m scalemm build --set train --jobs "$(nproc)" 2>&1 | tail -n 20 || status=1
