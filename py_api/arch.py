@@ -65,17 +65,20 @@ class on_device:
     link a static CUDA runtime, which launches on the calling thread's current device whatever device the stream
     and the pointers belong to, so a launch for tensors on cuda:1 while cuda:0 is current would run on cuda:0 (and
     read cuda:1's memory from there, or fault). torch.cuda.device sets the thread's current context, which that
-    runtime reads too; the previous device is restored on exit. Host-only queries of a kernel library (a workspace size,
-the skinny kernel's split) run inside one as well: their launchers select the device themselves (cudaSetDevice),
-which would otherwise leave it current for torch too (tests/test_multi_gpu.py)."""
+    runtime reads too; the previous device is restored on exit. Host-only queries of a kernel library (a workspace
+    size, the skinny kernel's split) run inside one as well: their launchers select the device themselves
+    (cudaSetDevice), which would otherwise leave it current for torch too (tests/test_multi_gpu.py). With one
+    visible GPU (torch caches the count once CUDA is up) there is nothing to select: no query per launch."""
     __slots__ = ("index", "prev")
 
     def __init__(self, device: torch.device | int):
         self.index, self.prev = device if isinstance(device, int) else device.index, None
 
     def __enter__(self):
+        if self.index is None or torch.cuda.device_count() < 2:
+            return
         cur = torch.cuda.current_device()
-        if self.index is not None and self.index != cur:
+        if self.index != cur:
             self.prev = cur
             torch.cuda.set_device(self.index)
 
