@@ -5,12 +5,13 @@ W4A4:  x is an NVFP4Tensor too; the CUTLASS kernel takes its rows decoded exactl
        block scale, one memory-bound pass), the skinny kernel decodes them in registers; its global
        scale joins W's in the epilogue.
 Two kernels, both reading W's e4m3 scales exactly as the quantizer wrote them:
-  - up to 64 tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
-    codes in the quantizer's byte order, K split over a cluster of CTAs (the default for calls the
-    heuristic gives it, default_nvfp4_skinny_config; SCALEMM_NVFP4_SKINNY=0 turns that off); its
-    wgmma main loop (by default 9-64 tokens by shape; NVFP4 activations after the bf16 pass) streams W's
-    prepared copy through shared memory;
-  - more tokens, the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
+  - few tokens (decode), the skinny kernel (scalemm/sm90/nvfp4_skinny.cuh): mma.sync, W's
+    codes in the quantizer's byte order, K split over a cluster of CTAs, up to 64 tokens per CTA (more
+    in blocks side by side) (the default for calls the heuristic gives it, default_nvfp4_skinny_config;
+    SCALEMM_NVFP4_SKINNY=0 turns that off); its wgmma main loop (by default 9-64 tokens by shape, and
+    above on small layers; NVFP4 activations after the bf16 pass) streams W's prepared copy through
+    shared memory;
+  - otherwise the CUTLASS kernel (scalemm/sm90/nvfp4_mainloop.hpp): wgmma, W in a prepared byte
     order made once per weight and cached beside it (prepare_sm90_weight).
 Global scales (alpha) are applied in fp32 on the accumulator, never to operands.
 """
@@ -218,8 +219,8 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 
 def skinny_by_default() -> bool:
     """Whether calls without a config may take the skinny kernel where the heuristic picks it (dense:
-    default_nvfp4_skinny_config, up to 8 tokens, 16 or 64 by shape; grouped: default_nvfp4_grouped_skinny_config,
-    up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0. config=SkinnyConfig(...) always
+    default_nvfp4_skinny_config, up to 8 tokens, 16 or 64 by shape, more on small layers; grouped:
+    default_nvfp4_grouped_skinny_config, up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0. config=SkinnyConfig(...) always
     selects it, dense or grouped."""
     value = os.environ.get(SKINNY_ENV, "1")
     if value not in ("0", "1"):
@@ -230,13 +231,14 @@ def skinny_by_default() -> bool:
 def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups: int | None = None) -> str | None:
     """Why the skinny kernel cannot take this problem (dense, or grouped with `groups` experts), or None
     when it can."""
-    if groups is None and M > config.max_tokens:
-        return f"M = {M} tokens is more than the {config.key()} kernel's {config.max_tokens}"
+    if groups is None and M > 65535 * config.max_tokens:
+        return f"M = {M} tokens is more than 65535 blocks of the {config.key()} kernel's {config.max_tokens}"
     if config.mainloop == "resident" and K % 32 == 0:
         # the launcher's rule (resident_bytes in nvfp4_skinny.cuh): a split's token rows of (its chunks of 128 + 8)
         # 2-byte elements, + 16 of alignment, in abi.kSkinnyResidentTokenBytes. splits=0: the launcher's choice, at
         # most kSkinnyMaxSplits, so only the most splits are checked here (a refused choice: _gemm_skinny says so)
-        rows, splits = (config.max_tokens if groups is not None else M), config.splits or abi.kSkinnyMaxSplits
+        rows = config.max_tokens if groups is not None else min(M, config.max_tokens)
+        splits = config.splits or abi.kSkinnyMaxSplits
         per_split = -(-(-(-K // 128)) // splits)
         need = rows * (per_split * 128 + 8) * 2 + 16
         if need > abi.kSkinnyResidentTokenBytes:
@@ -537,8 +539,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, to 32 where
-    N * K <= 2^26 and to 64 where N * K <= 2^25, where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the
-    CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    N * K <= 2^26, to 64 where N * K <= 2^25 and above in blocks of tokens on small layers (skinny_blocks_config),
+    where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
     CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).
@@ -555,7 +557,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
-        skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=isinstance(a, NVFP4Tensor))
+        skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=isinstance(a, NVFP4Tensor),
+                                                     num_sms=_num_sms(device))
         if skinny is not None and skinny.mainloop == "resident":
             skinny = _resident_where_it_pays(skinny, M, N, K, out.dtype if out is not None else out_dtype, epilogue,
                                              device.index, configs)

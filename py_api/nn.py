@@ -213,8 +213,8 @@ class NVFP4Linear(_FrozenQuantized):
     mode="w4a4": x (bf16, fp16 or fp32) is quantized to NVFP4 per token on the fly (scalemm.quantize_nvfp4,
         scaling="token"): y = alpha_x[m] * alpha_w[n] * (dequant(q(x)) @ dequant(W)^T) + b[n].
     y has x's dtype. On Hopper the kernels decode the weights exactly into bf16 (fp16 for fp16 activations)
-    tensor-core operands; up to 64 tokens a streaming kernel reads them as they are stored (decode). CPU
-    tensors run scalemm's reference (same numerics). Inference only: calling it with grad enabled on an
+    tensor-core operands; at decode (up to 64 tokens, more on small layers) a streaming kernel reads them as
+    they are stored. CPU tensors run scalemm's reference (same numerics). Inference only: calling it with grad enabled on an
     input that requires grad raises.
 
     Buffers: weight uint8 [out, in / 2] (two codes per byte, even input in the low nibble), weight_scales

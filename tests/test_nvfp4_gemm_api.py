@@ -174,14 +174,21 @@ def test_skinny_config_and_heuristic():
     w2, w4, w8 = (SkinnyConfig(t, mainloop="wgmma") for t in (2, 4, 8))
     for x4 in (False, True):
         t = r1 if x4 else t1
-        assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, None]
-        assert [default_nvfp4_skinny_config(M, 1024, 2048, x4) for M in (24, 32, 33, 65)] == [w4, w4, w8, None]
+        assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, w4]
+        assert [default_nvfp4_skinny_config(M, 1024, 2048, x4) for M in (24, 32, 33, 65)] == [w4, w4, w8, w4]
         assert [default_nvfp4_skinny_config(M, 6144, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, None]
         for N, K in ((8192, 8192), (14336, 4096), (8200, 4096), (4096, 8224)):  # N * K in (2^25, 2^26]: to 32
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in (9, 16, 17, 32, 33, 64)] == [
                 w2, w2, w4, w4, None, None]
         for N, K in ((8200, 8192), (28672, 8192), (4096, 16400)):  # larger: 9-16 only
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t, t, t, w2, w2, None, None, None]
+    # above 64 tokens: blocks of 32 tokens up to 96, of 64 above, where ceil(N / 64) x blocks <= 1.5 x the SMs and
+    # blocks x N x K <= 60 x 2^20
+    kv_a = [default_nvfp4_skinny_config(M, 576, 7168) for M in (65, 96, 97, 128, 960, 961)]
+    assert kv_a == [w4, w4, w8, w8, w8, None]  # 16 blocks of 576 x 7168 stream more than 60 x 2^20 weights
+    assert default_nvfp4_skinny_config(65, 6144, 4096) is None  # 96 x 3 CTAs: more than 1.5 waves of 132 SMs
+    assert default_nvfp4_skinny_config(65, 4096, 4096, num_sms=100) is None  # 64 x 3: more than 1.5 waves of 100
+    assert default_nvfp4_skinny_config(256, 4096, 4096) is None and default_nvfp4_skinny_config(192, 4096, 4096) == w8
     from scalemm.cutlass_kernels.configs.sm90 import SKINNY_RESIDENT_MIN_CHUNKS as C, resident_pays
     assert [resident_pays(M, C + M) for M in (1, 8)] == [True, True]
     assert [resident_pays(M, C + M - 1) for M in (1, 8)] == [False, False] and not resident_pays(1, 0)
@@ -217,7 +224,9 @@ def test_skinny_problem_says_why():
     from scalemm.gemm_nvfp4 import skinny_problem
     x = _data(4, 64)
     assert skinny_problem(4, 16, 64, SkinnyConfig(1), [(x, "a")]) is None
-    assert "more than" in skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")])
+    assert skinny_problem(9, 16, 64, SkinnyConfig(1), [(x, "a")]) is None  # dense: blocks of 8 tokens side by side
+    assert skinny_problem(65535 * 64, 16, 64, SkinnyConfig(8), [(x, "a")]) is None
+    assert "65535 blocks" in skinny_problem(65535 * 64 + 1, 16, 64, SkinnyConfig(8), [(x, "a")])
     assert "multiple of 32" in skinny_problem(4, 16, 48, SkinnyConfig(1), [(x, "a")])
     assert "tiles" in skinny_problem(4, 65536 * 64, 64, SkinnyConfig(1), [(x, "a")])
     assert "16-byte" in skinny_problem(4, 16, 32, SkinnyConfig(1), [(_data(4 * 64 + 1)[1:], "a")])

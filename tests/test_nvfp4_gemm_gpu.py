@@ -280,7 +280,7 @@ def test_weight_first_prepared_inside_a_graph_capture():
 
 
 # ---------------------------------------------------------------------------------------
-# the skinny kernel (up to 64 tokens: decode)
+# the skinny kernel (decode: up to 64 tokens per block of CTAs)
 # ---------------------------------------------------------------------------------------
 
 # K with a partial last 128-chunk (2080, 4128, 96), N not a multiple of the 64-row CTA tile
@@ -355,8 +355,12 @@ def test_skinny_auto_split_is_the_reported_one(N, K):
     assert torch.equal(auto, scalemm.gemm(x, w, out_dtype=torch.float32, config=SkinnyConfig(1, s)))
     assert skinny_splits(x, w, SkinnyConfig(1, 2), out_dtype=torch.float32) == 2
     assert skinny_splits(x[:0], w, cfg, out_dtype=torch.float32) == 0
-    with pytest.raises(ValueError, match="more than"):
-        skinny_splits(torch.ones(9, K, device="cuda", dtype=torch.bfloat16), w, cfg)
+    # 9 tokens: two blocks of 8 side by side, which the split model counts as twice the CTAs
+    x9 = _wide((9, K), seed=K + 2).to(torch.bfloat16)
+    s9 = skinny_splits(x9, w, cfg, out_dtype=torch.float32)
+    assert 1 <= s9 <= s
+    assert torch.equal(scalemm.gemm(x9, w, out_dtype=torch.float32, config=cfg),
+                       scalemm.gemm(x9, w, out_dtype=torch.float32, config=SkinnyConfig(1, s9)))
 
 
 @pytest.mark.parametrize("loop", SKINNY_LOOPS)
@@ -488,16 +492,17 @@ def test_skinny_activations(act):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_decode_default_dispatch(monkeypatch, M, act_dtype, out_dtype):
     """Calls of up to 8 tokens take the skinny kernel by default (dtypes, bias, relu), and its wgmma loop at
-    9-16 tokens and at 17-64 where N * K <= 2^25 (here 2048 x 1024); SCALEMM_NVFP4_SKINNY=0 keeps
-    them on the CUTLASS kernel. (Not named "skinny": `-k skinny` selects the tests that need only the kernels
-    of --set skinny, and this one runs CUTLASS kernels too.)"""
+    9-16 tokens, at 17-64 where N * K <= 2^25 (here 2048 x 1024) and above in blocks of 64 tokens on small
+    layers (300 tokens: 5 blocks of 32 CTAs); SCALEMM_NVFP4_SKINNY=0 keeps them on the CUTLASS kernel. (Not
+    named "skinny": `-k skinny` selects the tests that need only the kernels of --set skinny, and this one runs
+    CUTLASS kernels too.)"""
     import scalemm.gemm_nvfp4 as g
     calls = []
     real = g._gemm_skinny
     monkeypatch.setattr(g, "_gemm_skinny", lambda *a: calls.append(a[4]) or real(*a))
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
     assert calls == ([SkinnyConfig(1)] if M <= 8 else [SkinnyConfig(2, mainloop="wgmma")] if M <= 16 else
-                     [SkinnyConfig(8, mainloop="wgmma")] if M <= 64 else [])
+                     [SkinnyConfig(8, mainloop="wgmma")])
     calls.clear()
     monkeypatch.setenv(g.SKINNY_ENV, "0")
     test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype)
@@ -556,9 +561,38 @@ def test_skinny_config_refuses_what_it_cannot_run():
         scalemm.gemm(x, w, config=SkinnyConfig(1))
     assert default_nvfp4_skinny_config(4, 256, 2064) is not None  # the default falls back to the CUTLASS kernel
     assert _rel_err(scalemm.gemm(x, w, out_dtype=torch.float32), _exact(x, w)) <= 1e-5
-    w = _weights(256, 512, "tensor", seed=92)
-    with pytest.raises(ValueError, match="more than"):
-        scalemm.gemm(torch.randn(9, 512, device="cuda", dtype=torch.bfloat16), w, config=SkinnyConfig(1))
+
+
+@pytest.mark.parametrize("loop", SKINNY_LOOPS)
+@pytest.mark.parametrize("M,tiles", [(9, 1), (70, 8), (200, 4), (130, 2)])  # every last block partial
+def test_skinny_dense_token_blocks(M, tiles, loop):
+    """More tokens than a CTA's token tiles hold run in blocks of 8 x token_tiles tokens side by side (the grid's
+    z): each block's outputs are the bits of the same kernel run on that block's tokens alone (same split), W4A16
+    and W4A4 (NVFP4 activations quantized per token, so a block's rows quantize alone to the same codes), and the
+    whole matches the exact dequantized product. Also under a CUDA graph."""
+    tiles = 1 if loop == "resident" else tiles  # the resident loop holds one token tile
+    N, K = 1000, 2080  # a partial 64-row weight tile and a partial last 128-chunk
+    cfg = SkinnyConfig(tiles, splits=2, mainloop=loop)
+    block = cfg.max_tokens
+    w = _weights(N, K, "token", seed=M + tiles)
+    x = _wide((M, K), seed=M + 7).to(torch.bfloat16)
+    for x4 in (False, True):
+        prep = (lambda t: scalemm.quantize_nvfp4(t, scaling="token")) if x4 else (lambda t: t)
+        a = prep(x)
+        out = _poisoned(M, N, torch.float32)
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=cfg)
+        assert not out.isnan().any(), "unwritten outputs"
+        assert _rel_err(out, _exact(a, w)) <= 1e-5
+        for r in range(0, M, block):
+            alone = scalemm.gemm(prep(x[r:r + block]), w, out_dtype=torch.float32, config=cfg)
+            assert torch.equal(out[r:r + block], alone), (x4, r)
+        replayed = _poisoned(M, N, torch.float32)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            scalemm.gemm(a, w, out_dtype=torch.float32, out=replayed, config=cfg)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, out)
 
 
 # ---------------------------------------------------------------------------------------

@@ -523,7 +523,32 @@ SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up t
 SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
 
 
-def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False) -> SkinnyConfig | None:
+# Above 64 tokens: the wgmma loop in blocks of 32 (up to 96 tokens) or 64 tokens side by side, where its CTAs (64 weight
+# rows x one block each) number at most SKINNY_BLOCKS_MAX_WAVES x the SMs and the weights it streams over all blocks
+# (blocks x N x K elements; L2 serves the repeats) at most SKINNY_BLOCKS_MAX_NK. Fitted on the sweep's 18 layers at
+# 65, 128, 192 and 256 tokens (H100, perf/results/h100/nvfp4_token_blocks/, README.txt there): there the CUTLASS
+# kernel's few 128-row tiles ran stream-K over long chains of fix-ups (DeepSeek-V3's kv_a at 128 tokens 28 us, 9.7 us
+# in two blocks), and lost wherever the blocks' CTAs fit about one and a half waves and stream at most 2^26 weights
+# (22 points changed, 1.02-3.9x). On 14 other models' layers at 65-1024 tokens (held out) the 48 changed points ran
+# 1.68x the CUTLASS kernel's speed (W4A16; W4A4 1.56x), all but one at 0.98x or more: Kimi-K2's q_a (1536 x 7168)
+# at 384 tokens, 6 blocks streaming 66 x 2^20 weights, 0.84x. The bound was lowered to 60 x 2^20 after that run.
+SKINNY_BLOCKS_MAX_WAVES = 1.5
+SKINNY_BLOCKS_MAX_NK = 60 << 20
+SKINNY_BLOCKS_SMALL_MAX_TOKENS = 96  # blocks of 32 tokens up to here (65 tokens: 3 of 32, not a nearly empty 64)
+
+
+def skinny_blocks_config(M: int, N: int, K: int, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
+    """Above 64 tokens: the skinny kernel's wgmma loop in blocks of tokens, where the comment before
+    SKINNY_BLOCKS_MAX_WAVES says it beats the CUTLASS kernel, else None."""
+    tiles = 4 if M <= SKINNY_BLOCKS_SMALL_MAX_TOKENS else 8
+    blocks = -(-M // (8 * tiles))
+    if -(-N // 64) * blocks <= SKINNY_BLOCKS_MAX_WAVES * num_sms and blocks * N * K <= SKINNY_BLOCKS_MAX_NK:
+        return SkinnyConfig(tiles, mainloop="wgmma")
+    return None
+
+
+def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False,
+                                num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
     """What a dense NVFP4 GEMM without a config runs: the skinny kernel, or None (the CUTLASS kernel's tiles).
     Measured on an H100 (perf/NOTES.md, "skinny kernel: measured", "the default at 9-16 tokens" and "the
     wgmma main loop"):
@@ -543,13 +568,16 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     - NVFP4 activations up to 8 tokens: the resident loop (the tokens decoded once per CTA into shared memory
       instead of in every warp and chunk). The caller keeps it where the launcher's split leaves each CTA enough
       chunks of K (resident_pays) and its tokens fit; else the stepped loop;
+    - above 64 tokens: the wgmma loop in blocks of 32 or 64 tokens on small layers (skinny_blocks_config);
     - otherwise the CUTLASS kernel."""
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         if nvfp4_activations:
             return SkinnyConfig(1, mainloop="resident")
         return skinny_config_for_tokens(M)
     small = N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
-    if M <= 8 * SKINNY_TOKEN_TILES[-1] and (M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small):
+    if M > 8 * SKINNY_TOKEN_TILES[-1]:
+        return skinny_blocks_config(M, N, K, num_sms)
+    if M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small:
         return replace(skinny_config_for_tokens(M), mainloop="wgmma")
     return None
 

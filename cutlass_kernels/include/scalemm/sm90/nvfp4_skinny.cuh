@@ -1,4 +1,5 @@
-// scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: up to 8 * kTokenTiles tokens), exact.
+// scalemm: SM90 NVFP4-weight GEMM for few tokens (decode: 8 * kTokenTiles tokens per CTA; more tokens run in
+// blocks of that many side by side along the grid's z), exact.
 //
 // D [tokens, n] = act(scale_a[t] * scale_b[c] * (X [tokens, k] @ dequant(W [n, k])^T) + bias[c])
 // Grouped (MoE decode): the same per expert g, W_g its stacked weights, X's rows from device offsets.
@@ -928,7 +929,8 @@ __device__ __forceinline__ GroupRows find_group(const int* offsets, int groups, 
 // Grid (splits, ceil(n / kTileN), slots), cluster (splits, 1, 1): CTA s of a cluster reduces K chunks
 // [s * chunks_per_split, (s + 1) * chunks_per_split) for the cluster's 64 weight rows of its group (dense: one
 // slot, the one group; grouped: find_group),
-// for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block).
+// for each block of up to 8 * kTokenTiles of the group's tokens in turn (at decode: one block; dense: the block
+// blockIdx.z).
 // kGrouped: p.offsets is set (the grouped kernel); the dense kernel has no group code at all (with the group code
 // compiled in, though never run, dense decode ran 2-4% slower on an H100).
 template <class T, bool kX4, class Out, int kTokenTiles, int kLoop, class Act, bool kGrouped>
@@ -961,12 +963,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     partial = static_partial;
   }
 
-  // grouped: blockIdx.z is a slot (find_group); dense: one group of all rows. The mma.sync loops read the group again
+  // grouped: blockIdx.z is a slot (find_group); dense: one group, blockIdx.z a block of its rows. The mma.sync loops read the group again
   // where they use it (blockIdx.z, or in compact launches the found group from shared memory; group_of_cta) rather
   // than hold it in a register across the main loop: held, their 128-register kernels ran DeepSeek-V3's grouped
   // decode ~5% slower (H100). The wgmma loop holds it (the re-reads made it spill).
   int group = 0, first = 0, last = p.tokens, scale_row = 0;
-  if constexpr (kGrouped) {
+  if constexpr (!kGrouped) {  // blockIdx.z: the block of kTokens tokens (launch_slots); kX4: their own scale rows
+    first = scale_row = int(blockIdx.z) * kTokens;
+    last = min(p.tokens, first + kTokens);
+  } else {
     const GroupRows found = find_group(p.offsets, p.groups, p.tokens, int(blockIdx.z), int(gridDim.z), p.slot_stride,
                                        group_scratch);
     group = found.group, first = found.first, last = found.last;
@@ -1102,9 +1107,10 @@ inline int64_t slot_stride(int64_t slots) {
 }
 
 // The slots of a launch along the grid's z: grouped, one per group that can hold rows (at most `tokens` do;
-// find_group), dense one.
-inline int64_t launch_slots(Nvfp4SkinnyGemmArgs const& a) {
-  return a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : 1;
+// find_group), dense one per block of `block_tokens` tokens (so more tokens than one block's run side by side,
+// each CTA streaming its weights for its own block: L2 serves the repeats).
+inline int64_t launch_slots(Nvfp4SkinnyGemmArgs const& a, int64_t block_tokens) {
+  return a.offsets != nullptr ? std::min<int64_t>(a.groups, a.tokens) : (a.tokens + block_tokens - 1) / block_tokens;
 }
 
 // Grid (splits, tiles, slots) in clusters of (splits, 1, 1); `attr` must outlive the config.
@@ -1161,7 +1167,7 @@ int64_t resident_rows(Nvfp4SkinnyGemmArgs const& a) {
 // How a launch with arguments `a` runs: `error` (a cudaError_t or kBadArgument) when it cannot, else
 // `splits` CTAs along K of `per_split` chunks each (0 splits: nothing to do, n or tokens is 0).
 // a.splits = 0: choose_splits for this GPU (CUDA's count of co-resident clusters of each size and the SM count, asked
-// once per device); 1..kMaxSplits: as given. Dense (offsets null): tokens <= 8 * kTokenTiles.
+// once per device); 1..kMaxSplits: as given. Dense (offsets null): one slot per block of 8 * kTokenTiles tokens.
 struct Plan {
   int error = 0;
   int splits = 0;
@@ -1176,7 +1182,7 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
   if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
   const bool grouped = a.offsets != nullptr;
   if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.n % 2 != 0 || a.tokens < 0 ||
-      (!grouped && a.tokens > 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
+      (!grouped && a.tokens > int64_t(65535) * 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
       a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.tokens > (int64_t(1) << 30) ||
       a.device < 0 || a.device >= 64 || kX4 != (a.x_scales != nullptr) || (kX4 && grouped && !a.x_sf_offsets) ||
       !leaf_mode_ok(a.scale_a_mode, {kLeafOne, kLeafPerRow, kLeafPerGroup}) ||
@@ -1210,7 +1216,7 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
       cudaGetLastError();  // a failed query is not this launch's error
       queried[grouped][a.device] = true;
     }
-    splits = choose_splits(tiles * launch_slots(a), chunks, sm_count[a.device], fit,
+    splits = choose_splits(tiles * launch_slots(a, 8 * kTokenTiles), chunks, sm_count[a.device], fit,
                            is_wgmma(kLoop) ? kWgmmaSaturatingCtasPerSmX2 : kSaturatingCtasPerSmX2, is_wgmma(kLoop));
   }
   out.per_split = chunks == 0 ? 0 : (chunks + splits - 1) / splits;
@@ -1237,7 +1243,7 @@ int launch(Nvfp4SkinnyGemmArgs const& a) {
   const Plan pl = plan<T, kX4, Out, kTokenTiles, kLoop, Act>(a);
   if (pl.error != 0 || pl.splits == 0) return pl.error;
   const int64_t tiles = (a.n + kTileN - 1) / kTileN;
-  const int64_t slots = launch_slots(a);
+  const int64_t slots = launch_slots(a, 8 * kTokenTiles);
   Params p{static_cast<const uint8_t*>(a.weight), static_cast<const uint8_t*>(a.weight_scales), a.x,
            static_cast<const uint8_t*>(a.x_scales), a.d, static_cast<const float*>(a.scale_a),
            static_cast<const float*>(a.scale_b), a.bias, int(a.scale_a_mode), int(a.scale_b_mode), int(a.bias_mode),
