@@ -726,13 +726,18 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
                         int64_t(n0 / 128) * 128 * p.scale_cols + (tid / 32 % 2) * 512 + (tid % 32) * 16;
   const uint32_t sdst = kScaleOffset + (tid / 32 % 2) * 512 + (tid % 32) * 16;
   const int piece = tid % 16, trow = tid / 16;
+  // token rows past the block's `count` are zero-filled, not copied from its last row: those duplicate copies of
+  // one row from up to 31 threads made a block of 33-48 tokens up to 2x slower than a full one of 64 (H100,
+  // perf/results/h100/nvfp4_token_blocks/)
   const T* xsrc[kTokenTiles];
   uint32_t xdst[kTokenTiles];
+  bool xlive[kTokenTiles];
 #pragma unroll
   for (int j = 0; j < kTokenTiles; ++j) {
     const int tok = min(trow + 8 * j, count - 1);
     xsrc[j] = static_cast<const T*>(p.x) + int64_t(block + tok) * p.k + 8 * piece;
     xdst[j] = (piece / 8) * kHalfBytes + (trow + 8 * j) * 128 + (((piece % 8) ^ trow) << 4);
+    xlive[j] = trow + 8 * j < count;
   }
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   auto copy_chunk = [&](int c, int stage) {
@@ -744,7 +749,7 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
       if (tid < 64) cp_async16(at + sdst, ssrc + int64_t(c) * 1024, 2 * c + tid / 32 < ktiles);
       const bool ok = c * kChunkK + 8 * piece < p.k;
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) cp_async16(at + xdst[j], xsrc[j] + int64_t(c) * kChunkK, ok);
+      for (int j = 0; j < kTokenTiles; ++j) cp_async16(at + xdst[j], xsrc[j] + int64_t(c) * kChunkK, ok && xlive[j]);
     }
     cp_async_commit();  // one group per chunk, empty past the end: the waits count chunks
   };
