@@ -177,10 +177,11 @@ def test_skinny_config_and_heuristic():
         assert [default_nvfp4_skinny_config(M, 4096, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, w4]
         assert [default_nvfp4_skinny_config(M, 1024, 2048, x4) for M in (24, 32, 33, 65)] == [w4, w4, w8, w4]
         assert [default_nvfp4_skinny_config(M, 6144, 4096, x4) for M in Ms] == [t, t, t, w2, w2, w4, w8, None]
-        for N, K in ((8192, 8192), (14336, 4096), (8200, 4096), (4096, 8224)):  # N * K in (2^25, 2^26]: to 32
-            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in (9, 16, 17, 32, 33, 64)] == [
-                w2, w2, w4, w4, None, None]
-        for N, K in ((8200, 8192), (28672, 8192), (4096, 16400)):  # larger: 9-16 only
+        for N, K in ((8192, 8192), (14336, 4096), (8200, 4096), (4096, 8224)):  # N * K in (2^25, 2^26]: to 32,
+            assert [default_nvfp4_skinny_config(M, N, K, x4) for M in (9, 16, 17, 32, 33, 64)] == [  # and K <= 12288,
+                w2, w2, w4, w4, w8, w8]                                                             # N <= 24576: to 64
+        assert [default_nvfp4_skinny_config(M, 8200, 8192, x4) for M in Ms] == [t, t, t, w2, w2, None, w8, None]
+        for N, K in ((28672, 8192), (4096, 16400), (24640, 4096), (8192, 12320)):  # larger: 9-16 only
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t, t, t, w2, w2, None, None, None]
     # above 64 tokens: blocks of 32 tokens up to 96, of 64 above, where ceil(N / 64) x blocks <= 1.5 x the SMs and
     # blocks x N x K <= 60 x 2^20

@@ -520,7 +520,9 @@ def resident_pays(tokens: int, chunks_per_split: int) -> bool:
 SKINNY_DEFAULT_MAX_TOKENS = 8   # the skinny kernel by default up to here (one token tile, stepped loop), then
 SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS = 16  # its wgmma loop up to here for any shape, up to 32 tokens where
 SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up to 64 tokens where
-SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller); the CUTLASS kernel elsewhere
+SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller), or at 33-64 tokens on larger layers
+SKINNY_WGMMA_WIDE_MAX_K = 12288  # with K <= this and N <= SKINNY_WGMMA_WIDE_MAX_N (thirty-fifth session, below);
+SKINNY_WGMMA_WIDE_MAX_N = 24576  # the CUTLASS kernel elsewhere
 
 
 # Above 64 tokens: the wgmma loop in blocks of 32 (up to 96 tokens) or 64 tokens side by side, where its CTAs (64 weight
@@ -560,7 +562,7 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       14.6 us at 4096^2 and 14.5 / 18.2 at 6144 x 4096 against the CUTLASS kernel's 17.2 / 18.9 and 18.3 /
       20.3; at 32 tokens 25.3 us at 8192^2 against 29.4, within 3% at 14336 x 4096 and 4096 x 14336); on
       larger layers the CUTLASS kernel (at 64 tokens level at 8192^2 and 1.13-1.18x faster at 14336 x 4096,
-      4096 x 14336 and 28672 x 8192);
+      4096 x 14336 and 28672 x 8192, in an earlier session; since: "33-64 tokens also" below);
     - NVFP4 activations above 8 tokens take the same kernels: the wgmma loop and the CUTLASS kernel both read
       them decoded exactly to bf16 by one pass (decoding them in every CTA of the wgmma loop ran up to 2x
       slower than pass + loop; pass + loop against the stepped loop's in-register decode at 16 tokens:
@@ -568,13 +570,18 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     - NVFP4 activations up to 8 tokens: the resident loop (the tokens decoded once per CTA into shared memory
       instead of in every warp and chunk). The caller keeps it where the launcher's split leaves each CTA enough
       chunks of K (resident_pays) and its tokens fit; else the stepped loop;
+    - 33-64 tokens also where K <= 12288 and N <= 24576 (thirty-fifth session, H100, after the wgmma loop stopped
+      copying a partial block's last token row into the rows past it, perf/results/h100/nvfp4_token_blocks/: on
+      its 32 layers at 33, 48 and 64 tokens the 18 changed points ran 1.17x the CUTLASS kernel's speed,
+      1.06-1.27x; longer K (14336-28672) and wider N (28672) stayed 3-9% faster on the CUTLASS kernel);
     - above 64 tokens: the wgmma loop in blocks of 32 or 64 tokens on small layers (skinny_blocks_config);
     - otherwise the CUTLASS kernel."""
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         if nvfp4_activations:
             return SkinnyConfig(1, mainloop="resident")
         return skinny_config_for_tokens(M)
-    small = N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
+    wide = M > 32 and K <= SKINNY_WGMMA_WIDE_MAX_K and N <= SKINNY_WGMMA_WIDE_MAX_N
+    small = wide or N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
     if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return skinny_blocks_config(M, N, K, num_sms)
     if M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small:
