@@ -30,8 +30,8 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .arch import configs_for, gpu_info, on_device
-from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, GemmConfig, SkinnyConfig,
-                                      default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
+from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SKINNY_TILE_ROWS, GemmConfig,
+                                      SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
@@ -220,8 +220,8 @@ SKINNY_ENV = "SCALEMM_NVFP4_SKINNY"
 def skinny_by_default() -> bool:
     """Whether calls without a config may take the skinny kernel where the heuristic picks it (dense:
     default_nvfp4_skinny_config, up to 8 tokens, 16 or 64 by shape, more on small layers; grouped:
-    default_nvfp4_grouped_skinny_config, up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0. config=SkinnyConfig(...) always
-    selects it, dense or grouped."""
+    default_nvfp4_grouped_skinny_config, up to 4 rows per expert on average): yes unless SCALEMM_NVFP4_SKINNY=0.
+    config=SkinnyConfig(...) always selects it, dense or grouped."""
     value = os.environ.get(SKINNY_ENV, "1")
     if value not in ("0", "1"):
         raise ValueError(f"{SKINNY_ENV} must be 0 or 1, got {value!r}")
@@ -249,8 +249,8 @@ def skinny_problem(M: int, N: int, K: int, config: SkinnyConfig, tensors, groups
         return f"{groups} groups are more than 65535"
     if K % 32:
         return f"K = {K} is not a multiple of 32 (its rows of FP4 codes are read 16 bytes at a time)"
-    if N > 65535 * 64:
-        return f"N = {N} is more than 65535 tiles of 64 rows"
+    if N > 65535 * SKINNY_TILE_ROWS:
+        return f"N = {N} is more than 65535 tiles of {SKINNY_TILE_ROWS} rows"
     if K > 1 << 30 or M > 1 << 30:
         return f"K = {K} or M = {M} is more than 2^30"
     for t, name in tensors:

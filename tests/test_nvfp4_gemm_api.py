@@ -190,6 +190,9 @@ def test_skinny_config_and_heuristic():
     assert default_nvfp4_skinny_config(65, 6144, 4096) is None  # 96 x 3 CTAs: more than 1.5 waves of 132 SMs
     assert default_nvfp4_skinny_config(65, 4096, 4096, num_sms=100) is None  # 64 x 3: more than 1.5 waves of 100
     assert default_nvfp4_skinny_config(256, 4096, 4096) is None and default_nvfp4_skinny_config(192, 4096, 4096) == w8
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="num_sms"):
+            default_nvfp4_skinny_config(1, 4096, 4096, num_sms=bad)
     from scalemm.cutlass_kernels.configs.sm90 import SKINNY_RESIDENT_MIN_CHUNKS as C, resident_pays
     assert [resident_pays(M, C + M) for M in (1, 8)] == [True, True]
     assert [resident_pays(M, C + M - 1) for M in (1, 8)] == [False, False] and not resident_pays(1, 0)

@@ -492,6 +492,7 @@ SKINNY_TOKEN_TILES = (1, 2, 4, 8)         # compiled token tiles of 8 (the MMA's
 # SkinnyConfig.mainloop -> its constant in nvfp4_skinny.cuh
 SKINNY_MAINLOOPS = {"stepped": "kLoopStepped", "lean": "kLoopLean", "wgmma": "kLoopWgmma", "resident": "kLoopResident"}
 SKINNY_DEFAULT_MAINLOOP = SkinnyConfig.mainloop
+SKINNY_TILE_ROWS = 64  # weight rows per CTA (nvfp4_skinny.cuh's kTileN); the grid holds at most 65535 tiles of them
 SKINNY_MAX_SPLITS = abi.kSkinnyMaxSplits  # a portable cluster
 
 
@@ -542,9 +543,11 @@ SKINNY_BLOCKS_SMALL_MAX_TOKENS = 96  # blocks of 32 tokens up to here (65 tokens
 def skinny_blocks_config(M: int, N: int, K: int, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
     """Above 64 tokens: the skinny kernel's wgmma loop in blocks of tokens, where the comment before
     SKINNY_BLOCKS_MAX_WAVES says it beats the CUTLASS kernel, else None."""
+    _check_sms(num_sms)
     tiles = 4 if M <= SKINNY_BLOCKS_SMALL_MAX_TOKENS else 8
     blocks = -(-M // (8 * tiles))
-    if -(-N // 64) * blocks <= SKINNY_BLOCKS_MAX_WAVES * num_sms and blocks * N * K <= SKINNY_BLOCKS_MAX_NK:
+    ctas = -(-N // SKINNY_TILE_ROWS) * blocks
+    if ctas <= SKINNY_BLOCKS_MAX_WAVES * num_sms and blocks * N * K <= SKINNY_BLOCKS_MAX_NK:
         return SkinnyConfig(tiles, mainloop="wgmma")
     return None
 
@@ -576,14 +579,15 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       1.06-1.27x; longer K (14336-28672) and wider N (28672) stayed 3-9% faster on the CUTLASS kernel);
     - above 64 tokens: the wgmma loop in blocks of 32 or 64 tokens on small layers (skinny_blocks_config);
     - otherwise the CUTLASS kernel."""
+    _check_sms(num_sms)
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         if nvfp4_activations:
             return SkinnyConfig(1, mainloop="resident")
         return skinny_config_for_tokens(M)
-    wide = M > 32 and K <= SKINNY_WGMMA_WIDE_MAX_K and N <= SKINNY_WGMMA_WIDE_MAX_N
-    small = wide or N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
     if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return skinny_blocks_config(M, N, K, num_sms)
+    wide = M > 32 and K <= SKINNY_WGMMA_WIDE_MAX_K and N <= SKINNY_WGMMA_WIDE_MAX_N
+    small = wide or N * K <= (SKINNY_WGMMA_MAX_NK_32 if M <= 32 else SKINNY_WGMMA_MAX_NK)
     if M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS or small:
         return replace(skinny_config_for_tokens(M), mainloop="wgmma")
     return None

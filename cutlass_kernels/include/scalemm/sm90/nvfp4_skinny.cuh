@@ -968,10 +968,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     partial = static_partial;
   }
 
-  // grouped: blockIdx.z is a slot (find_group); dense: one group, blockIdx.z a block of its rows. The mma.sync loops read the group again
-  // where they use it (blockIdx.z, or in compact launches the found group from shared memory; group_of_cta) rather
-  // than hold it in a register across the main loop: held, their 128-register kernels ran DeepSeek-V3's grouped
-  // decode ~5% slower (H100). The wgmma loop holds it (the re-reads made it spill).
+  // grouped: blockIdx.z is a slot (find_group); dense: one group, blockIdx.z a block of its rows. The mma.sync loops
+  // read the group again where they use it (blockIdx.z, or in compact launches the found group from shared memory;
+  // group_of_cta) rather than hold it in a register across the main loop: held, their 128-register kernels ran
+  // DeepSeek-V3's grouped decode ~5% slower (H100). The wgmma loop holds it (the re-reads made it spill).
   int group = 0, first = 0, last = p.tokens, scale_row = 0;
   if constexpr (!kGrouped) {  // blockIdx.z: the block of kTokens tokens (launch_slots); kX4: their own scale rows
     first = scale_row = int(blockIdx.z) * kTokens;
@@ -1187,7 +1187,8 @@ Plan plan(Nvfp4SkinnyGemmArgs const& a) {
   if (err != cudaSuccess) return out.error = static_cast<int>(err), out;
   const bool grouped = a.offsets != nullptr;
   if (a.splits < 0 || a.splits > kMaxSplits || a.k % 32 != 0 || a.n < 0 || a.n % 2 != 0 || a.tokens < 0 ||
-      (!grouped && a.tokens > int64_t(65535) * 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 || (!grouped && a.groups != 1) ||
+      (!grouped && a.tokens > int64_t(65535) * 8 * kTokenTiles) || a.groups < 1 || a.groups > 65535 ||
+      (!grouped && a.groups != 1) ||
       a.n > int64_t(65535) * kTileN || a.k > (int64_t(1) << 30) || a.tokens > (int64_t(1) << 30) ||
       a.device < 0 || a.device >= 64 || kX4 != (a.x_scales != nullptr) || (kX4 && grouped && !a.x_sf_offsets) ||
       !leaf_mode_ok(a.scale_a_mode, {kLeafOne, kLeafPerRow, kLeafPerGroup}) ||

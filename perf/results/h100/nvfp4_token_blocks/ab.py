@@ -85,12 +85,12 @@ def main():
         from scalemm import jit
         jit.build_many([s for s in specs(args.set, tokens) if not jit.is_cached(s)], jobs=2)
         return
-    from scalemm.timing import bench
+    from scalemm.timing import bench, l2_copies
     rows, lines = [], [f"device: {torch.cuda.get_device_name()}"]
     for name, (N, K) in shapes(args.set).items():
         for M in tokens:
             g = torch.Generator(device="cuda").manual_seed(M + N + K)
-            copies = max(1, min(8, int(2 * 50e6 // (N * K * 2)) + 1))
+            copies = l2_copies(N * K * 2)  # bf16 weight copies (the runs here: min(8, 2 x 50 MB // bytes + 1))
             w16 = [torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16) for _ in range(copies)]
             wq = [scalemm.quantize_nvfp4(w, scaling="token") for w in w16]
             x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
