@@ -393,19 +393,23 @@ def test_default_config_above_128_tokens():
     the widest narrow tile that busies half the SMs where 128x256 tiles would leave them idle and K is short; stream-K
     below one wave for long K (over 128-token tiles where 128x256 ones would be a quarter wave or less, with at most
     3072 of K per SM) and for a short last wave of fewer than 8 waves (up to 0.3 full, from 1024 tokens 0.5); else
-    128x256."""
+    128x256. Token tiles of 256 narrow to the fewest columns of 160 / 192 / 224 / 256 that keep their count; a one-wave
+    pick of 256 to the narrowest of those whose tiles still fit one wave (without half-empty extra token tiles); and
+    with long K, one wave of such tiles busying 90% of the SMs replaces stream-K."""
     from scalemm.cutlass_kernels.configs import default_nvfp4_config
     picks = {(M, N, K): default_nvfp4_config(M, N, K).label() for M, N, K in [
         (192, 4096, 4096), (512, 4096, 4096), (256, 7168, 2048), (192, 4096, 14336), (768, 6144, 4096),
         (640, 57344, 8192), (1024, 8192, 8192), (4096, 4096, 4096), (129, 64, 4096), (256, 2048, 7168),
-        (1024, 1024, 16384), (4096, 1536, 7168), (1024, 6144, 4096), (384, 28672, 4096)]}
+        (1024, 1024, 16384), (4096, 1536, 7168), (1024, 6144, 4096), (384, 28672, 4096), (576, 4096, 4096),
+        (4096, 576, 7168), (2048, 1536, 7168), (192, 8192, 8192), (448, 9216, 4096), (160, 28672, 4096)]}
     assert picks == {
         (192, 4096, 4096): "t128x64x64_c1x1_coop_swap",        # 96 tiles of 64 tokens (128x256: 32)
         (512, 4096, 4096): "t128x128x64_c1x1_coop_swap",       # 128 tiles of 128
         (256, 7168, 2048): "t128x128x64_c1x1_coop_swap",       # 112 tiles of 128
-        (192, 4096, 14336): "t128x256x64_c1x1_coop_swap_sk_rm",  # long K: stream-K (8 x 14336 of K per SM: 256)
+        (192, 4096, 14336): "t128x192x64_c1x1_coop_swap_sk_rm",  # long K: stream-K (8 x 14336 of K per SM: 256),
+                                                                 # 192 tokens in one tile of 192
         (768, 6144, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",   # 144 tiles: a last wave 9% full
-        (640, 57344, 8192): "t128x256x64_c1x1_coop_swap",      # 10.2 waves: the last one matters less
+        (640, 57344, 8192): "t128x224x64_c1x1_coop_swap",      # 10.2 waves: the last one matters less; 3 x 224
         (1024, 8192, 8192): "t128x256x64_c1x1_coop_swap",      # 1.94 waves
         (4096, 4096, 4096): "t128x256x64_c1x1_coop_swap",      # 3.9 waves
         (129, 64, 4096): "t128x128x64_c1x1_coop_swap_sk_rm",   # 1 tile: no narrow tile busies half the SMs
@@ -413,7 +417,13 @@ def test_default_config_above_128_tokens():
         (1024, 1024, 16384): "t128x256x64_c1x1_coop_swap_sk_rm",  # 32 tiles, but 3971 of K per SM: 256
         (4096, 1536, 7168): "t128x256x64_c1x1_coop_swap_sk_rm",  # 1.45 waves, from 1024 tokens: stream-K
         (1024, 6144, 4096): "t128x256x64_c1x1_coop_swap_sk_rm",  # 1.45 waves
-        (384, 28672, 4096): "t128x256x64_c1x1_coop_swap",      # 3.39 waves: below 1024 tokens only up to 0.3
+        (384, 28672, 4096): "t128x192x64_c1x1_coop_swap",      # 3.39 waves: below 1024 tokens only up to 0.3; 2 x 192
+        (576, 4096, 4096): "t128x160x64_c1x1_coop_swap",       # 96 tiles of 256 -> 128 of 160 (4 x 160 = 640 tokens)
+        (4096, 576, 7168): "t128x160x64_c1x1_coop_swap",       # long K: 130 tiles of 160 (26 x 160 = 4160 tokens)
+        (2048, 1536, 7168): "t128x192x64_c1x1_coop_swap",      # long K: 132 tiles of 192
+        (192, 8192, 8192): "t128x192x64_c1x1_coop_swap_sk_rm",  # long K: not 128 tiles of 160 (2 x 160 for 192 tokens)
+        (448, 9216, 4096): "t128x224x64_c1x1_coop_swap_sk_rm",  # 144 tiles: a last wave 9% full; 2 x 224
+        (160, 28672, 4096): "t128x160x64_c1x1_coop_swap",      # 1.7 waves; one tile of 160
     }
 
 

@@ -94,12 +94,20 @@ def test_w4a16_dtypes_bias_relu(M, act_dtype, out_dtype):
                                          (300, 2048, 2080, "t128x64x64_c1x1_coop_swap"),
                                          (700, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk"),
                                          (512, 2048, 7168, "t128x128x64_c1x1_coop_swap_sk"),
-                                         (4096, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk")])
+                                         (4096, 1536, 7168, "t128x256x64_c1x1_coop_swap_sk"),
+                                         (576, 4096, 4096, "t128x160x64_c1x1_coop_swap"),
+                                         (4096, 576, 7168, "t128x160x64_c1x1_coop_swap"),
+                                         (2048, 1536, 7168, "t128x192x64_c1x1_coop_swap"),
+                                         (333, 9216, 4096, "t128x192x64_c1x1_coop_swap_sk"),
+                                         (448, 9216, 2080, "t128x224x64_c1x1_coop_swap_sk"),
+                                         (200, 28672, 4096, "t128x224x64_c1x1_coop_swap")])
 @pytest.mark.parametrize("w4a4", [False, True], ids=["w4a16", "w4a4"])
 def test_mid_token_defaults_match_exact_dequant(M, N, K, tile, w4a4):
     """Above 128 tokens: default_nvfp4_config's one-wave narrow tiles, its stream-K over a short last wave of
-    128x256 tiles (from 1024 tokens up to half a wave) and over 128-token tiles where 128x256 ones would be few
-    (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half past K)."""
+    128x256 tiles (from 1024 tokens up to half a wave) and over 128-token tiles where 128x256 ones would be few, and
+    its token tiles of 160 / 192 / 224 (CUTLASS's extended wgmma shapes for 160 and 224; a last token tile partly
+    empty, data-parallel and stream-K) (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half
+    past K)."""
     assert default_nvfp4_config(M, N, K).key() == tile
     w = _weights(N, K, "token", seed=M)
     x = _wide((M, K), seed=M + 1).to(torch.bfloat16)

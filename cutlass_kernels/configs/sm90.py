@@ -141,6 +141,7 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     coop = config.schedule == "cooperative"
     array = "PtrArray" if grouped else ""
     params = {
+        "PRELUDE": EXTENDED_MMA_DEFINE if config.tile_n in EXTENDED_MMA_WIDTHS else "",
         "TILE_M": "128", "TILE_N": str(config.tile_n), "TILE_K": "64",
         "CLUSTER_M": str(config.cluster_m), "CLUSTER_N": str(config.cluster_n),
         "ELEMENT_B": "scalemm::sm90::Nvfp4Activations" if x4 else CPP_TYPES[dtype_name(act_dtype)],
@@ -419,6 +420,18 @@ NVFP4_STREAM_K_PREFILL_TOKENS = 1024
 NVFP4_STREAM_K_MAX_WAVES = 8
 NVFP4_STREAM_K_NARROW = 4
 NVFP4_STREAM_K_NARROW_K = 3072
+# Token-tile widths (thirty-sixth session, H100, perf/results/h100/nvfp4_mid_widths/, README.txt there). A token count
+# that is not a multiple of the tile width leaves the last token tile partly empty, computed whole (384 tokens in two
+# tiles of 256 compute 512). So every 128x256 pick takes the narrowest of NVFP4_WIDE_TOKEN_WIDTHS with as many token
+# tiles (_fitted_width: 2 x 192 for 384 tokens, 1 x 160 for 129-160): the same tiles and waves, a quarter fewer MMAs;
+# on 86 points of 17 layers at 160-896 tokens 1.22x the 256-wide pick's speed (min 1.09x). A one-wave 256 pick takes
+# the narrowest wide width whose tiles still fit one wave (a wave costs less the narrower its tiles: Llama-3-8B o at
+# 640 tokens, 4 x 160 in 128 tiles, 1.19x over 3 x 224 in 96); and with K above NVFP4_ONE_WAVE_MAX_K, where stream-K
+# ran, one wave of the narrowest wide width whose tiles busy NVFP4_ONE_WAVE_LONG_K_FILL of the SMs (DeepSeek-V3 kv_a, 576 x 7168, at 4096 tokens: 130 tiles of
+# 128x160 1.39x faster than stream-K over 80 of 128x256; Kimi-K2 q_a at 2048 tokens: 120 of 128x224, 1.14x).
+NVFP4_WIDE_TOKEN_WIDTHS = (160, 192, 224, 256)  # 160 and 224: CUTLASS's extended wgmma shapes
+NVFP4_ONE_WAVE_LONG_K_FILL = 0.9
+NVFP4_TOKEN_TILE_FILL = 0.9  # ... where a narrower width's extra token tiles are this full (not 192 tokens in 2 x 160)
 
 
 def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
@@ -428,21 +441,41 @@ def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
                       raster="m" if stream_k else "auto")
 
 
+def _fitted_width(M: int) -> int:
+    """The narrowest of NVFP4_WIDE_TOKEN_WIDTHS that tiles M tokens in as many token tiles as 256 does."""
+    return next(w for w in NVFP4_WIDE_TOKEN_WIDTHS if -(-M // w) == -(-M // 256))
+
+
+def _one_wave_width(M: int, rows: int, num_sms: int, fill: float) -> int | None:
+    """The narrowest of NVFP4_WIDE_TOKEN_WIDTHS whose tiles (rows x token tiles) fit one wave and busy `fill` of the
+    SMs, and whose token tiles hold tokens in NVFP4_TOKEN_TILE_FILL of their columns or are as few as 256's; or None."""
+    def fits(w):
+        tiles = -(-M // w)
+        full = M >= NVFP4_TOKEN_TILE_FILL * tiles * w or tiles == -(-M // 256)
+        return full and fill * num_sms <= rows * tiles <= num_sms
+    return next((w for w in NVFP4_WIDE_TOKEN_WIDTHS if fits(w)), None)
+
+
 def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
-    """default_nvfp4_config above 128 tokens: the rule in the comment before NVFP4_ONE_WAVE_MAX_K."""
+    """default_nvfp4_config above 128 tokens: the rule in the comments before NVFP4_ONE_WAVE_MAX_K and
+    NVFP4_WIDE_TOKEN_WIDTHS."""
     rows = -(-N // 128)
     wide = rows * -(-M // 256)
     if wide >= num_sms:
         last = wide / num_sms % 1
         bound = NVFP4_STREAM_K_LAST_WAVE_PREFILL if M >= NVFP4_STREAM_K_PREFILL_TOKENS else NVFP4_STREAM_K_LAST_WAVE
-        return _nvfp4_tile(256, 0 < last <= bound and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
+        return _nvfp4_tile(_fitted_width(M), 0 < last <= bound and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
     if K <= NVFP4_ONE_WAVE_MAX_K:
-        for tile_n in (256, 128, 64):  # the widest tile that busies half the SMs or more in one wave
+        for tile_n in (256, 128, 64):  # the widest tile that busies half the SMs or more in one wave ...
             tiles = rows * -(-M // tile_n)
-            if num_sms <= 2 * tiles <= 2 * num_sms:
-                return _nvfp4_tile(tile_n, False)
+            if num_sms <= 2 * tiles <= 2 * num_sms:  # ... then for 256 the narrowest wide one still in one wave
+                return _nvfp4_tile(_one_wave_width(M, rows, num_sms, 0.5) if tile_n == 256 else tile_n, False)
+    else:
+        tile_n = _one_wave_width(M, rows, num_sms, NVFP4_ONE_WAVE_LONG_K_FILL)
+        if tile_n is not None:
+            return _nvfp4_tile(tile_n, False)
     narrow = NVFP4_STREAM_K_NARROW * wide <= num_sms and wide * K <= NVFP4_STREAM_K_NARROW_K * num_sms
-    return _nvfp4_tile(128 if narrow else 256, True)
+    return _nvfp4_tile(128 if narrow else _fitted_width(M), True)
 
 
 @dataclass(frozen=True)

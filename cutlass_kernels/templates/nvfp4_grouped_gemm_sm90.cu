@@ -1,5 +1,5 @@
 // One SM90 grouped NVFP4-weight GEMM with one epilogue tree, rendered by scalemm.grouped_gemm.
-#include "scalemm/sm90/nvfp4_grouped_gemm.cuh"
+{{PRELUDE}}#include "scalemm/sm90/nvfp4_grouped_gemm.cuh"
 
 using TileShape = cute::Shape<cute::_{{TILE_M}}, cute::_{{TILE_N}}, cute::_{{TILE_K}}>;
 using ClusterShape = cute::Shape<cute::_{{CLUSTER_M}}, cute::_{{CLUSTER_N}}, cute::_1>;
