@@ -572,6 +572,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     if isinstance(config, SkinnyConfig):  # W4A4 included: the skinny kernel decodes NVFP4 activations itself
         return _gemm_skinny(a, b, bias, out, config, epilogue)
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
+    if config is None and activation_decode == "mainloop":
+        cfg = configs.nvfp4_mainloop_decode_config(cfg)
     x_scales = None
     if isinstance(a, NVFP4Tensor):
         scale_a = a.alpha
@@ -765,6 +767,8 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     if T == 0 or N == 0:
         return out
     cfg = config or configs.default_nvfp4_grouped_config(T, G, N, K)
+    if config is None and activation_decode == "mainloop":
+        cfg = configs.nvfp4_mainloop_decode_config(cfg)
     x_scales = x_sf_offsets = None
     if isinstance(a, GroupedNVFP4Tensor):
         scale_a = (a.alpha, M if a.scaling == "token" else PG, 0)

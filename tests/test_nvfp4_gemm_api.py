@@ -427,6 +427,20 @@ def test_default_config_above_128_tokens():
     }
 
 
+def test_mainloop_decode_stand_in_for_the_default():
+    """W4A4 with activation_decode="mainloop" and no config: the default's token tiles that are not whole 128-row
+    scale atoms (64, 160, 192, 224) widen to 128 or 256; decodable picks stay."""
+    from scalemm.cutlass_kernels.configs import GemmConfig, default_nvfp4_config, sm90
+    for M, N, K, want in [(576, 4096, 4096, 256), (384, 9216, 4096, 256), (192, 4096, 4096, 128),
+                          (4096, 4096, 4096, 256), (512, 4096, 4096, 128)]:
+        cfg = default_nvfp4_config(M, N, K)
+        got = sm90.nvfp4_mainloop_decode_config(cfg)
+        assert got.tile_n == want and sm90.nvfp4_decodes_activations(got), (M, N, K, cfg.label(), got.label())
+        assert (got.stream_k, got.tile_m, got.tile_k) == (cfg.stream_k, cfg.tile_m, cfg.tile_k)
+    c = GemmConfig(128, 128, 64, 1, 1, "cooperative", swap_ab=True)
+    assert sm90.nvfp4_mainloop_decode_config(c) is c
+
+
 def test_prepared_copy_of_an_inference_tensor():
     """A weight quantized under torch.inference_mode is an inference tensor, which has no version counter: its prepared
     copy is still made once and kept (it raised before); an ordinary tensor's in-place change still makes a new one."""

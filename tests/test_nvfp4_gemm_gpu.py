@@ -170,6 +170,24 @@ def test_w4a4_mainloop_decode_bias_activation(monkeypatch, M, tile_n):
     assert _rel_err(out, _exact(a, w, bias, "gelu")) <= TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("M,N,tile_n", [(192, 4096, 64), (384, 6144, 192)])
+def test_w4a4_mainloop_decode_default_config(monkeypatch, M, N, tile_n):
+    """activation_decode="mainloop" without a config: the default's 64- / 192-wide token tiles cannot decode NVFP4
+    activations in the mainloop, so the call runs the same tile at 128 / 256 tokens (no bf16 pass) instead of
+    refusing; fp32 out against the exact product."""
+    import scalemm.gemm_nvfp4 as g
+    K = 2048
+    assert default_nvfp4_config(M, N, K).tile_n == tile_n
+    w = _weights(N, K, "token", seed=37)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=38).to(torch.bfloat16), scaling="token")
+    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the pass must not run
+    monkeypatch.setenv("SCALEMM_NVFP4_SKINNY", "0")
+    out = _poisoned(M, N, torch.float32)
+    g.gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode="mainloop")
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w)) <= 1e-5
+
+
 def test_w4a4_mainloop_decode_refuses_what_it_cannot_run():
     from scalemm.gemm_nvfp4 import gemm_nvfp4
     w = _weights(256, 2064, "tensor", seed=35)

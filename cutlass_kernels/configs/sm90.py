@@ -163,6 +163,15 @@ def nvfp4_decodes_activations(config: GemmConfig) -> bool:
     return config.schedule == "cooperative" and config.tile_n % 128 == 0
 
 
+def nvfp4_mainloop_decode_config(config: GemmConfig) -> GemmConfig:
+    """The default config's stand-in for W4A4 with activation_decode="mainloop": itself where its mainloop can decode
+    NVFP4 activations, else the same tile with its tokens widened to 128 or 256 (the default's 64-, 160-, 192- and
+    224-wide token tiles cannot: their token tiles are not whole 128-row scale atoms)."""
+    if nvfp4_decodes_activations(config):
+        return config
+    return replace(config, tile_n=128 if config.tile_n <= 128 else 256, schedule="cooperative")
+
+
 def _check_sms(num_sms) -> None:
     if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms <= 0:
         raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
