@@ -30,7 +30,8 @@ import torch
 from . import abi
 from . import epilogues as epi
 from .arch import configs_for, gpu_info, on_device
-from .cutlass_kernels.configs import (SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SKINNY_TILE_ROWS, GemmConfig,
+from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS,
+                                      SKINNY_TILE_ROWS, GemmConfig,
                                       SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
@@ -646,7 +647,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
         for M in (1, 16, 64, 128, 4096):
             for N, K in DECODE_SHAPES:
                 cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
-            tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else [256]
+            tn = [16] if M <= 16 else [32, 64] if M <= 64 else [128] if M <= 128 else list(NVFP4_WIDE_TOKEN_WIDTHS)
             for n in tn:
                 for sched, sk in (("cooperative", False), ("cooperative", True), ("pingpong", False)):
                     if sched == "cooperative" or n <= 128:

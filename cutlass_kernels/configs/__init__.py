@@ -25,7 +25,7 @@ from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmC
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
                    default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, nvfp4_decodes_activations, sweep_configs,
                    tuning_candidates,
-                   SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SKINNY_TILE_ROWS,
+                   SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SKINNY_TILE_ROWS, NVFP4_WIDE_TOKEN_WIDTHS,
                    default_nvfp4_skinny_config,
                    default_nvfp4_grouped_skinny_config, skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
 
@@ -48,6 +48,6 @@ def for_arch(arch: str) -> ModuleType:
 
 __all__ = ["for_arch", "archs", "sm90", "GemmConfig", "bias_free_full_kernel", "default_config", "default_grouped_config",
            "default_wgrad_config", "default_nvfp4_config", "default_nvfp4_grouped_config", "default_build_set",
-           "nvfp4_cpp", "nvfp4_decodes_activations", "SkinnyConfig", "SKINNY_DEFAULT_MAINLOOP", "SKINNY_MAINLOOPS", "SKINNY_TILE_ROWS", "default_nvfp4_skinny_config", "default_nvfp4_grouped_skinny_config", "skinny_config_for_groups", "skinny_config_for_tokens", "skinny_cpp", "tuning_candidates", "grouped_tuning_candidates", "TUNING_CANDIDATES", "GROUPED_TUNING_CANDIDATES", "ELEMENTS",
+           "nvfp4_cpp", "nvfp4_decodes_activations", "SkinnyConfig", "SKINNY_DEFAULT_MAINLOOP", "SKINNY_MAINLOOPS", "SKINNY_TILE_ROWS", "NVFP4_WIDE_TOKEN_WIDTHS", "default_nvfp4_skinny_config", "default_nvfp4_grouped_skinny_config", "skinny_config_for_groups", "skinny_config_for_tokens", "skinny_cpp", "tuning_candidates", "grouped_tuning_candidates", "TUNING_CANDIDATES", "GROUPED_TUNING_CANDIDATES", "ELEMENTS",
            "MODEL_LINEAR_SHAPES", "MODEL_PRESETS", "DECODE_M", "PREFILL_M", "sweep_points", "sweep_configs",
            "load_model", "model_linear_shapes", "model_gemm_shapes"]

@@ -384,8 +384,9 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
 def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
     Few tokens get a narrow tile_n (up to 128 tokens: one token tile, but see below); more tokens take 256-wide
-    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128), except where those leave SMs
-    idle or a short last wave (_nvfp4_mid_tokens_config). Up to 128 tokens, when the tiles cannot fill the GPU (fewer
+    tiles (0.95-0.97x of cuBLAS bf16 at 4096 tokens on an H100, against 0.72x for 128), or 160 / 192 / 224 where those
+    hold the tokens in as many tiles, except where those leave SMs idle or a short last wave
+    (_nvfp4_mid_tokens_config). Up to 128 tokens, when the tiles cannot fill the GPU (fewer
     than num_sms), stream-K splits K (1.3-2x faster than data-parallel at decode). At 65-128 tokens with N <= 4096
     two 64-token tiles instead of one of 128 (H100, stream-K both: 2048 x 4096 at 128 tokens 19.7 against 27.5 us, 4096^2 23.7 against 25.2; from 6144 rows on the second
     decode of every weight tile costs more: 0.73-0.82x, perf/results/h100/nvfp4_two_tiles.txt). Stream-K configs take
