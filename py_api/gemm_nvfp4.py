@@ -573,7 +573,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     if isinstance(config, SkinnyConfig):  # W4A4 included: the skinny kernel decodes NVFP4 activations itself
         return _gemm_skinny(a, b, bias, out, config, epilogue)
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
-    if config is None and activation_decode == "mainloop":
+    if config is None and activation_decode == "mainloop" and isinstance(a, NVFP4Tensor):
         cfg = configs.nvfp4_mainloop_decode_config(cfg)
     x_scales = None
     if isinstance(a, NVFP4Tensor):
@@ -768,7 +768,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     if T == 0 or N == 0:
         return out
     cfg = config or configs.default_nvfp4_grouped_config(T, G, N, K)
-    if config is None and activation_decode == "mainloop":
+    if config is None and activation_decode == "mainloop" and isinstance(a, GroupedNVFP4Tensor):
         cfg = configs.nvfp4_mainloop_decode_config(cfg)
     x_scales = x_sf_offsets = None
     if isinstance(a, GroupedNVFP4Tensor):
