@@ -748,6 +748,29 @@ def test_grouped_w4a4_mainloop_decode_matches_the_pass_bit_for_bit(sizes, tile_n
     assert _rel_err(outs["mainloop"], _exact_grouped(a, w, sizes, N)) <= 1e-5
 
 
+def test_grouped_w4a4_mainloop_decode_default_config(monkeypatch):
+    """Grouped W4A4 with activation_decode="mainloop" and no config: the default's 32-wide token tiles (mean rows per
+    expert 25) cannot decode NVFP4 activations in the mainloop, so the call runs 128-wide tiles (no bf16 pass) instead
+    of refusing; ragged and empty groups, bit for bit the pass's result and within 1e-5 of the exact product."""
+    import scalemm.gemm_nvfp4 as g
+    from scalemm.cutlass_kernels.configs import default_nvfp4_grouped_config
+    sizes = [5, 0, 63, 1, 0, 17, 90, 24]
+    G, N, K, T = len(sizes), 384, 1024, sum(sizes)
+    assert default_nvfp4_grouped_config(T, G, N, K).tile_n == 32
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=41).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    offsets = _offsets(sizes)
+    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=42).to(torch.bfloat16), offsets, scaling="token")
+    monkeypatch.setenv("SCALEMM_NVFP4_SKINNY", "0")
+    passed = _poisoned(T, N, torch.float32)
+    g.grouped_gemm_nvfp4(a, w, offsets, out_dtype=torch.float32, out=passed)
+    monkeypatch.setattr(g, "dequantize_rows_bf16", None)  # the pass must not run
+    out = _poisoned(T, N, torch.float32)
+    g.grouped_gemm_nvfp4(a, w, offsets, out_dtype=torch.float32, out=out, activation_decode="mainloop")
+    assert not out.isnan().any(), "unwritten rows"
+    assert torch.equal(out, passed)
+    assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
+
+
 def test_grouped_w4a4_graph_replay_sees_new_routing():
     """Quantize + grouped W4A4 GEMM (mainloop decode) captured once, replayed with new offsets."""
     from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4
