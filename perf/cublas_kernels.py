@@ -1,4 +1,5 @@
-"""Which cuBLASLt kernel torch._scaled_mm runs at each FP8 prefill point, read from the profiler.
+"""Which cuBLASLt kernel torch._scaled_mm runs at each FP8 prefill (or, --points decode, decode) point, read from
+the profiler.
 
 The anchor of the FP8 sweeps is torch._scaled_mm (cuBLASLt). Its kernel names say what tile, cluster and schedule
 cuBLASLt chose for a shape (for example `nvjet_..._128x256_64x4_2x1_v_bz_coopA_...`: a 128x256 tile, k-blocks of 64 in
@@ -6,7 +7,7 @@ cuBLASLt chose for a shape (for example `nvjet_..._128x256_64x4_2x1_v_bz_coopA_.
 
   python perf/cublas_kernels.py --points both --out results     # rowwise and per-tensor, fast and full accumulation
 
-Per point and mode: the kernel names of one call (a call may launch more than one) and the time of the rowwise call
+Per point and mode: the kernel names of one call (a call may launch more than one) and the time of each call
 (CUDA events around 20 eager calls after a warm-up, one weight: a rough figure, the sweeps time properly).
 Writes cublas_kernels.json and prints a table, with our rule's pick per point beside it (default_config), and a
 count of the kernels per scaling and accumulation mode.
@@ -48,7 +49,7 @@ def rough_us(fn, calls=20) -> float:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both"))
+    p.add_argument("--points", default="sweep", choices=("sweep", "models", "both", "decode"))
     p.add_argument("--max-tflop", type=float, default=4.0)
     p.add_argument("--out", default="results")
     args = p.parse_args()
@@ -67,14 +68,16 @@ def main():
                 fn = (lambda x, y, f: lambda: torch._scaled_mm(a, bs[0].T, scale_a=x, scale_b=y,
                                                                 out_dtype=torch.bfloat16, use_fast_accum=f))(x, y, fast)
                 row["kernels"][f"{scaling}_{mode}"] = kernel_names(fn)
-                if scaling == "rowwise":
-                    row["us"][mode] = rough_us(fn)
+                row["us"][mode if scaling == "rowwise" else f"{scaling}_{mode}"] = rough_us(fn)
             row["scalemm"][mode] = default_config(M, N, K, fast_accum=fast).label()
         rows.append(row)
         for mode in ("fast", "full"):
             names = " + ".join(row["kernels"][f"rowwise_{mode}"])
             print(f"{label:<30}{M:>6}{N:>7}{K:>6} {mode} {row['us'][mode]:8.1f} us  {names}  | ours "
                   f"{row['scalemm'][mode]}", flush=True)
+            names = " + ".join(row["kernels"][f"tensorwise_{mode}"])
+            print(f"{'':<30}{'':>6}{'':>7}{'':>6} {mode} {row['us'][f'tensorwise_{mode}']:8.1f} us  {names}  "
+                  f"(per-tensor)", flush=True)
     print("\nkernels per (scaling, accumulation) over the points (memsets left out):")
     for key in rows[0]["kernels"] if rows else ():
         counts = Counter(" + ".join(k for k in r["kernels"][key] if not k.startswith("Memset")) for r in rows)

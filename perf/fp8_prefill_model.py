@@ -53,6 +53,8 @@ def points(which: str, max_flop: float, tokens=None):
     pts = []
     if which in ("sweep", "both"):
         pts += [p for p in sweep_points(max_flop) if p[1] >= 1024]
+    if which == "decode":  # the sweep's decode points (up to 128 tokens)
+        pts += [p for p in sweep_points(max_flop) if p[1] <= 128]
     if which in ("models", "both"):
         pts += [(f"{m}.{layer}", M, N, K) for m in HELD_OUT_MODELS for layer, (N, K) in model_linear_shapes(m).items()
                 for M in (1024, 2048, 4096, 8192, 16384) if 2 * M * N * K <= max_flop]

@@ -131,9 +131,11 @@ def test_heuristic_is_readable_and_valid():
     assert default_config(1, 4096, 4096).swap_ab and default_config(1, 4096, 4096).schedule == "pingpong"
     assert default_config(16, 4096, 4096).tile_n == 16 and default_config(32, 4096, 4096).tile_n == 16
     assert default_config(33, 4096, 4096).tile_n == 32 and default_config(64, 4096, 4096).tile_k == 256
-    assert default_config(32, 6144, 4096).tile_n == 32 and default_config(64, 6144, 4096).tile_n == 64  # one wave
+    assert default_config(32, 6144, 4096).tile_n == 32
+    one_wave = default_config(64, 6144, 4096)  # 128 tiles of 48 weight rows, not 96 of 64 (swap-AB)
+    assert (one_wave.tile_m, one_wave.tile_n, one_wave.swap_ab) == (64, 48, False)
     assert default_config(128, 4096, 4096).schedule == "pingpong" and default_config(128, 4096, 4096).swap_ab
-    assert not default_config(128, 6144, 4096).swap_ab  # 96 64x128 tiles: one wave either way
+    assert not default_config(128, 6144, 4096).swap_ab  # ping-pong 64x128: 2 x 48 tiles of 64 tokens
     big = default_config(8192, 8192, 8192)
     assert (big.tile_m, big.tile_n, big.schedule) == (128, 192, "pingpong")
     with pytest.raises(ValueError, match="cooperative"):
@@ -144,6 +146,41 @@ def test_heuristic_is_readable_and_valid():
     coop = default_config(8192, 8192, 8192, fast_accum=False)
     cpp = coop.cpp(fast_accum=False, out_dtype="bf16", epilogue=epi.emit(epi.scaled("bf16"), "bf16"))
     assert "Cooperative" in cpp["MAINLOOP_SCHEDULE"] and cpp["EPILOGUE_SCHEDULE"].endswith("Cooperative")
+
+
+def test_decode_one_wave_rule():
+    """33-128 tokens (fast accumulation): a one-wave tile with the weights on the wgmma's N side (any width of
+    DECODE_WIDTHS) where it busies more SMs than the swap-AB token tiles or where those leave a nearly empty last
+    token tile (65-128 tokens); the swap-AB tiles elsewhere and below 33 tokens."""
+    from scalemm.cutlass_kernels.configs import sm90
+    S = sm90.REFERENCE_SMS
+    key = lambda M, N, **kw: default_config(M, N, 4096, **kw).key()
+    assert key(64, 9216) == "t64x72x128_c1x1_ping"        # 128 tiles; the swap-AB pick: 288 in 3 waves
+    assert key(40, 10240) == "t64x80x128_c1x1_ping"
+    assert key(72, 9216) == "t64x144x128_c1x1_ping"       # 2 x 64 tiles, the second 8 of 64 tokens
+    assert key(65, 4096) == "t64x128x128_c1x1_ping"       # the narrowest width with imbalance <= 1.5
+    assert key(65, 18432) == "t128x144x128_c1x1_coop"     # no one-wave 64-token width: one 128-token tile
+    assert key(64, 4096) == "t64x32x256_c1x1_ping_swap"   # 128 swap-AB tiles already fill the wave
+    assert key(32, 9216) == "t64x16x256_c1x1_ping_swap"   # below DECODE_ONE_WAVE_MIN_TOKENS
+    assert key(64, 57344) == "t64x64x128_c1x1_ping_swap"  # no width holds one wave
+    assert key(64, 9216, fast_accum=False) != key(64, 9216)  # full accumulation keeps its own rule
+    for M in range(33, 129):
+        for N in (576, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 9216, 10240, 12288, 18432, 28672, 57344):
+            cfg = default_config(M, N, 4096)
+            wave = sm90.one_wave_decode_config(M, N, S)
+            if wave is not None:
+                assert sm90.tile_count(wave, M, N) <= S and wave.tile_n in sm90.DECODE_WIDTHS
+                assert M <= 64 or wave.schedule == "cooperative" or (
+                    sm90.token_imbalance(wave, M) <= sm90.DECODE_NEW_MAX_IMBALANCE)
+            assert cfg in (wave, sm90._token_tiles_config(M, N, S))
+            if cfg == wave and cfg != sm90._token_tiles_config(M, N, S):
+                pick = sm90._token_tiles_config(M, N, S)
+                assert (sm90.busy_fraction(cfg, M, N, S) >= sm90.busy_fraction(pick, M, N, S) + sm90.DECODE_BUSY_MARGIN
+                        or sm90.token_imbalance(pick, M) > sm90.DECODE_OLD_MAX_IMBALANCE)
+    assert sm90.token_imbalance(GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True), 65) == 128 / 65
+    assert sm90.token_imbalance(GemmConfig(64, 160, 128, 1, 1, "pingpong"), 128) == 1.0
+    with pytest.raises(ValueError, match="unsupported tile"):
+        GemmConfig(64, 44, 128, 1, 1, "pingpong")  # widths are multiples of 8
 
 
 def test_chunked_promotion_config():

@@ -368,11 +368,13 @@ def test_candidates_are_valid_kernels():
 
 
 def test_extended_wgmma_widths_render_with_the_define():
-    """128x160 and 128x224 tiles need CUTLASS's extended SM90 wgmma shapes (otherwise an m64n32 atom): their kernels
-    define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED before the first include; the other widths' sources are unchanged."""
+    """Tile widths outside CUTLASS's standard SM90 wgmma shapes (128x160, 128x224, the 64 x 48 / 72 / 80 / 144 decode
+    tiles) need its extended shapes (otherwise a smaller atom): their kernels define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+    before the first include; the standard widths' sources are unchanged."""
     tree = scalemm.epilogues.scaled("bf16")
     grouped_spec = sys.modules["scalemm.grouped"].grouped_gemm_kernel_spec
-    for n in (128, 160, 192, 224, 256):
+    extended = (40, 48, 72, 80, 112, 144, 160, 224)
+    for n in (32, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256):
         cfg = GemmConfig(128, n, 128, 2, 1, "pingpong" if n <= 192 else "cooperative")
         for spec in (gemm_module.gemm_kernel_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0],
                      grouped_spec(cfg, fast_accum=True, out_dtype=BF16, epilogue=tree)[0],  # grouped and wgrad too
@@ -381,8 +383,8 @@ def test_extended_wgmma_widths_render_with_the_define():
             lines = spec.render().splitlines()
             first = next(i for i, line in enumerate(lines) if line.startswith("#include"))
             defined = [i for i, line in enumerate(lines) if line == "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"]
-            assert defined == ([first - 1] if n in configs.sm90.EXTENDED_MMA_WIDTHS else []), (n, spec.name)
-    assert configs.sm90.EXTENDED_MMA_WIDTHS == (160, 224)
+            assert defined == ([first - 1] if n in extended else []), (n, spec.name)
+    assert configs.sm90.STANDARD_MMA_WIDTHS == (8, 16, 32, 64, 96, 128, 192, 256)
 
 
 def test_grouped_candidates_and_plan():

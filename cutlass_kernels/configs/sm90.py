@@ -21,13 +21,19 @@ NVCC_ARCH = "sm90a"    # the KernelSpec target (nvcc -gencode) these configs' ke
 REFERENCE_SMS = 132    # H100 SXM / H200: the GPUs the heuristics' thresholds were measured on
 
 ELEMENTS = {"e4m3": "cutlass::float_e4m3_t", "bf16": "cutlass::bfloat16_t"}
-# Tile widths whose wgmma atom is one of CUTLASS's extended SM90 shapes (off by default: without them its builder gives
-# these widths an m64n32 atom); their dense kernels (templates/gemm_sm90.cu's PRELUDE) are compiled with the define
-# before any CUTLASS header. The define does not change the atoms of the other widths (perf/NOTES.md); it is left out
-# of their kernels all the same. The grouped template has no PRELUDE: a grouped 160/224 tile (never picked or tuned)
-# keeps the m64n32 atom, correct but slow.
-EXTENDED_MMA_WIDTHS = (160, 224)
+# The tile widths (N) of CUTLASS's standard SM90 wgmma atoms. Any other multiple of 8 (40, 48, 72, 80, 112, 144, 160,
+# 224, ...) is one of its extended shapes, off by default: without them its builder gives such a width the largest
+# standard atom that divides it (m64n32 for 160 / 224, m64n16 for 48 / 80, m64n8 for 40 / 72). The kernels of those
+# widths (every template's PRELUDE) are compiled with the define before any CUTLASS header. The define does not change
+# the atoms of the standard widths (perf/NOTES.md); it is left out of their kernels all the same, so their sources and
+# cache keys stay as they were.
+STANDARD_MMA_WIDTHS = (8, 16, 32, 64, 96, 128, 192, 256)
 EXTENDED_MMA_DEFINE = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+
+
+def mma_prelude(tile_n: int) -> str:
+    """The source a dense kernel of this tile width starts with: the extended-shapes define, or nothing."""
+    return "" if tile_n in STANDARD_MMA_WIDTHS else EXTENDED_MMA_DEFINE
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class GemmConfig:
             raise ValueError(f"schedule must be 'cooperative' or 'pingpong', got {self.schedule!r}")
         if self.schedule == "cooperative" and self.tile_m % 128:
             raise ValueError("the cooperative schedule needs tile_m a multiple of 128")
-        if self.tile_m % 64 or self.tile_n % 16 or self.tile_n > 256 or self.tile_k % 64:
+        if self.tile_m % 64 or self.tile_n % 8 or not 0 < self.tile_n <= 256 or self.tile_k % 64:
             raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}x{self.tile_k}")
         if self.stream_k and self.schedule != "cooperative":
             raise ValueError("stream-K needs the cooperative schedule")
@@ -112,7 +118,7 @@ class GemmConfig:
         # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
         layout = "cutlass::layout::ColumnMajor" if self.swap_ab else "cutlass::layout::RowMajor"
         return {
-            "PRELUDE": EXTENDED_MMA_DEFINE if self.tile_n in EXTENDED_MMA_WIDTHS else "",
+            "PRELUDE": mma_prelude(self.tile_n),
             "TILE_M": str(self.tile_m), "TILE_N": str(self.tile_n), "TILE_K": str(self.tile_k),
             "CLUSTER_M": str(self.cluster_m), "CLUSTER_N": str(self.cluster_n),
             "ELEMENT_A": ELEMENTS[element], "ELEMENT_B": ELEMENTS[element],
@@ -141,7 +147,7 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     coop = config.schedule == "cooperative"
     array = "PtrArray" if grouped else ""
     params = {
-        "PRELUDE": EXTENDED_MMA_DEFINE if config.tile_n in EXTENDED_MMA_WIDTHS else "",
+        "PRELUDE": mma_prelude(config.tile_n),
         "TILE_M": "128", "TILE_N": str(config.tile_n), "TILE_K": "64",
         "CLUSTER_M": str(config.cluster_m), "CLUSTER_N": str(config.cluster_n),
         "ELEMENT_B": "scalemm::sm90::Nvfp4Activations" if x4 else CPP_TYPES[dtype_name(act_dtype)],
@@ -215,7 +221,7 @@ def _tile_n_by_waves(M: int, N: int, num_sms: int, widths, tile_cost=TILE_COST) 
 # the sweep. A ping-pong tile is one consumer warpgroup's: its epilogue runs while the other warpgroup's mainloop keeps
 # the tensor cores busy, so its per-wave cost b is a tenth of the cooperative tile's of the same width at the same per-K
 # cost a. Ping-pong wins where K is short (the epilogue a larger share of a tile) and the cooperative 128x256 where its
-# waves fit better. The 160 and 224 widths (CUTLASS's extended wgmma shapes, EXTENDED_MMA_WIDTHS) fill N = 2880, 5120,
+# waves fit better. The 160 and 224 widths (CUTLASS's extended wgmma shapes: mma_prelude) fill N = 2880, 5120,
 # 5760, 6400, ... in whole tiles: with them the rule went from 0.994x to 1.008x of torch._scaled_mm rowwise on the sweep
 # (min 0.903 -> 0.932) and from 0.997x to 1.012x held out (min 0.939 -> 0.950) in that run (perf/NOTES.md, "FP8 prefill:
 # 160- and 224-wide tiles"). Only the order of the predicted times matters; the absolute values are that GPU's.
@@ -297,7 +303,7 @@ _DECODE_TILES = {
 }
 
 
-def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
+def _token_tiles_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """17-128 tokens, fast accumulation: one token tile, or two half as wide when ceil(tiles / SMs) x
     TWO_TOKEN_TILES_COST says they finish sooner (ceil(N / 64) tiles against twice as many). On the points of its
     fit (18 layers at 32, 64 and 128 tokens, H100 and H200): geomean 1.02-1.09x over always one tile, 0.99-1.06x over
@@ -308,6 +314,77 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
     one, two = _DECODE_TILES[32 if M <= 32 else 64 if M <= 64 else 128]
     tiles = -(-N // 64)
     return two if waves(2 * tiles) * TWO_TOKEN_TILES_COST < waves(tiles) else one
+
+
+# 33-128 tokens, fast accumulation (thirty-seventh session, H100, perf/results/h100/fp8_decode_widths/, README.txt
+# there): tiles with the tokens on the wgmma's M side (ping-pong 64 x w, one warpgroup per 64-token tile, or cooperative
+# 128 x w for 65-128 tokens in one tile) and the weights on its N side, w any of DECODE_WIDTHS, so that the output is
+# one wave of tiles. cuBLASLt's per-tensor kernels do the same (perf/cublas_kernels.py --points decode: 72 x 64 tiles
+# for N = 9216 at 64 tokens, 144 x 64 at 128). Two things decide against _token_tiles_config's picks:
+# - busy SMs: N = 6144 at 64 tokens runs 96 tiles of 64 rows (73% of the SMs) there, 128 of 48 rows here;
+# - the token tiles of one weight tile must be about equally full. A weight tile is read from HBM once only while the
+#   CTAs of its token tiles stream it side by side; a CTA with a nearly empty token tile loads fewer bytes per k-step,
+#   runs ahead, and the others then miss in L2. At 65-96 tokens the previous picks (a full and a nearly empty tile of 64)
+#   ran 1.2-1.85x slower than at 128 tokens (Llama-3-405B qkv 212 us at 65 tokens, 123 at 128), whatever the raster
+#   order or swizzle. The imbalance of a config: (w + token rows of a full tile) / (w + token rows of the last tile).
+# So: one wave of the narrowest width (at least DECODE_ONE_TILE_MIN_WIDTH with one token tile; DECODE_TWO_TILES_MIN_WIDTH
+# with two, whose imbalance is at most DECODE_NEW_MAX_IMBALANCE, else one cooperative 128-token tile), where it busies
+# DECODE_BUSY_MARGIN more of the SMs than _token_tiles_config's swap-AB pick, or (65-128 tokens) that pick's imbalance
+# exceeds DECODE_OLD_MAX_IMBALANCE. At 65-128 tokens _token_tiles_config's ping-pong 64x128 (tokens on M) is replaced
+# only for imbalance: on long-K layers of N = 5120-7168 its fewer, wider tiles beat the one-wave narrower ones at 76-100
+# tokens (0.83-0.95x for those in the first check run). Fitted on 228 points (33 layers at 48 / 64 / 96 / 128 tokens, 8
+# of them at 12 token counts from 33 to 128): 1.052x the previous rule's speed, 1.24-1.40x at 65-80 tokens, min 0.951x;
+# then 16 other layers at 11 other token counts (check run 1, which set the two 65-128-token changes above: in-sample
+# for them) 1.022x; 12 more layers at 10 token counts (check run 2, out of sample): README.txt there.
+DECODE_WIDTHS = (32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256)
+DECODE_ONE_TILE_MIN_WIDTH = 48
+DECODE_TWO_TILES_MIN_WIDTH = 64
+DECODE_NEW_MAX_IMBALANCE = 1.5
+DECODE_OLD_MAX_IMBALANCE = 1.4
+DECODE_BUSY_MARGIN = 0.05
+DECODE_ONE_WAVE_MIN_TOKENS = 33
+
+
+def busy_fraction(config: GemmConfig, M: int, N: int, num_sms: int) -> float:
+    """The SMs' mean occupancy over the waves of `config`'s tiles: tiles / (waves x num_sms)."""
+    return tile_count(config, M, N) / (tile_waves(config, M, N, num_sms) * num_sms)
+
+
+def token_imbalance(config: GemmConfig, M: int) -> float:
+    """(weight rows + token rows) of a full tile over those of the last token tile's (1: one token tile, or all full):
+    how much faster the CTA of the last token tile streams a weight tile than its neighbours (the comment before
+    DECODE_WIDTHS)."""
+    weights, tokens = (config.tile_m, config.tile_n) if config.swap_ab else (config.tile_n, config.tile_m)
+    last = M - (-(-M // tokens) - 1) * tokens
+    return (weights + tokens) / (weights + last)
+
+
+def one_wave_decode_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
+    """33-128 tokens: the one-wave tile of the comment before DECODE_WIDTHS (ping-pong 64 x w or, for 65-128 tokens,
+    cooperative 128 x w), or None where no width of DECODE_WIDTHS puts the output in one wave."""
+    if M <= 64:
+        candidates = [GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS if w >= DECODE_ONE_TILE_MIN_WIDTH]
+    else:
+        candidates = [c for c in (GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS)
+                      if c.tile_n >= DECODE_TWO_TILES_MIN_WIDTH and token_imbalance(c, M) <= DECODE_NEW_MAX_IMBALANCE]
+        candidates += [GemmConfig(128, w, 128, 1, 1, "cooperative") for w in DECODE_WIDTHS
+                       if w >= DECODE_TWO_TILES_MIN_WIDTH]
+    return next((c for c in candidates if tile_count(c, M, N) <= num_sms), None)
+
+
+def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
+    """17-128 tokens, fast accumulation: _token_tiles_config's pick, or from DECODE_ONE_WAVE_MIN_TOKENS the one-wave
+    tile (one_wave_decode_config) where the comment before DECODE_WIDTHS says it wins."""
+    pick = _token_tiles_config(M, N, num_sms)
+    if M < DECODE_ONE_WAVE_MIN_TOKENS:
+        return pick
+    wave = one_wave_decode_config(M, N, num_sms)
+    if wave is None:
+        return pick
+    busier = busy_fraction(wave, M, N, num_sms) >= busy_fraction(pick, M, N, num_sms) + DECODE_BUSY_MARGIN
+    if M > 64 and not pick.swap_ab:  # ping-pong 64x128 with the tokens on M: kept unless unbalanced
+        busier = False
+    return wave if busier or (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE) else pick
 
 
 # Fast accumulation from this many tokens (on REFERENCE_SMS SMs): one_wave_prefill_config, else (below 1024 tokens, wide
@@ -893,7 +970,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
 
     Few tokens (M <= 128): swap-AB tiles whose narrow side holds all tokens (or half of them),
     ping-pong 64-row, cooperative 128-row and cooperative stream-K, plus deep-K (256) ping-pong
-    with fast accumulation; and the unswapped ping-pong 64x64 / 64x128.
+    with fast accumulation; the unswapped ping-pong 64x64 / 64x128; with fast accumulation from 33 tokens the
+    one-wave tile (one_wave_decode_config).
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
     stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
     ping-pong 64x256, 128x128 (2x1, 1x2, 1x1), 128x160 and 128x192 (2x1), and cooperative 256x128, 128x224 and
@@ -910,6 +988,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
             if n <= 32:
                 out.append(GemmConfig(64, n, 256, 1, 1, pp, swap_ab=True))
         out += [GemmConfig(64, 64, 128, 1, 1, pp), GemmConfig(64, 128, 128, 1, 1, pp)]
+        if fast_accum and M >= DECODE_ONE_WAVE_MIN_TOKENS:  # the one-wave tile, whether or not the rule takes it
+            out += [c for c in (one_wave_decode_config(M, N, num_sms),) if c is not None]
     else:
         out += [GemmConfig(128, 128, 128, 2, 1, coop), GemmConfig(128, 128, 128, 1, 2, coop),
                 GemmConfig(128, 128, 128, 1, 1, coop), GemmConfig(128, 128, 128, 1, 1, coop, stream_k=True),
