@@ -352,6 +352,9 @@ def test_w4a4_mainloop_decode_configs():
             nvfp4_grouped_kernel_spec(bad, act_dtype="nvfp4", out_dtype=torch.bfloat16, epilogue=tree)
     w16, _ = nvfp4_gemm_kernel_spec(ok, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
     assert dict(w16.params)["ELEMENT_B"] == "cutlass::bfloat16_t" and w16.name != spec.name
+    for bad in (replace(ok, tile_n=40), replace(ok, tile_n=72), replace(ok, tile_m=64, schedule="pingpong")):
+        with pytest.raises(ValueError, match="NVFP4 kernels use swapped 128 x tile_n x 64 tiles"):
+            nvfp4_gemm_kernel_spec(bad, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
 
 
 def test_w4a4_decode_in_mainloop_rule():

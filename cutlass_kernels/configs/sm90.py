@@ -138,8 +138,9 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     the swapped NVFP4-weight kernel (weights on the tile's M side, 128 rows x 64 K per tile: one
     scale atom each). act_dtype: a float dtype (name), or "nvfp4" (W4A4: the mainloop decodes the activations'
     codes and scales itself; nvfp4_decodes_activations says which configs can)."""
-    if (config.tile_m, config.tile_k) != (128, 64) or not config.swap_ab:
-        raise ValueError(f"NVFP4 kernels use swapped 128 x tile_n x 64 tiles, got {config.key()}")
+    if (config.tile_m, config.tile_k) != (128, 64) or not config.swap_ab or config.tile_n % 16:
+        raise ValueError(f"NVFP4 kernels use swapped 128 x tile_n x 64 tiles, tile_n a multiple of 16, got "
+                         f"{config.key()}")
     x4 = act_dtype == "nvfp4"
     if x4 and not nvfp4_decodes_activations(config):
         raise ValueError(f"NVFP4 activations are decoded by cooperative kernels with tile_n a multiple of 128, got "
