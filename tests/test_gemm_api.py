@@ -161,6 +161,7 @@ def test_decode_one_wave_rule():
     assert key(65, 4096) == "t64x128x128_c1x1_ping"       # the narrowest width with imbalance <= 1.5
     assert key(65, 18432) == "t128x144x128_c1x1_coop"     # no one-wave 64-token width: one 128-token tile
     assert key(64, 4096) == "t64x32x256_c1x1_ping_swap"   # 128 swap-AB tiles already fill the wave
+    assert key(65, 576) == "t64x64x128_c1x1_ping_swap"    # unbalanced, but one wave would busy 10 SMs
     assert key(32, 9216) == "t64x16x256_c1x1_ping_swap"   # below DECODE_ONE_WAVE_MIN_TOKENS
     assert key(64, 57344) == "t64x64x128_c1x1_ping_swap"  # no width holds one wave
     assert key(64, 9216, fast_accum=False) != key(64, 9216)  # full accumulation keeps its own rule
@@ -176,7 +177,8 @@ def test_decode_one_wave_rule():
             if cfg == wave and cfg != sm90._token_tiles_config(M, N, S):
                 pick = sm90._token_tiles_config(M, N, S)
                 assert (sm90.busy_fraction(cfg, M, N, S) >= sm90.busy_fraction(pick, M, N, S) + sm90.DECODE_BUSY_MARGIN
-                        or sm90.token_imbalance(pick, M) > sm90.DECODE_OLD_MAX_IMBALANCE)
+                        or sm90.token_imbalance(pick, M) > sm90.DECODE_OLD_MAX_IMBALANCE
+                        and sm90.tile_count(cfg, M, N) >= S * sm90.DECODE_UNBALANCED_MIN_BUSY)
     assert sm90.token_imbalance(GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True), 65) == 128 / 65
     assert sm90.token_imbalance(GemmConfig(64, 160, 128, 1, 1, "pingpong"), 128) == 1.0
     with pytest.raises(ValueError, match="unsupported tile"):

@@ -331,9 +331,9 @@ def _token_tiles_config(M: int, N: int, num_sms: int) -> GemmConfig:
 # So: one wave of the narrowest width (at least DECODE_ONE_TILE_MIN_WIDTH with one token tile; DECODE_TWO_TILES_MIN_WIDTH
 # with two, whose imbalance is at most DECODE_NEW_MAX_IMBALANCE, else one cooperative 128-token tile), where it busies
 # DECODE_BUSY_MARGIN more of the SMs than _token_tiles_config's swap-AB pick, or (65-128 tokens) that pick's imbalance
-# exceeds DECODE_OLD_MAX_IMBALANCE. At 65-128 tokens _token_tiles_config's ping-pong 64x128 (tokens on M) is replaced
-# only for imbalance: on long-K layers of N = 5120-7168 its fewer, wider tiles beat the one-wave narrower ones at 76-100
-# tokens (0.83-0.95x for those in the first check run). Fitted on 228 points (33 layers at 48 / 64 / 96 / 128 tokens, 8
+# exceeds DECODE_OLD_MAX_IMBALANCE and the one-wave tile busies DECODE_UNBALANCED_MIN_BUSY of the SMs. At 65-128 tokens
+# _token_tiles_config's ping-pong 64x128 (tokens on M) is replaced only for imbalance: on long-K layers of N = 5120-7168
+# its fewer, wider tiles beat the one-wave narrower ones at 76-100 tokens (0.83-0.95x for those in check run 1). Fitted on 228 points (33 layers at 48 / 64 / 96 / 128 tokens, 8
 # of them at 12 token counts from 33 to 128): 1.052x the previous rule's speed, 1.24-1.40x at 65-80 tokens, min 0.951x;
 # then 16 other layers at 11 other token counts (check run 1, which set the two 65-128-token changes above: in-sample
 # for them) 1.022x; 12 more layers at 10 token counts (check run 2, out of sample): README.txt there.
@@ -343,6 +343,10 @@ DECODE_TWO_TILES_MIN_WIDTH = 64
 DECODE_NEW_MAX_IMBALANCE = 1.5
 DECODE_OLD_MAX_IMBALANCE = 1.4
 DECODE_BUSY_MARGIN = 0.05
+# ... and an imbalance alone counts only where the one-wave tile busies this much of the SMs: on narrow layers (DeepSeek-V3
+# kv_a / q_a, N = 576 / 1536, and N = 2048) at 65-80 tokens its 10-38 tiles ran 0.80-0.95x of the swap-AB pick's 18-64
+# (narrow_65_88.log there; set after that run, which is in-sample for it)
+DECODE_UNBALANCED_MIN_BUSY = 1 / 3
 DECODE_ONE_WAVE_MIN_TOKENS = 33
 
 
@@ -385,7 +389,9 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
     busier = busy_fraction(wave, M, N, num_sms) >= busy_fraction(pick, M, N, num_sms) + DECODE_BUSY_MARGIN
     if M > 64 and not pick.swap_ab:  # ping-pong 64x128 with the tokens on M: kept unless unbalanced
         busier = False
-    return wave if busier or (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE) else pick
+    unbalanced = (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE
+                  and tile_count(wave, M, N) >= DECODE_UNBALANCED_MIN_BUSY * num_sms)
+    return wave if busier or unbalanced else pick
 
 
 # Fast accumulation from this many tokens (on REFERENCE_SMS SMs): one_wave_prefill_config, else (below 1024 tokens, wide
