@@ -318,34 +318,35 @@ def _token_tiles_config(M: int, N: int, num_sms: int) -> GemmConfig:
 
 
 # 33-128 tokens, fast accumulation (thirty-seventh session, H100, perf/results/h100/fp8_decode_widths/, README.txt
-# there): tiles with the tokens on the wgmma's M side (ping-pong 64 x w, one warpgroup per 64-token tile, or cooperative
-# 128 x w for 65-128 tokens in one tile) and the weights on its N side, w any of DECODE_WIDTHS, so that the output is
-# one wave of tiles. cuBLASLt's per-tensor kernels do the same (perf/cublas_kernels.py --points decode: 72 x 64 tiles
-# for N = 9216 at 64 tokens, 144 x 64 at 128). Two things decide against _token_tiles_config's picks:
+# there): tiles with the tokens on the wgmma's M side (ping-pong 64 x w, one warpgroup per 64-token tile, or
+# cooperative 128 x w for 65-128 tokens in one tile) and the weights on its N side, w any of DECODE_WIDTHS, so that the
+# output is one wave of tiles. cuBLASLt's per-tensor kernels do the same (perf/cublas_kernels.py --points decode: 72 x
+# 64 tiles for N = 9216 at 64 tokens, 144 x 64 at 128). Two things decide against _token_tiles_config's picks:
 # - busy SMs: N = 6144 at 64 tokens runs 96 tiles of 64 rows (73% of the SMs) there, 128 of 48 rows here;
 # - the token tiles of one weight tile must be about equally full. A weight tile is read from HBM once only while the
 #   CTAs of its token tiles stream it side by side; a CTA with a nearly empty token tile loads fewer bytes per k-step,
-#   runs ahead, and the others then miss in L2. At 65-96 tokens the previous picks (a full and a nearly empty tile of 64)
-#   ran 1.2-1.85x slower than at 128 tokens (Llama-3-405B qkv 212 us at 65 tokens, 123 at 128), whatever the raster
+#   runs ahead, and the others then miss in L2. At 65-96 tokens the previous picks (a full and a nearly empty tile of
+#   64) ran 1.2-1.85x slower than at 128 tokens (Llama-3-405B qkv 212 us at 65 tokens, 123 at 128), whatever the raster
 #   order or swizzle. The imbalance of a config: (w + token rows of a full tile) / (w + token rows of the last tile).
-# So: one wave of the narrowest width (at least DECODE_ONE_TILE_MIN_WIDTH with one token tile; DECODE_TWO_TILES_MIN_WIDTH
-# with two, whose imbalance is at most DECODE_NEW_MAX_IMBALANCE, else one cooperative 128-token tile), where it busies
-# DECODE_BUSY_MARGIN more of the SMs than _token_tiles_config's swap-AB pick, or (65-128 tokens) that pick's imbalance
-# exceeds DECODE_OLD_MAX_IMBALANCE and the one-wave tile busies DECODE_UNBALANCED_MIN_BUSY of the SMs. At 65-128 tokens
-# _token_tiles_config's ping-pong 64x128 (tokens on M) is replaced only for imbalance: on long-K layers of N = 5120-7168
-# its fewer, wider tiles beat the one-wave narrower ones at 76-100 tokens (0.83-0.95x for those in check run 1). Fitted on 228 points (33 layers at 48 / 64 / 96 / 128 tokens, 8
-# of them at 12 token counts from 33 to 128): 1.052x the previous rule's speed, 1.24-1.40x at 65-80 tokens, min 0.951x;
-# then 16 other layers at 11 other token counts (check run 1, which set the two 65-128-token changes above: in-sample
-# for them) 1.022x; 12 more layers at 10 token counts (check run 2, out of sample): README.txt there.
+# So: one wave of the narrowest width (at least DECODE_ONE_TILE_MIN_WIDTH with one token tile;
+# DECODE_TWO_TILES_MIN_WIDTH with two, whose imbalance is at most DECODE_NEW_MAX_IMBALANCE, else one cooperative
+# 128-token tile), where it busies DECODE_BUSY_MARGIN more of the SMs than _token_tiles_config's swap-AB pick, or
+# (65-128 tokens) that pick's imbalance exceeds DECODE_OLD_MAX_IMBALANCE and the one-wave tile busies
+# DECODE_UNBALANCED_MIN_BUSY of the SMs. At 65-128 tokens _token_tiles_config's ping-pong 64x128 (tokens on M) is
+# replaced only for imbalance: on long-K layers of N = 5120-7168 its fewer, wider tiles beat the one-wave narrower ones
+# at 76-100 tokens (0.83-0.95x for those in check run 1). Fitted on 228 points (33 layers at 48 / 64 / 96 / 128 tokens,
+# 8 of them at 12 token counts from 33 to 128): 1.052x the previous rule's speed, 1.24-1.40x at 65-80 tokens, min
+# 0.951x; then 16 other layers at 11 other token counts (check run 1, which set the two 65-128-token changes above:
+# in-sample for them) 1.022x; 12 more layers at 10 token counts (check run 2, out of sample): README.txt there.
 DECODE_WIDTHS = (32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256)
 DECODE_ONE_TILE_MIN_WIDTH = 48
 DECODE_TWO_TILES_MIN_WIDTH = 64
 DECODE_NEW_MAX_IMBALANCE = 1.5
 DECODE_OLD_MAX_IMBALANCE = 1.4
 DECODE_BUSY_MARGIN = 0.05
-# ... and an imbalance alone counts only where the one-wave tile busies this much of the SMs: on narrow layers (DeepSeek-V3
-# kv_a / q_a, N = 576 / 1536, and N = 2048) at 65-80 tokens its 10-38 tiles ran 0.80-0.95x of the swap-AB pick's 18-64
-# (narrow_65_88.log there; set after that run, which is in-sample for it)
+# ... and an imbalance alone counts only where the one-wave tile busies this much of the SMs: on narrow layers
+# (DeepSeek-V3 kv_a / q_a, N = 576 / 1536, and N = 2048) at 65-80 tokens its 10-38 tiles ran 0.80-0.95x of the swap-AB
+# pick's 18-64 (narrow_65_88.log there; set after that run, which is in-sample for it)
 DECODE_UNBALANCED_MIN_BUSY = 1 / 3
 DECODE_ONE_WAVE_MIN_TOKENS = 33
 
