@@ -26,6 +26,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from fp8_prefill_model import config_of_key  # noqa: E402  (the one parser of kernel keys)
+
 WIDTHS = (32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256)
 # Layers of models outside perf/gemm_sweep.py's sweep (held out from any fit): (label, N, K)
 HELD_OUT = (("llama3-405b.qkv", 18432, 16384), ("llama3-405b.o", 16384, 16384), ("mistral-large.qkv", 14336, 12288),
@@ -45,18 +47,6 @@ CHECK2 = (("llama2-13b.qkv", 15360, 5120), ("llama2-13b.o", 5120, 5120), ("llama
           ("llama2-13b.down", 5120, 13824), ("falcon-40b.qkv", 9216, 8192), ("glm4-9b.qkv", 4608, 4096),
           ("glm4-9b.gate_up", 27392, 4096), ("glm4-9b.down", 4096, 13696), ("starcoder2-15b.qkv", 7168, 6144),
           ("starcoder2-15b.up", 24576, 6144), ("starcoder2-15b.down", 6144, 24576), ("gemma3-12b.qkv", 8192, 3840))
-
-
-def config_of_key(key: str):
-    """The GemmConfig of a kernel key such as t64x64x128_c1x1_ping_swap (clusters, schedule, swap-AB, stream-K)."""
-    import re
-    from scalemm.cutlass_kernels.configs import GemmConfig
-    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)(_swap)?(_sk)?", key)
-    if not m:
-        raise SystemExit(f"--extra: {key!r} is not a key like t64x64x128_c1x1_ping_swap")
-    *ints, sched, swap, sk = m.groups()
-    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative", swap_ab=bool(swap),
-                      stream_k=bool(sk))
 
 
 def candidates(M: int, N: int, num_sms: int, min_fill: float, widths=WIDTHS, extra=()):
@@ -129,7 +119,7 @@ def main():
     args = p.parse_args()
     ms = [int(m) for m in args.ms.split(",")]
     pts = points(args.points, ms, [x for x in args.layers.split(",") if x])
-    extra = [config_of_key(k) for k in args.extra.split(",") if k]
+    extra = [config_of_key(k, swap=True) for k in args.extra.split(",") if k]
     if args.build:
         build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab)
         return

@@ -67,15 +67,18 @@ def points(which: str, max_flop: float, tokens=None):
     return pts
 
 
-def config_of_key(key: str):
-    """The GemmConfig of a tile key such as t128x128x128_c1x2_ping or t128x128x128_c1x1_coop_sk (stream-K; no swap
-    or promotion)."""
+def config_of_key(key: str, swap: bool = False):
+    """The GemmConfig of a tile key such as t128x128x128_c1x2_ping or t128x128x128_c1x1_coop_sk (stream-K; no
+    promotion). Swap-AB keys (t64x64x128_c1x1_ping_swap) only with `swap` (the prefill model has no swap-AB tiles;
+    perf/fp8_decode_widths.py takes them)."""
     from scalemm.cutlass_kernels.configs import GemmConfig
-    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)(_sk)?", key)
-    if not m:
-        raise SystemExit(f"--extra: {key!r} is not a key like t128x128x128_c1x2_ping")
-    *ints, sched, sk = m.groups()
-    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative", stream_k=bool(sk))
+    m = re.fullmatch(r"t(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_(ping|coop)(_swap)?(_sk)?", key)
+    if not m or (m.group(7) and not swap):
+        raise SystemExit(f"--extra: {key!r} is not a key like t128x128x128_c1x2_ping"
+                         + (" (swap-AB allowed: t64x64x128_c1x1_ping_swap)" if swap else ""))
+    *ints, sched, swapped, sk = m.groups()
+    return GemmConfig(*map(int, ints), "pingpong" if sched == "ping" else "cooperative", swap_ab=bool(swapped),
+                      stream_k=bool(sk))
 
 
 def fit(rows, extra=(), num_sms=132):

@@ -1,11 +1,11 @@
-import sys, os
+import sys
 # run from the repository root: python3 perf/results/h100/fp8_decode_widths/raster_probe.py
 sys.path.insert(0, "perf")
 import torch
 from dataclasses import replace
 from gemm_sweep import time_point
-from fp8_decode_widths import config_of_key
-base = [config_of_key(k) for k in ("t64x64x128_c1x1_ping_swap", "t64x128x128_c1x1_ping", "t64x32x256_c1x1_ping_swap")]
+from fp8_prefill_model import config_of_key
+base = [config_of_key(k, swap=True) for k in ("t64x64x128_c1x1_ping_swap", "t64x128x128_c1x1_ping", "t64x32x256_c1x1_ping_swap")]
 cfgs = [replace(c, raster=r, swizzle=s) for c in base for r in ("auto", "m", "n") for s in (1, 2, 8)]
 print(torch.cuda.get_device_name())
 for N, K in ((18432, 16384), (10240, 8192), (4096, 14336)):
