@@ -81,21 +81,46 @@ def previous_config(M: int, N: int, num_sms: int):
     return sm90._token_tiles_config(M, N, num_sms)
 
 
-def contenders(M, N, K, num_sms, min_fill, extra, ab):
-    """The configs timed beside the heuristic's pick: --ab the previous rule's pick, else the candidates."""
+def cluster_variants(M: int, N: int, K: int, num_sms: int):
+    """The heuristic's pick in clusters of 2 along each side with at least two tiles (TMA multicast of the other
+    operand's tile: along the weights it shares the tokens' tile, along the tokens the weights'), and for a swap-AB
+    64-row pick the cooperative 128-row tile of the same width (half the CTAs, each streaming twice the weights), in
+    clusters of 1 and 2. cuBLASLt's per-tensor decode kernels run in clusters of 2-4 (cublas_kernels_decode.log)."""
+    from dataclasses import replace
+    from scalemm.cutlass_kernels.configs import GemmConfig, default_config
+    from scalemm.cutlass_kernels.configs.sm90 import tile_count
+    pick = default_config(M, N, K, num_sms=num_sms)
+    rows, cols = (N, M) if pick.swap_ab else (M, N)
+    out = [pick]
+    if -(-rows // pick.tile_m) >= 2:
+        out.append(replace(pick, cluster_m=2, cluster_n=1))
+    if -(-cols // pick.tile_n) >= 2:
+        out.append(replace(pick, cluster_m=1, cluster_n=2))
+    if pick.swap_ab and pick.tile_m == 64:
+        for tile_k in (128, 256):
+            coop = GemmConfig(128, pick.tile_n, tile_k, 1, 1, "cooperative", swap_ab=True)
+            out += [coop, replace(coop, cluster_m=2)]
+    return [c for c in dict.fromkeys(out) if tile_count(c, M, N) <= 4 * num_sms]
+
+
+def contenders(M, N, K, num_sms, min_fill, extra, ab, clusters=False):
+    """The configs timed beside the heuristic's pick: --ab the previous rule's pick, --clusters the pick's cluster
+    variants (cluster_variants), else the candidates."""
     if ab:
         return list(dict.fromkeys([previous_config(M, N, num_sms), *extra]))
+    if clusters:
+        return list(dict.fromkeys([*cluster_variants(M, N, K, num_sms), *extra]))
     return candidates(M, N, num_sms, min_fill, extra=extra)
 
 
-def build(pts, num_sms, min_fill, jobs, extra=(), ab=False):
+def build(pts, num_sms, min_fill, jobs, extra=(), ab=False, clusters=False):
     import torch
     from scalemm.cutlass_kernels.configs import default_config
     from scalemm.gemm import _resolve_epilogue, bias_leaf, gemm_kernel_spec
     from scalemm.jit import build_many
     specs = []
     for _, M, N, K in pts:
-        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab)]:
+        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab, clusters)]:
             tree = _resolve_epilogue(None, torch.bfloat16, bias=bias_leaf(False, True, cfg))
             specs.append(gemm_kernel_spec(cfg, fast_accum=True, out_dtype=torch.bfloat16, epilogue=tree)[0])
     for spec, err in build_many(specs, jobs=jobs):
@@ -115,23 +140,25 @@ def main():
     p.add_argument("--extra", default="", help="kernel keys timed at every point, e.g. t64x64x128_c1x1_ping_swap")
     p.add_argument("--ab", action="store_true",
                    help="time the heuristic's pick against the previous rule's (no candidates)")
+    p.add_argument("--clusters", action="store_true",
+                   help="time the heuristic's pick against its cluster variants (cluster_variants; no candidates)")
     p.add_argument("--out", default="results")
     args = p.parse_args()
     ms = [int(m) for m in args.ms.split(",")]
     pts = points(args.points, ms, [x for x in args.layers.split(",") if x])
     extra = [config_of_key(k, swap=True) for k in args.extra.split(",") if k]
     if args.build:
-        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab)
+        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters)
         return
     import torch
     from gemm_sweep import time_point
     from scalemm.cutlass_kernels.configs import default_config
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab)
+    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters)
     print(f"GPU: {torch.cuda.get_device_name()} ({num_sms} SMs), torch {torch.__version__}")
     rows = []
     for label, M, N, K in pts:
-        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab)
+        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab, args.clusters)
         us = time_point(M, N, K, True, configs=cands, with_bf16=False, num_sms=num_sms)
         mine = {k: v for k, v in us.items() if not k.startswith("torch")}
         best = min(mine, key=mine.get)
