@@ -75,52 +75,67 @@ def points(which: str, ms, layers=None):
     return [p for p in pts if not layers or p[0] in layers]
 
 
-def previous_config(M: int, N: int, num_sms: int):
-    """The rule before the one-wave tiles (configs.sm90._token_tiles_config), for --ab."""
-    from scalemm.cutlass_kernels.configs import sm90
-    return sm90._token_tiles_config(M, N, num_sms)
+def previous_config(M: int, N: int, num_sms: int, before: str = "one-wave"):
+    """The rule before a change, for --ab: "one-wave" the rule before the one-wave tiles (configs.sm90's
+    _token_tiles_config; fast accumulation, 17-128 tokens), "clusters" the rule before the clusters of 2 along the
+    tokens and the 128x16 tile at 1-16 tokens (thirty-eighth session: today's rule in clusters of 1, 64x16 tiles)."""
+    from dataclasses import replace
+    from scalemm.cutlass_kernels.configs import GemmConfig, default_config, sm90
+    if before == "one-wave":
+        return sm90._token_tiles_config(M, N, num_sms)
+    if M <= 16:
+        return GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True)
+    return replace(default_config(M, N, 4096, num_sms=num_sms), cluster_m=1, cluster_n=1)
+
+
+def token_cluster(config):
+    """`config` in clusters of 2 along the tokens (TMA multicast of the weight tile to both token tiles' CTAs)."""
+    from dataclasses import replace
+    return replace(config, cluster_m=1, cluster_n=2) if config.swap_ab else replace(config, cluster_m=2, cluster_n=1)
+
+
+def token_tiles(config, M: int) -> int:
+    return -(-M // (config.tile_n if config.swap_ab else config.tile_m))
 
 
 def cluster_variants(M: int, N: int, K: int, num_sms: int):
-    """The heuristic's pick in clusters of 2 along each side with at least two tiles (TMA multicast of the other
-    operand's tile: along the weights it shares the tokens' tile, along the tokens the weights'), and for a swap-AB
-    64-row pick the cooperative 128-row tile of the same width (half the CTAs, each streaming twice the weights), in
-    clusters of 1 and 2. cuBLASLt's per-tensor decode kernels run in clusters of 2-4 (cublas_kernels_decode.log)."""
+    """--clusters: the heuristic's pick and, from 33 tokens, the previous rule's (previous_config), each also in
+    clusters of 2 along the tokens where it has two token tiles or more (token_cluster); up to 32 tokens the swap-AB
+    pick also in clusters of 2 along the weights (multicast of the tokens' tile) and the cooperative 128-row swap-AB
+    tile of the same width (half the CTAs, each streaming twice the weights). Run 1 (commit 10379ab) also timed every
+    pick in clusters of 2 along the weights and the 128-row tiles in clusters of 2 and with 128-deep k-tiles."""
     from dataclasses import replace
     from scalemm.cutlass_kernels.configs import GemmConfig, default_config
-    from scalemm.cutlass_kernels.configs.sm90 import tile_count
     pick = default_config(M, N, K, num_sms=num_sms)
-    rows, cols = (N, M) if pick.swap_ab else (M, N)
-    out = [pick]
-    if -(-rows // pick.tile_m) >= 2:
-        out.append(replace(pick, cluster_m=2, cluster_n=1))
-    if -(-cols // pick.tile_n) >= 2:
-        out.append(replace(pick, cluster_m=1, cluster_n=2))
-    if pick.swap_ab and pick.tile_m == 64:
-        for tile_k in (128, 256):
-            coop = GemmConfig(128, pick.tile_n, tile_k, 1, 1, "cooperative", swap_ab=True)
-            out += [coop, replace(coop, cluster_m=2)]
-    return [c for c in dict.fromkeys(out) if tile_count(c, M, N) <= 4 * num_sms]
+    picks = [pick] if M <= 32 else [pick, previous_config(M, N, num_sms)]  # run 2: the one-wave rule's pick
+    out = []
+    for p in picks:
+        out.append(p)
+        if token_tiles(p, M) >= 2:
+            out.append(token_cluster(p))
+    if M <= 32 and pick.swap_ab and pick.tile_m == 64:
+        out += [replace(pick, cluster_m=2), GemmConfig(128, pick.tile_n, 256, 1, 1, "cooperative", swap_ab=True)]
+    return list(dict.fromkeys(out))
 
 
-def contenders(M, N, K, num_sms, min_fill, extra, ab, clusters=False):
+def contenders(M, N, K, num_sms, min_fill, extra, ab, clusters=False, before="one-wave"):
     """The configs timed beside the heuristic's pick: --ab the previous rule's pick, --clusters the pick's cluster
     variants (cluster_variants), else the candidates."""
     if ab:
-        return list(dict.fromkeys([previous_config(M, N, num_sms), *extra]))
+        return list(dict.fromkeys([previous_config(M, N, num_sms, before), *extra]))
     if clusters:
         return list(dict.fromkeys([*cluster_variants(M, N, K, num_sms), *extra]))
     return candidates(M, N, num_sms, min_fill, extra=extra)
 
 
-def build(pts, num_sms, min_fill, jobs, extra=(), ab=False, clusters=False):
+def build(pts, num_sms, min_fill, jobs, extra=(), ab=False, clusters=False, before="one-wave"):
     import torch
     from scalemm.cutlass_kernels.configs import default_config
     from scalemm.gemm import _resolve_epilogue, bias_leaf, gemm_kernel_spec
     from scalemm.jit import build_many
     specs = []
     for _, M, N, K in pts:
-        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab, clusters)]:
+        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab, clusters, before)]:
             tree = _resolve_epilogue(None, torch.bfloat16, bias=bias_leaf(False, True, cfg))
             specs.append(gemm_kernel_spec(cfg, fast_accum=True, out_dtype=torch.bfloat16, epilogue=tree)[0])
     for spec, err in build_many(specs, jobs=jobs):
@@ -140,6 +155,8 @@ def main():
     p.add_argument("--extra", default="", help="kernel keys timed at every point, e.g. t64x64x128_c1x1_ping_swap")
     p.add_argument("--ab", action="store_true",
                    help="time the heuristic's pick against the previous rule's (no candidates)")
+    p.add_argument("--before", default="one-wave", choices=("one-wave", "clusters"),
+                   help="with --ab: the rule before which change (previous_config)")
     p.add_argument("--clusters", action="store_true",
                    help="time the heuristic's pick against its cluster variants (cluster_variants; no candidates)")
     p.add_argument("--out", default="results")
@@ -148,24 +165,24 @@ def main():
     pts = points(args.points, ms, [x for x in args.layers.split(",") if x])
     extra = [config_of_key(k, swap=True) for k in args.extra.split(",") if k]
     if args.build:
-        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters)
+        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before)
         return
     import torch
     from gemm_sweep import time_point
     from scalemm.cutlass_kernels.configs import default_config
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters)
+    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before)
     print(f"GPU: {torch.cuda.get_device_name()} ({num_sms} SMs), torch {torch.__version__}")
     rows = []
     for label, M, N, K in pts:
-        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab, args.clusters)
+        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab, args.clusters, args.before)
         us = time_point(M, N, K, True, configs=cands, with_bf16=False, num_sms=num_sms)
         mine = {k: v for k, v in us.items() if not k.startswith("torch")}
         best = min(mine, key=mine.get)
         row = {"layer": label, "M": M, "N": N, "K": K, "us": us, "best": best,
                "heuristic": default_config(M, N, K, num_sms=num_sms).label()}
         if args.ab:
-            row["previous"] = previous_config(M, N, num_sms).label()
+            row["previous"] = previous_config(M, N, num_sms, args.before).label()
         rows.append(row)
         tw, rw = us["torch_tensorwise"], us["torch_rowwise"]
         print(f"{label:<28}{M:>5}{N:>7}{K:>7}  heuristic {us['scalemm']:7.2f} us ({tw / us['scalemm']:.3f} of "

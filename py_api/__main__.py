@@ -118,8 +118,7 @@ def kernel_set(name: str):
         return nvfp4_build_set("decode") + list(quant_specs()) + list(grouped_quant_specs())
     from . import epilogues as epi
     from .cutlass_kernels.configs import TUNING_CANDIDATES, GemmConfig, default_build_set, default_config
-    from .cutlass_kernels.configs.sm90 import (DECODE_ONE_TILE_MIN_WIDTH, DECODE_TWO_TILES_MIN_WIDTH, DECODE_WIDTHS,
-                                                PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL)
+    from .cutlass_kernels.configs.sm90 import PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL, decode_tiles
     bf16 = torch.bfloat16
     cases = []
     if name in ("default", "all"):
@@ -138,6 +137,8 @@ def kernel_set(name: str):
                   (default_config(100, 4096, 4096), True, bf16, None), (default_config(128, 6144, 4096), True, bf16, None),
                   (default_config(48, 6144, 4096), True, bf16, None), (default_config(65, 4096, 4096), True, bf16, None),
                   (default_config(72, 9216, 4096), True, bf16, None), (default_config(65, 18432, 4096), True, bf16, None),
+                  (default_config(80, 4096, 4096), True, bf16, None), (default_config(65, 57344, 4096), True, bf16, None),
+                  (default_config(1, 9216, 4096), True, bf16, None), (default_config(16, 10240, 4096), True, bf16, None),
                   (default_config(64, 1024, 512, **full), False, torch.float32,
                    epi.relu(epi.RowVector("scale_a") * epi.Acc() + epi.RowVector("shift")))]
         cases += [(c, False, bf16, None) for c in (
@@ -149,10 +150,7 @@ def kernel_set(name: str):
         cases += [(GemmConfig(128, 128, 128, 2, 1, "cooperative"), False, torch.float32, None)]
         cases += [(cfg, True, od, None) for cfg in [e[0] for e in PREFILL_TILE_MODEL] + list(PREFILL_ONE_WAVE_TILES)
                   for od in (bf16, torch.float32)]
-        cases += [(GemmConfig(64, w, 128, 1, 1, "pingpong"), True, bf16, None) for w in DECODE_WIDTHS  # the one-wave
-                  if w >= DECODE_ONE_TILE_MIN_WIDTH]                                                   # decode tiles
-        cases += [(GemmConfig(128, w, 128, 1, 1, "cooperative"), True, bf16, None) for w in DECODE_WIDTHS
-                  if w >= DECODE_TWO_TILES_MIN_WIDTH]
+        cases += [(c, True, bf16, None) for c in decode_tiles()]  # the one-wave, clustered and 128x16 decode tiles
     if name in ("sweep", "all"):  # perf/gemm_sweep.py: heuristic picks, both accumulation modes, + tuning
         from .cutlass_kernels.configs import sweep_configs
         cases += [(c, fa, bf16, None) for c, fa in sweep_configs()]

@@ -82,7 +82,8 @@ def test_default_config_uses_num_sms():
         times = {e[0]: sm90.predicted_prefill_us(*e, 2048, 2048, 4096, sms) for e in sm90.PREFILL_TILE_MODEL}
         assert dc(2048, 2048, 4096, num_sms=sms) == min(times, key=times.get)
     assert dc(2048, 2048, 4096, num_sms=264) == sm90.PREFILL_ONE_WAVE_TILES[1]
-    # decode does not depend on it; full accumulation only through its waves (test_tuning.py)
+    # decode depends on it only where tiles pass a wave (few_tokens_config, the one-wave and cluster rules); full
+    # accumulation only through its waves (test_tuning.py)
     for sms in (16, 132, 1000):
         assert dc(16, 4096, 4096, num_sms=sms) == dc(16, 4096, 4096)
         assert dc(4096, 4096, 4096, fast_accum=False, num_sms=sms).promotion_chunks >= 1
@@ -100,6 +101,8 @@ def test_default_config_at_132_sms_is_unchanged():
             return configs.default_config(M, N, K, fast_accum=False)
         if 16 < M <= 128 or M >= 256:  # the two-token-tile rules (ninth session) and the prefill model (fourteenth,
             return configs.default_config(M, N, K)  # from 256 tokens since the twenty-second) came later: as it picks
+        if M <= 16 and fast_accum and configs.default_config(M, N, K).tile_m == 128:  # the 128x16 tile past one wave
+            return configs.sm90.few_tokens_config(N, 132)                               # (thirty-eighth session)
         if M <= 16:
             return G(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
         if M <= 1024 and N >= 5120 and K <= 8192:

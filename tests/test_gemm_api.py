@@ -1,4 +1,6 @@
 """scalemm.gemm input validation and the CPU (reference) path. No GPU needed."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -157,7 +159,7 @@ def test_decode_one_wave_rule():
     key = lambda M, N, **kw: default_config(M, N, 4096, **kw).key()
     assert key(64, 9216) == "t64x72x128_c1x1_ping"        # 128 tiles; the swap-AB pick: 288 in 3 waves
     assert key(40, 10240) == "t64x80x128_c1x1_ping"
-    assert key(72, 9216) == "t64x144x128_c1x1_ping"       # 2 x 64 tiles, the second 8 of 64 tokens
+    assert key(72, 9216) == "t64x144x128_c2x1_ping"       # 2 x 64 tiles, the second 8 of 64 tokens: clustered
     assert key(65, 4096) == "t64x128x128_c1x1_ping"       # the narrowest width with imbalance <= 1.5
     assert key(65, 18432) == "t128x144x128_c1x1_coop"     # no one-wave 64-token width: one 128-token tile
     assert key(64, 4096) == "t64x32x256_c1x1_ping_swap"   # 128 swap-AB tiles already fill the wave
@@ -167,7 +169,7 @@ def test_decode_one_wave_rule():
     assert key(64, 9216, fast_accum=False) != key(64, 9216)  # full accumulation keeps its own rule
     for M in range(33, 129):
         for N in (576, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 9216, 10240, 12288, 18432, 28672, 57344):
-            cfg = default_config(M, N, 4096)
+            cfg = replace(default_config(M, N, 4096), cluster_m=1, cluster_n=1)  # clusters: test_decode_cluster_rule
             wave = sm90.one_wave_decode_config(M, N, S)
             if wave is not None:
                 assert sm90.tile_count(wave, M, N) <= S and wave.tile_n in sm90.DECODE_WIDTHS
@@ -183,6 +185,49 @@ def test_decode_one_wave_rule():
     assert sm90.token_imbalance(GemmConfig(64, 160, 128, 1, 1, "pingpong"), 128) == 1.0
     with pytest.raises(ValueError, match="unsupported tile"):
         GemmConfig(64, 44, 128, 1, 1, "pingpong")  # widths are multiples of 8
+
+
+def test_decode_cluster_rule():
+    """65-128 tokens (fast accumulation): the pick in clusters of 2 along the tokens (the weights' tile multicast to
+    both token tiles) where its token tiles are unbalanced and it busies half the SMs; never at 1-64 tokens, never
+    with one token tile, never in full accumulation."""
+    from scalemm.cutlass_kernels.configs import sm90
+    S = sm90.REFERENCE_SMS
+    key = lambda M, N, **kw: default_config(M, N, 4096, **kw).key()
+    assert key(65, 57344) == "t64x128x128_c2x1_ping"      # no one-wave tile; 896 tiles, the second token tile 1 token
+    assert key(80, 4096) == "t64x80x128_c2x1_ping"        # the one-wave tile, 104 tiles
+    assert key(100, 4096) == "t64x64x128_c1x2_ping_swap"  # swap-AB: the tokens on the kernel's N
+    assert key(65, 4096) == "t64x128x128_c1x1_ping"       # 64 tiles: under half the SMs
+    assert key(65, 18432) == "t128x144x128_c1x1_coop"     # one 128-token tile
+    assert key(120, 4096) == "t64x64x128_c1x1_ping_swap"  # imbalance 128/120
+    assert key(65, 57344, fast_accum=False).count("_c1x1_") == 1
+    for M in range(1, 129):
+        for N in (576, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 9216, 10240, 12288, 18432, 28672, 57344):
+            cfg = default_config(M, N, 4096)
+            flat = replace(cfg, cluster_m=1, cluster_n=1)
+            if cfg != flat:
+                assert cfg == sm90.token_cluster(flat) and M > 64
+                assert sm90.token_imbalance(flat, M) >= sm90.DECODE_CLUSTER_MIN_IMBALANCE
+                assert sm90.tile_count(flat, M, N) >= sm90.DECODE_CLUSTER_MIN_BUSY * S
+            elif M > 64 and sm90.tile_count(cfg, M, N) >= sm90.DECODE_CLUSTER_MIN_BUSY * S:
+                assert sm90.token_imbalance(cfg, M) < sm90.DECODE_CLUSTER_MIN_IMBALANCE
+    assert sm90.token_imbalance(GemmConfig(128, 144, 128, 1, 1, "cooperative"), 65) == 1.0  # one token tile
+
+
+def test_few_tokens_rule():
+    """1-16 tokens (fast accumulation): swap-AB 64x16x256, or the cooperative 128x16x256 where the 64-row tiles pass one
+    wave by at most DECODE_TAIL_MAX_FRACTION of the SMs; full accumulation keeps 64x16x128."""
+    from scalemm.cutlass_kernels.configs import sm90
+    key = lambda M, N, **kw: default_config(M, N, 4096, **kw).key()
+    assert key(1, 9216) == key(16, 10240) == "t128x16x256_c1x1_coop_swap"  # 144 / 160 tiles of 64 rows
+    assert key(1, 8192) == "t64x16x256_c1x1_ping_swap"                     # 128 tiles: one wave
+    assert key(1, 12288) == "t64x16x256_c1x1_ping_swap"                    # 192 tiles: a last wave 45% full
+    assert key(1, 9216, fast_accum=False) == "t64x16x128_c1x1_ping_swap"
+    assert key(1, 9216, num_sms=114) == "t64x16x256_c1x1_ping_swap"        # 144 tiles on 114 SMs: 26% over
+    assert key(17, 9216) == "t64x16x256_c1x1_ping_swap"                    # not measured above 16 tokens
+    for N in range(64, 40000, 64):
+        cfg = sm90.few_tokens_config(N, 132)
+        assert (cfg.tile_m == 128) == (132 < -(-N // 64) <= 165)
 
 
 def test_chunked_promotion_config():

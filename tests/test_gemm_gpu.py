@@ -6,8 +6,7 @@ import scalemm
 from scalemm import epilogues as epi
 from scalemm.__main__ import chunked_promotion_test_configs
 from scalemm.cutlass_kernels import GemmConfig, default_config
-from scalemm.cutlass_kernels.configs.sm90 import (DECODE_ONE_TILE_MIN_WIDTH, DECODE_TWO_TILES_MIN_WIDTH, DECODE_WIDTHS,
-                                                  PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL)
+from scalemm.cutlass_kernels.configs.sm90 import PREFILL_ONE_WAVE_TILES, PREFILL_TILE_MODEL, decode_tiles
 
 pytestmark = pytest.mark.gpu
 E4M3 = torch.float8_e4m3fn
@@ -78,12 +77,15 @@ def test_gemm_rowwise_bf16(M, N, K):
 @pytest.mark.parametrize("M,N,tile", [(17, 4096, "t64x16x256_c1x1_ping_swap"), (32, 4096, "t64x16x256_c1x1_ping_swap"),
                                       (32, 6144, "t64x32x256_c1x1_ping_swap"), (33, 4096, "t64x32x256_c1x1_ping_swap"),
                                       (48, 6144, "t64x48x128_c1x1_ping"), (64, 4096, "t64x32x256_c1x1_ping_swap"),
-                                      (65, 4096, "t64x128x128_c1x1_ping"), (100, 4096, "t64x64x128_c1x1_ping_swap"),
-                                      (72, 9216, "t64x144x128_c1x1_ping"), (65, 18432, "t128x144x128_c1x1_coop"),
-                                      (128, 6144, "t64x128x128_c1x1_ping")])
+                                      (65, 4096, "t64x128x128_c1x1_ping"), (100, 4096, "t64x64x128_c1x2_ping_swap"),
+                                      (72, 9216, "t64x144x128_c2x1_ping"), (65, 18432, "t128x144x128_c1x1_coop"),
+                                      (128, 6144, "t64x128x128_c1x1_ping"), (80, 4096, "t64x80x128_c2x1_ping"),
+                                      (65, 57344, "t64x128x128_c2x1_ping"), (1, 9216, "t128x16x256_c1x1_coop_swap"),
+                                      (16, 10240, "t128x16x256_c1x1_coop_swap")])
 def test_decode_heuristic_token_tiles(M, N, tile):
-    """Fast accumulation at 17-128 tokens: two token tiles (the second one partial or nearly empty) of 16, 32
-    or 64 (swap-AB), or the one-wave tiles (ping-pong 64 x w, cooperative 128 x w), written completely and right."""
+    """Fast accumulation at 1-128 tokens: two token tiles (the second one partial or nearly empty) of 16, 32
+    or 64 (swap-AB), the one-wave tiles (ping-pong 64 x w, cooperative 128 x w), those in clusters of 2 along the
+    tokens, and the cooperative swap-AB 128x16 at 1-16 tokens: written completely and right."""
     K = 4096
     assert default_config(M, N, K).key() == tile
     a8, b8, sa, sb = _operands(M, N, K, seed=M)
@@ -94,20 +96,25 @@ def test_decode_heuristic_token_tiles(M, N, tile):
     assert _rel_err(out, _reference(a8, b8, sa, sb, bias, torch.bfloat16)) <= 4e-3
 
 
-ONE_WAVE_DECODE_TILES = ([GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS
-                          if w >= DECODE_ONE_TILE_MIN_WIDTH]
-                         + [GemmConfig(128, w, 128, 1, 1, "cooperative") for w in DECODE_WIDTHS
-                            if w >= DECODE_TWO_TILES_MIN_WIDTH])
+def _decode_tile_tokens(cfg):
+    """Token counts that give `cfg` a partial token tile: one (the 128x16 tile), two 64-token tiles (the clustered
+    tiles: both CTAs of a cluster busy), or either (ping-pong)."""
+    if cfg.swap_ab and cfg.tile_n == 16:
+        return (7, 16)
+    if cfg.cluster_m * cfg.cluster_n > 1:
+        return (70, 100)
+    return (37, 100) if cfg.schedule == "pingpong" else (100,)
 
 
-@pytest.mark.parametrize("cfg", ONE_WAVE_DECODE_TILES, ids=lambda c: c.key())
-def test_one_wave_decode_tiles_are_correct(cfg):
-    """Every tile the 33-128-token rule can pick (weights on the wgmma's N side in widths of DECODE_WIDTHS, most of
-    them CUTLASS's extended shapes): a partial token tile (37 tokens; 100 in two 64-token tiles for ping-pong), a
-    partial weight tile (N = 2056 divides by none of the widths) and a partial k-tile (K = 1040), with a bias;
-    every output written, within the fast-accumulation tolerance."""
+@pytest.mark.parametrize("cfg", decode_tiles(), ids=lambda c: c.key())
+def test_decode_tiles_are_correct(cfg):
+    """Every tile the decode rules can pick beside the swap-AB token tiles (configs.sm90.decode_tiles: weights on the
+    wgmma's N side in widths of DECODE_WIDTHS, most of them CUTLASS's extended shapes; those in clusters of 2 along
+    the tokens; the cooperative swap-AB 128x16): a partial token tile, a partial weight tile (N = 2056 divides by none
+    of the widths) and a partial k-tile (K = 1040), with a bias; every output written, within the fast-accumulation
+    tolerance."""
     N, K = 2056, 1040
-    for M in ((37, 100) if cfg.schedule == "pingpong" else (100,)):
+    for M in _decode_tile_tokens(cfg):
         a8, b8, sa, sb = _operands(M, N, K, seed=M + cfg.tile_n)
         bias = torch.randn(N, device="cuda").to(torch.bfloat16)
         out = _poisoned(M, N, torch.bfloat16)

@@ -361,6 +361,8 @@ def token_imbalance(config: GemmConfig, M: int) -> float:
     how much faster the CTA of the last token tile streams a weight tile than its neighbours (the comment before
     DECODE_WIDTHS)."""
     weights, tokens = (config.tile_m, config.tile_n) if config.swap_ab else (config.tile_n, config.tile_m)
+    if M <= tokens:
+        return 1.0
     last = M - (-(-M // tokens) - 1) * tokens
     return (weights + tokens) / (weights + last)
 
@@ -378,21 +380,73 @@ def one_wave_decode_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
     return next((c for c in candidates if tile_count(c, M, N) <= num_sms), None)
 
 
+# 65-128 tokens, fast accumulation (thirty-eighth session, H100, perf/results/h100/fp8_decode_clusters/, README.txt
+# there): where the pick's two token tiles are unbalanced, the same tile in clusters of 2 along the tokens, so that
+# TMA multicasts each weight tile to both token tiles' CTAs and they stream it in step. ncu confirmed the comment
+# before DECODE_WIDTHS: Llama-3-405B qkv (302 MB of weights) read 519 MB from DRAM at 65 tokens in the swap-AB 64x64
+# kernel, 312 MB at 128 tokens, 306 MB at 65 tokens in clusters of 2 along the tokens. Over 247 points (49 layers of
+# 19 models at 65-128 tokens): 1.023x, the 96 changed points 1.059x (up to 1.62x: Llama-3-70B gate_up at 65 tokens;
+# min 0.98x). Below DECODE_CLUSTER_MIN_IMBALANCE the clusters gained 0.97-1.05x; with fewer tiles than
+# DECODE_CLUSTER_MIN_BUSY of the SMs (small layers, their weights held in L2) they lost up to 0.92x. 33-64 tokens
+# were not measured and keep clusters of 1.
+DECODE_CLUSTER_MIN_IMBALANCE = 1.25
+DECODE_CLUSTER_MIN_BUSY = 0.6
+
+
+def token_cluster(config: GemmConfig) -> GemmConfig:
+    """`config` in clusters of 2 along the tokens (the weights' tile multicast to both token tiles' CTAs): along the
+    kernel's N with swap-AB, along its M otherwise."""
+    return replace(config, cluster_m=1, cluster_n=2) if config.swap_ab else replace(config, cluster_m=2, cluster_n=1)
+
+
 def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """17-128 tokens, fast accumulation: _token_tiles_config's pick, or from DECODE_ONE_WAVE_MIN_TOKENS the one-wave
-    tile (one_wave_decode_config) where the comment before DECODE_WIDTHS says it wins."""
+    tile (one_wave_decode_config) where the comment before DECODE_WIDTHS says it wins; above 64 tokens, in clusters
+    of 2 along the tokens where the comment before DECODE_CLUSTER_MIN_IMBALANCE says so."""
     pick = _token_tiles_config(M, N, num_sms)
     if M < DECODE_ONE_WAVE_MIN_TOKENS:
         return pick
     wave = one_wave_decode_config(M, N, num_sms)
-    if wave is None:
-        return pick
-    busier = busy_fraction(wave, M, N, num_sms) >= busy_fraction(pick, M, N, num_sms) + DECODE_BUSY_MARGIN
-    if M > 64 and not pick.swap_ab:  # ping-pong 64x128 with the tokens on M: kept unless unbalanced
-        busier = False
-    unbalanced = (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE
-                  and tile_count(wave, M, N) >= DECODE_UNBALANCED_MIN_BUSY * num_sms)
-    return wave if busier or unbalanced else pick
+    if wave is not None:
+        busier = busy_fraction(wave, M, N, num_sms) >= busy_fraction(pick, M, N, num_sms) + DECODE_BUSY_MARGIN
+        if M > 64 and not pick.swap_ab:  # ping-pong 64x128 with the tokens on M: kept unless unbalanced
+            busier = False
+        unbalanced = (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE
+                      and tile_count(wave, M, N) >= DECODE_UNBALANCED_MIN_BUSY * num_sms)
+        pick = wave if busier or unbalanced else pick
+    if (M > 64 and token_imbalance(pick, M) >= DECODE_CLUSTER_MIN_IMBALANCE
+            and tile_count(pick, M, N) >= DECODE_CLUSTER_MIN_BUSY * num_sms):
+        return token_cluster(pick)
+    return pick
+
+
+def decode_tiles() -> tuple[GemmConfig, ...]:
+    """The tiles the decode rules pick beside the swap-AB token tiles of _DECODE_TILES: one_wave_decode_config's (ping-pong
+    64 x w, cooperative 128 x w), the ping-pong 64 x w (two token tiles) and swap-AB 64x64 in clusters of 2 along the
+    tokens (token_cluster), and few_tokens_config's cooperative 128x16. The GPU tests run each; build set 'tests'
+    prebuilds them."""
+    ping = [GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS if w >= DECODE_ONE_TILE_MIN_WIDTH]
+    coop = [GemmConfig(128, w, 128, 1, 1, "cooperative") for w in DECODE_WIDTHS if w >= DECODE_TWO_TILES_MIN_WIDTH]
+    clustered = [token_cluster(c) for c in ping if c.tile_n >= DECODE_TWO_TILES_MIN_WIDTH]
+    clustered.append(token_cluster(GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)))
+    return (*ping, *coop, *clustered, GemmConfig(128, 16, 256, 1, 1, "cooperative", swap_ab=True))
+
+
+# Up to 16 tokens, fast accumulation (thirty-eighth session, same results): the swap-AB 64x16 tiles, except where their
+# count passes one wave by at most DECODE_TAIL_MAX_FRACTION of the SMs. Their last wave then streams a few 64-row
+# tiles with the other SMs idle; the cooperative 128x16 tile streams the same rows in one wave of half as many CTAs.
+# 134 timings at 1 and 16 tokens (49 layers): at 144 and 160 tiles (N = 9216 / 10240: 4 layers) the 128-row tile
+# ran 1.02-1.13x (geomean 1.065x); in one wave or less 0.75-1.02x (0.956x); at 192 tiles and more 0.94-1.17x (0.983x;
+# the one outlier Phi-3-mini gate_up at 1 token, 0.99x at 16). Not measured at 17-32 tokens.
+DECODE_TAIL_MAX_FRACTION = 0.25
+
+
+def few_tokens_config(N: int, num_sms: int) -> GemmConfig:
+    """Fast accumulation up to 16 tokens: the comment before DECODE_TAIL_MAX_FRACTION."""
+    tiles = -(-N // 64)
+    if num_sms < tiles <= num_sms * (1 + DECODE_TAIL_MAX_FRACTION):
+        return GemmConfig(128, 16, 256, 1, 1, "cooperative", swap_ab=True)
+    return GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True)
 
 
 # Fast accumulation from this many tokens (on REFERENCE_SMS SMs): one_wave_prefill_config, else (below 1024 tokens, wide
@@ -407,7 +461,8 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     """Tile heuristic for FP8 on H100/H200, from perf/gemm_sweep.py --tune on an H200.
 
     - Decode-like M (<= 128): swap A and B so the weight's N fills the 64-row wgmma side and
-      the few tokens sit on the narrow side: one 64 x 16 x 256 tile up to 16 tokens; above, one
+      the few tokens sit on the narrow side: one 64 x 16 x 256 tile up to 16 tokens (the cooperative
+      128 x 16 x 256 where the 64-row tiles pass one wave by a little: `few_tokens_config`); above, one
       token tile (64 x 32 x 256, 64 x 64 x 128, or ping-pong 64x128 unswapped at 65-128 tokens) or
       two half as wide, whichever needs fewer waves at TWO_TOKEN_TILES_COST (`_decode_config`: two
       tiles on the small-N layers and where one leaves a costly last wave). Ping-pong overlaps one
@@ -452,7 +507,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
         wide = M > 64 or -(-N // 128) * -(-M // 32) > num_sms
         return full_accumulation(GemmConfig(128, 64 if wide else 32, 128, 1, 1, "cooperative", swap_ab=True))
     if M <= 16:  # full accumulation promotes every 128 k: tile_k <= 128
-        return GemmConfig(64, 16, 256 if fast_accum else 128, 1, 1, "pingpong", swap_ab=True)
+        return few_tokens_config(N, num_sms) if fast_accum else GemmConfig(64, 16, 128, 1, 1, "pingpong", swap_ab=True)
     if M <= 128:  # fast accumulation here (full accumulation: above)
         return _decode_config(M, N, num_sms)
     per_sm = num_sms / REFERENCE_SMS
