@@ -88,16 +88,6 @@ def previous_config(M: int, N: int, num_sms: int, before: str = "one-wave"):
     return replace(default_config(M, N, 4096, num_sms=num_sms), cluster_m=1, cluster_n=1)
 
 
-def token_cluster(config):
-    """`config` in clusters of 2 along the tokens (TMA multicast of the weight tile to both token tiles' CTAs)."""
-    from dataclasses import replace
-    return replace(config, cluster_m=1, cluster_n=2) if config.swap_ab else replace(config, cluster_m=2, cluster_n=1)
-
-
-def token_tiles(config, M: int) -> int:
-    return -(-M // (config.tile_n if config.swap_ab else config.tile_m))
-
-
 def cluster_variants(M: int, N: int, K: int, num_sms: int):
     """--clusters: the heuristic's pick and, from 33 tokens, the previous rule's (previous_config), each also in
     clusters of 2 along the tokens where it has two token tiles or more (token_cluster); up to 32 tokens the swap-AB
@@ -106,12 +96,13 @@ def cluster_variants(M: int, N: int, K: int, num_sms: int):
     pick in clusters of 2 along the weights and the 128-row tiles in clusters of 2 and with 128-deep k-tiles."""
     from dataclasses import replace
     from scalemm.cutlass_kernels.configs import GemmConfig, default_config
+    from scalemm.cutlass_kernels.configs.sm90 import token_cluster, token_tile_count
     pick = default_config(M, N, K, num_sms=num_sms)
     picks = [pick] if M <= 32 else [pick, previous_config(M, N, num_sms)]  # run 2: the one-wave rule's pick
     out = []
     for p in picks:
         out.append(p)
-        if token_tiles(p, M) >= 2:
+        if token_tile_count(p, M) >= 2:
             out.append(token_cluster(p))
     if M <= 32 and pick.swap_ab and pick.tile_m == 64:
         out += [replace(pick, cluster_m=2), GemmConfig(128, pick.tile_n, 256, 1, 1, "cooperative", swap_ab=True)]

@@ -363,8 +363,14 @@ def token_imbalance(config: GemmConfig, M: int) -> float:
     weights, tokens = (config.tile_m, config.tile_n) if config.swap_ab else (config.tile_n, config.tile_m)
     if M <= tokens:
         return 1.0
-    last = M - (-(-M // tokens) - 1) * tokens
+    last = M - (token_tile_count(config, M) - 1) * tokens
     return (weights + tokens) / (weights + last)
+
+
+def token_tile_count(config: GemmConfig, M: int) -> int:
+    """Token tiles of M tokens under `config` (the tokens sit on the kernel's N side with swap-AB, on its M side
+    otherwise)."""
+    return -(-M // (config.tile_n if config.swap_ab else config.tile_m))
 
 
 def one_wave_decode_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
@@ -1034,7 +1040,8 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
     Few tokens (M <= 128): swap-AB tiles whose narrow side holds all tokens (or half of them),
     ping-pong 64-row, cooperative 128-row and cooperative stream-K, plus deep-K (256) ping-pong
     with fast accumulation; the unswapped ping-pong 64x64 / 64x128; with fast accumulation from 33 tokens the
-    one-wave tile (one_wave_decode_config).
+    one-wave tile (one_wave_decode_config), the pick in clusters of 1 and of 2 along the tokens where it has two token
+    tiles (token_cluster), and up to 16 tokens the cooperative 128x16x256 (few_tokens_config).
     More tokens: cooperative 128x128 in clusters 2x1, 1x2, 1x1 and stream-K; cooperative 128x192 (2x1,
     stream-K); ping-pong 64x128; cooperative 128x256 (2x1, 1x2, stream-K); with fast accumulation also
     ping-pong 64x256, 128x128 (2x1, 1x2, 1x1), 128x160 and 128x192 (2x1), and cooperative 256x128, 128x224 and
@@ -1053,6 +1060,11 @@ def tuning_candidates(M: int, N: int, K: int, *, fast_accum: bool = True,
         out += [GemmConfig(64, 64, 128, 1, 1, pp), GemmConfig(64, 128, 128, 1, 1, pp)]
         if fast_accum and M >= DECODE_ONE_WAVE_MIN_TOKENS:  # the one-wave tile, whether or not the rule takes it
             out += [c for c in (one_wave_decode_config(M, N, num_sms),) if c is not None]
+        flat = replace(out[0], cluster_m=1, cluster_n=1)
+        if fast_accum and token_tile_count(flat, M) >= 2:  # the pick in clusters of 1 and of 2 along the tokens
+            out += [flat, token_cluster(flat)]
+        if fast_accum and M <= 16:  # both of few_tokens_config's tiles
+            out += [GemmConfig(64, 16, 256, 1, 1, pp, swap_ab=True), GemmConfig(128, 16, 256, 1, 1, coop, swap_ab=True)]
     else:
         out += [GemmConfig(128, 128, 128, 2, 1, coop), GemmConfig(128, 128, 128, 1, 2, coop),
                 GemmConfig(128, 128, 128, 1, 1, coop), GemmConfig(128, 128, 128, 1, 1, coop, stream_k=True),
