@@ -49,14 +49,17 @@ CHECK2 = (("llama2-13b.qkv", 15360, 5120), ("llama2-13b.o", 5120, 5120), ("llama
           ("starcoder2-15b.up", 24576, 6144), ("starcoder2-15b.down", 6144, 24576), ("gemma3-12b.qkv", 8192, 3840))
 
 
-def candidates(M: int, N: int, num_sms: int, min_fill: float, widths=WIDTHS, extra=()):
+def candidates(M: int, N: int, num_sms: int, min_fill: float, widths=WIDTHS, extra=(), token_clusters=False):
+    """The one-wave candidates (the module's docstring); `token_clusters`: the ping-pong ones with two token tiles in
+    clusters of 2 along the tokens (sm90.token_cluster) instead."""
     from scalemm.cutlass_kernels.configs import GemmConfig
+    from scalemm.cutlass_kernels.configs.sm90 import token_cluster
     out = list(extra)
     for w in widths:
         ping = GemmConfig(64, w, 128, 1, 1, "pingpong")
         tiles = -(-M // 64) * -(-N // w)
         if min_fill * num_sms <= tiles <= num_sms:
-            out.append(ping)
+            out.append(token_cluster(ping) if token_clusters and M > 64 else ping)
         if M > 64 and min_fill * num_sms <= -(-N // w) <= num_sms:
             out.append(GemmConfig(128, w, 128, 1, 1, "cooperative"))
     return list(dict.fromkeys(out))
@@ -109,24 +112,25 @@ def cluster_variants(M: int, N: int, K: int, num_sms: int):
     return list(dict.fromkeys(out))
 
 
-def contenders(M, N, K, num_sms, min_fill, extra, ab, clusters=False, before="one-wave"):
+def contenders(M, N, K, num_sms, min_fill, extra, ab, clusters=False, before="one-wave", token_clusters=False):
     """The configs timed beside the heuristic's pick: --ab the previous rule's pick, --clusters the pick's cluster
     variants (cluster_variants), else the candidates."""
     if ab:
         return list(dict.fromkeys([previous_config(M, N, num_sms, before), *extra]))
     if clusters:
         return list(dict.fromkeys([*cluster_variants(M, N, K, num_sms), *extra]))
-    return candidates(M, N, num_sms, min_fill, extra=extra)
+    return candidates(M, N, num_sms, min_fill, extra=extra, token_clusters=token_clusters)
 
 
-def build(pts, num_sms, min_fill, jobs, extra=(), ab=False, clusters=False, before="one-wave"):
+def build(pts, num_sms, min_fill, jobs, extra=(), ab=False, clusters=False, before="one-wave", token_clusters=False):
     import torch
     from scalemm.cutlass_kernels.configs import default_config
     from scalemm.gemm import _resolve_epilogue, bias_leaf, gemm_kernel_spec
     from scalemm.jit import build_many
     specs = []
     for _, M, N, K in pts:
-        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab, clusters, before)]:
+        for cfg in [default_config(M, N, K, num_sms=num_sms), *contenders(M, N, K, num_sms, min_fill, extra, ab, clusters, before,
+                                                                          token_clusters)]:
             tree = _resolve_epilogue(None, torch.bfloat16, bias=bias_leaf(False, True, cfg))
             specs.append(gemm_kernel_spec(cfg, fast_accum=True, out_dtype=torch.bfloat16, epilogue=tree)[0])
     for spec, err in build_many(specs, jobs=jobs):
@@ -148,6 +152,8 @@ def main():
                    help="time the heuristic's pick against the previous rule's (no candidates)")
     p.add_argument("--before", default="one-wave", choices=("one-wave", "clusters"),
                    help="with --ab: the rule before which change (previous_config)")
+    p.add_argument("--token-clusters", action="store_true",
+                   help="the one-wave ping-pong candidates with two token tiles in clusters of 2 along the tokens")
     p.add_argument("--clusters", action="store_true",
                    help="time the heuristic's pick against its cluster variants (cluster_variants; no candidates)")
     p.add_argument("--out", default="results")
@@ -156,17 +162,20 @@ def main():
     pts = points(args.points, ms, [x for x in args.layers.split(",") if x])
     extra = [config_of_key(k, swap=True) for k in args.extra.split(",") if k]
     if args.build:
-        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before)
+        build(pts, args.num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before,
+              args.token_clusters)
         return
     import torch
     from gemm_sweep import time_point
     from scalemm.cutlass_kernels.configs import default_config
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before)
+    build(pts, num_sms, args.min_fill, args.jobs, extra, args.ab, args.clusters, args.before,
+              args.token_clusters)
     print(f"GPU: {torch.cuda.get_device_name()} ({num_sms} SMs), torch {torch.__version__}")
     rows = []
     for label, M, N, K in pts:
-        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab, args.clusters, args.before)
+        cands = contenders(M, N, K, num_sms, args.min_fill, extra, args.ab, args.clusters, args.before,
+              args.token_clusters)
         us = time_point(M, N, K, True, configs=cands, with_bf16=False, num_sms=num_sms)
         mine = {k: v for k, v in us.items() if not k.startswith("torch")}
         best = min(mine, key=mine.get)

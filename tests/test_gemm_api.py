@@ -188,8 +188,8 @@ def test_decode_one_wave_rule():
 
 
 def test_decode_cluster_rule():
-    """65-128 tokens (fast accumulation): the pick in clusters of 2 along the tokens (the weights' tile multicast to
-    both token tiles) where its token tiles are unbalanced and it busies half the SMs; never at 1-64 tokens, never
+    """33-128 tokens (fast accumulation): the pick in clusters of 2 along the tokens (the weights' tile multicast to
+    both token tiles) where its token tiles are unbalanced and it busies 60% of the SMs; never at 1-32 tokens, never
     with one token tile, never in full accumulation."""
     from scalemm.cutlass_kernels.configs import sm90
     S = sm90.REFERENCE_SMS
@@ -200,16 +200,18 @@ def test_decode_cluster_rule():
     assert key(65, 4096) == "t64x128x128_c1x1_ping"       # 64 tiles: under half the SMs
     assert key(65, 18432) == "t128x144x128_c1x1_coop"     # one 128-token tile
     assert key(120, 4096) == "t64x64x128_c1x1_ping_swap"  # imbalance 128/120
+    assert key(33, 4096) == "t64x32x256_c1x2_ping_swap"   # two 32-token tiles, the second 1 token
+    assert key(33, 2048) == "t64x32x256_c1x1_ping_swap"   # 64 tiles
     assert key(65, 57344, fast_accum=False).count("_c1x1_") == 1
     for M in range(1, 129):
         for N in (576, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 9216, 10240, 12288, 18432, 28672, 57344):
             cfg = default_config(M, N, 4096)
             flat = replace(cfg, cluster_m=1, cluster_n=1)
             if cfg != flat:
-                assert cfg == sm90.token_cluster(flat) and M > 64
+                assert cfg == sm90.token_cluster(flat) and M > 32
                 assert sm90.token_imbalance(flat, M) >= sm90.DECODE_CLUSTER_MIN_IMBALANCE
                 assert sm90.tile_count(flat, M, N) >= sm90.DECODE_CLUSTER_MIN_BUSY * S
-            elif M > 64 and sm90.tile_count(cfg, M, N) >= sm90.DECODE_CLUSTER_MIN_BUSY * S:
+            elif M > 32 and sm90.tile_count(cfg, M, N) >= sm90.DECODE_CLUSTER_MIN_BUSY * S:
                 assert sm90.token_imbalance(cfg, M) < sm90.DECODE_CLUSTER_MIN_IMBALANCE
     assert sm90.token_imbalance(GemmConfig(128, 144, 128, 1, 1, "cooperative"), 65) == 1.0  # one token tile
 

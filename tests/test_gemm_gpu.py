@@ -75,7 +75,7 @@ def test_gemm_rowwise_bf16(M, N, K):
 
 
 @pytest.mark.parametrize("M,N,tile", [(17, 4096, "t64x16x256_c1x1_ping_swap"), (32, 4096, "t64x16x256_c1x1_ping_swap"),
-                                      (32, 6144, "t64x32x256_c1x1_ping_swap"), (33, 4096, "t64x32x256_c1x1_ping_swap"),
+                                      (32, 6144, "t64x32x256_c1x1_ping_swap"), (33, 4096, "t64x32x256_c1x2_ping_swap"),
                                       (48, 6144, "t64x48x128_c1x1_ping"), (64, 4096, "t64x32x256_c1x1_ping_swap"),
                                       (65, 4096, "t64x128x128_c1x1_ping"), (100, 4096, "t64x64x128_c1x2_ping_swap"),
                                       (72, 9216, "t64x144x128_c2x1_ping"), (65, 18432, "t128x144x128_c1x1_coop"),

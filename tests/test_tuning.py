@@ -82,7 +82,7 @@ def test_cached_entry_overrides_the_heuristic(cache, monkeypatch):
     assert _resolve(32, 4096, 4096) == configs.default_config(32, 4096, 4096)
     assert _resolve(65, 4096, 4096) == configs.default_config(65, 4096, 4096)
     assert _resolve(64, 4096, 4096, fast_accum=False) == configs.default_config(64, 4096, 4096, fast_accum=False)
-    assert _resolve(64, 4096, 4096, out_dtype=torch.float32) == heuristic
+    assert _resolve(64, 4096, 4096, out_dtype=torch.float32) == configs.default_config(64, 4096, 4096)
     assert _resolve(64, 4096, 4104) == configs.default_config(64, 4096, 4104)
     # gemm's plan (what it launches) takes it; an explicit config= wins over it
     monkeypatch.setattr(gemm_module, "_launcher", lambda spec: ("launcher", spec.name))

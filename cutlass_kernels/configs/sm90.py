@@ -386,15 +386,19 @@ def one_wave_decode_config(M: int, N: int, num_sms: int) -> GemmConfig | None:
     return next((c for c in candidates if tile_count(c, M, N) <= num_sms), None)
 
 
-# 65-128 tokens, fast accumulation (thirty-eighth session, H100, perf/results/h100/fp8_decode_clusters/, README.txt
+# 33-128 tokens, fast accumulation (thirty-eighth session, H100, perf/results/h100/fp8_decode_clusters/, README.txt
 # there): where the pick's two token tiles are unbalanced, the same tile in clusters of 2 along the tokens, so that
 # TMA multicasts each weight tile to both token tiles' CTAs and they stream it in step. ncu confirmed the comment
 # before DECODE_WIDTHS: Llama-3-405B qkv (302 MB of weights) read 519 MB from DRAM at 65 tokens in the swap-AB 64x64
-# kernel, 312 MB at 128 tokens, 306 MB at 65 tokens in clusters of 2 along the tokens. Over 247 points (49 layers of
-# 19 models at 65-128 tokens): 1.023x, the 96 changed points 1.059x (up to 1.62x: Llama-3-70B gate_up at 65 tokens;
-# min 0.98x). Below DECODE_CLUSTER_MIN_IMBALANCE the clusters gained 0.97-1.05x; with fewer tiles than
-# DECODE_CLUSTER_MIN_BUSY of the SMs (small layers, their weights held in L2) they lost up to 0.92x. 33-64 tokens
-# were not measured and keep clusters of 1.
+# kernel, 312 MB at 128 tokens, 306 MB at 65 tokens in clusters of 2 along the tokens. Fitted on 247 points (49
+# layers of 19 models at 65-128 tokens): 1.022x, the 92 changed points 1.060x (up to 1.62x: Llama-3-70B gate_up at 65
+# tokens). Below DECODE_CLUSTER_MIN_IMBALANCE the clusters gained 0.97-1.05x; on small layers (their weights held in
+# L2) with fewer tiles than half the SMs they lost up to 0.92x. Checked on 12 other layers at 9 other token counts:
+# 1.011x with half the SMs as the bound, the 31 changed points 1.042x, min 0.94x (GLM-4-9B qkv, 72 tiles); the bound
+# was then raised to DECODE_CLUSTER_MIN_BUSY (in-sample for that run: 1.012x, 28 points 1.050x, min 0.975x).
+# Then 33-64 tokens (swap-AB 64x32 picks with two token tiles), the bounds unchanged: 61 layers at 33 / 40 / 48 / 56
+# tokens, 20 changed points 1.062x, min 0.985x (up to 1.20x at 33 tokens). At 17-32 tokens two 16-token tiles never
+# reach the imbalance bound.
 DECODE_CLUSTER_MIN_IMBALANCE = 1.25
 DECODE_CLUSTER_MIN_BUSY = 0.6
 
@@ -407,8 +411,8 @@ def token_cluster(config: GemmConfig) -> GemmConfig:
 
 def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
     """17-128 tokens, fast accumulation: _token_tiles_config's pick, or from DECODE_ONE_WAVE_MIN_TOKENS the one-wave
-    tile (one_wave_decode_config) where the comment before DECODE_WIDTHS says it wins; above 64 tokens, in clusters
-    of 2 along the tokens where the comment before DECODE_CLUSTER_MIN_IMBALANCE says so."""
+    tile (one_wave_decode_config) where the comment before DECODE_WIDTHS says it wins; in clusters of 2 along the
+    tokens where the comment before DECODE_CLUSTER_MIN_IMBALANCE says so."""
     pick = _token_tiles_config(M, N, num_sms)
     if M < DECODE_ONE_WAVE_MIN_TOKENS:
         return pick
@@ -420,7 +424,7 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
         unbalanced = (M > 64 and token_imbalance(pick, M) > DECODE_OLD_MAX_IMBALANCE
                       and tile_count(wave, M, N) >= DECODE_UNBALANCED_MIN_BUSY * num_sms)
         pick = wave if busier or unbalanced else pick
-    if (M > 64 and token_imbalance(pick, M) >= DECODE_CLUSTER_MIN_IMBALANCE
+    if (token_imbalance(pick, M) >= DECODE_CLUSTER_MIN_IMBALANCE
             and tile_count(pick, M, N) >= DECODE_CLUSTER_MIN_BUSY * num_sms):
         return token_cluster(pick)
     return pick
@@ -428,13 +432,14 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
 
 def decode_tiles() -> tuple[GemmConfig, ...]:
     """The tiles the decode rules pick beside the swap-AB token tiles of _DECODE_TILES: one_wave_decode_config's (ping-pong
-    64 x w, cooperative 128 x w), the ping-pong 64 x w (two token tiles) and swap-AB 64x64 in clusters of 2 along the
-    tokens (token_cluster), and few_tokens_config's cooperative 128x16. The GPU tests run each; build set 'tests'
+    64 x w, cooperative 128 x w), the ping-pong 64 x w (two token tiles) and swap-AB 64x64 / 64x32 in clusters of 2
+    along the tokens (token_cluster), and few_tokens_config's cooperative 128x16. The GPU tests run each; build set 'tests'
     prebuilds them."""
     ping = [GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS if w >= DECODE_ONE_TILE_MIN_WIDTH]
     coop = [GemmConfig(128, w, 128, 1, 1, "cooperative") for w in DECODE_WIDTHS if w >= DECODE_TWO_TILES_MIN_WIDTH]
     clustered = [token_cluster(c) for c in ping if c.tile_n >= DECODE_TWO_TILES_MIN_WIDTH]
-    clustered.append(token_cluster(GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)))
+    clustered += [token_cluster(GemmConfig(64, 64, 128, 1, 1, "pingpong", swap_ab=True)),
+                  token_cluster(GemmConfig(64, 32, 256, 1, 1, "pingpong", swap_ab=True))]
     return (*ping, *coop, *clustered, GemmConfig(128, 16, 256, 1, 1, "cooperative", swap_ab=True))
 
 
