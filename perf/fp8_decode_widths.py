@@ -12,6 +12,10 @@ This script times, in one process per point (scalemm.timing: CUDA graphs, weight
   python perf/fp8_decode_widths.py --build                 # compile the candidates (no GPU needed)
   python perf/fp8_decode_widths.py --out DIR [--ms 64,128] [--points sweep|models|both]
   python perf/fp8_decode_widths.py --ab --points check --ms 36,44,... --out DIR   # the rule against the previous one
+      (--before one-wave: the rule before the one-wave tiles; --before clusters: before the clusters of 2)
+  python perf/fp8_decode_widths.py --clusters --points both --ms 1,16,65,... --out DIR   # the pick against its
+      clusters of 2 along the tokens and, up to 16 tokens, the 128-row swap-AB tile (cluster_variants)
+  python perf/fp8_decode_widths.py --token-clusters ...    # the one-wave candidates in clusters of 2 along the tokens
 
 Writes DIR/fp8_decode_widths.json (us per contender per point) and prints, per point, the best candidate and the
 heuristic against cuBLASLt per-tensor and rowwise.
