@@ -431,10 +431,10 @@ def _decode_config(M: int, N: int, num_sms: int) -> GemmConfig:
 
 
 def decode_tiles() -> tuple[GemmConfig, ...]:
-    """The tiles the decode rules pick beside the swap-AB token tiles of _DECODE_TILES: one_wave_decode_config's (ping-pong
-    64 x w, cooperative 128 x w), the ping-pong 64 x w (two token tiles) and swap-AB 64x64 / 64x32 in clusters of 2
-    along the tokens (token_cluster), and few_tokens_config's cooperative 128x16. The GPU tests run each; build set 'tests'
-    prebuilds them."""
+    """The tiles the decode rules pick beside the swap-AB token tiles of _DECODE_TILES: one_wave_decode_config's
+    (ping-pong 64 x w, cooperative 128 x w), the ping-pong 64 x w (two token tiles) and swap-AB 64x64 / 64x32 in
+    clusters of 2 along the tokens (token_cluster), and few_tokens_config's cooperative 128x16. The GPU tests run
+    each; build set 'tests' prebuilds them."""
     ping = [GemmConfig(64, w, 128, 1, 1, "pingpong") for w in DECODE_WIDTHS if w >= DECODE_ONE_TILE_MIN_WIDTH]
     coop = [GemmConfig(128, w, 128, 1, 1, "cooperative") for w in DECODE_WIDTHS if w >= DECODE_TWO_TILES_MIN_WIDTH]
     clustered = [token_cluster(c) for c in ping if c.tile_n >= DECODE_TWO_TILES_MIN_WIDTH]
