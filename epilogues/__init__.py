@@ -187,6 +187,10 @@ def accumulating(tree: Node, out_dtype) -> Node:
 # C++ emission
 # ---------------------------------------------------------------------------------------
 
+ROW_REGISTERS_NODE = "cutlass::epilogue::fusion::ScalemmRowBroadcastToRegisters"
+ROW_REGISTERS_INCLUDE = '#include "scalemm/sm90/row_broadcast.hpp"\n'
+
+
 @dataclass
 class Emitted:
     evt_type: str        # a C++ type, referencing `TileShape`
@@ -194,9 +198,19 @@ class Emitted:
     leaves: tuple        # pointer-taking leaves, in `ptrs` order
     source_dtype: str | None  # dtype of the C operand if the tree reads one
 
+    @property
+    def includes(self) -> str:
+        """The scalemm headers the EVT type needs beyond the kernel template's (the source's first lines)."""
+        return ROW_REGISTERS_INCLUDE if ROW_REGISTERS_NODE in self.evt_type else ""
 
-def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False) -> Emitted:
+
+def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False,
+         row_registers: bool = False) -> Emitted:
     """C++ for `tree` whose root is cast to `out_dtype`.
+
+    row_registers=True loads the row vectors (one value per tile column) straight into registers
+    (cutlass_kernels/include/scalemm/sm90/row_broadcast.hpp) instead of through shared memory: the dense FP8
+    GEMM's swap-AB kernels, whose rows are a few tokens wide (not with grouped=True).
 
     grouped=True emits the ptr-array form for grouped GEMMs: each vector leaf's `ptrs[i]` is a
     device array of per-group pointers (CUTLASS indexes it by group); a Source leaf there reads the
@@ -211,6 +225,8 @@ def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False)
     if grouped and any(isinstance(l, Scalar) for l in leaves):
         raise ValueError("grouped GEMM epilogues take RowVector/ColVector leaves only (a per-group value is "
                          "a vector leaf given one value per group)")
+    if grouped and row_registers:
+        raise ValueError("row_registers is for dense GEMMs (the grouped kernels keep CUTLASS's row broadcast)")
     if grouped and sources and sources != {dtype_name(out_dtype)}:
         raise ValueError("a grouped GEMM's Source leaf is its own output (accumulation into out): its dtype "
                          f"must be the output's, {dtype_name(out_dtype)}")
@@ -225,7 +241,8 @@ def emit(tree: Node, out_dtype, *, swap_ab: bool = False, grouped: bool = False)
             dyn = "{vec[%d] != 0, cute::_0{}, int64_t(0)}" % i if leaf.broadcast else "{cute::_1{}, cute::_0{}, int64_t(0)}"
         else:                   # one value per tile column: CUTLASS "row broadcast"
             stride = "cute::Stride<cute::_0, bool, int64_t>" if leaf.broadcast else "cute::Stride<cute::_0, cute::_1, int64_t>"
-            node = f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, {elem}, float, {stride}>"
+            node = (f"{ROW_REGISTERS_NODE}<0, TileShape, {elem}, float, {stride}, 1>" if row_registers else
+                    f"cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, {elem}, float, {stride}>")
             dyn = "{cute::_0{}, vec[%d] != 0, int64_t(0)}" % i if leaf.broadcast else "{cute::_0{}, cute::_1{}, int64_t(0)}"
         return node, "{static_cast<%s>(ptrs[%d]), %s(0), %s}" % (ptr_t, i, t, dyn)
 

@@ -30,7 +30,9 @@ def gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype: torch.d
 
 @functools.lru_cache(maxsize=None)
 def _spec(config, fast_accum, out_name, tree):
-    emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab)
+    # swap-AB: the tokens' row vector straight into registers (epilogues.emit's row_registers: 1-3% of a decode call,
+    # perf/results/h100/fp8_decode_clusters/README.txt item 11)
+    emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab, row_registers=config.swap_ab)
     digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
     name = f"fp8_gemm_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
     params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted)

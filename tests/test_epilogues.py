@@ -31,6 +31,28 @@ def test_swap_ab_swaps_row_and_column_roles():
     assert swapped.evt_type.index("Sm90RowBroadcast") < swapped.evt_type.index("Sm90ColBroadcast")
 
 
+def test_row_vectors_in_registers():
+    """row_registers=True (the dense FP8 GEMM's swap-AB kernels) emits scalemm's register row broadcast for the row
+    vectors only, asks for its header, and is refused for grouped kernels; the default keeps CUTLASS's."""
+    tree = epi.scaled("bf16")
+    rows = epi.emit(tree, "bf16", swap_ab=True, row_registers=True)
+    assert epi.ROW_REGISTERS_NODE in rows.evt_type and "Sm90RowBroadcast" not in rows.evt_type
+    assert "Sm90ColBroadcast" in rows.evt_type and rows.includes == epi.ROW_REGISTERS_INCLUDE
+    assert rows.args_expr == epi.emit(tree, "bf16", swap_ab=True).args_expr  # same arguments, same order
+    plain = epi.emit(tree, "bf16", swap_ab=True)
+    assert epi.ROW_REGISTERS_NODE not in plain.evt_type and plain.includes == ""
+    with pytest.raises(ValueError, match="row_registers is for dense GEMMs"):
+        epi.emit(tree, "bf16", swap_ab=True, grouped=True, row_registers=True)
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.gemm import gemm_kernel_spec
+    import torch
+    swap = gemm_kernel_spec(GemmConfig(64, 16, 256, 1, 1, "pingpong", swap_ab=True), fast_accum=True,
+                            out_dtype=torch.bfloat16, epilogue=tree)[0]
+    flat = gemm_kernel_spec(GemmConfig(64, 128, 128, 1, 1, "pingpong"), fast_accum=True, out_dtype=torch.bfloat16,
+                            epilogue=tree)[0]
+    assert dict(swap.params)["PRELUDE"] == epi.ROW_REGISTERS_INCLUDE and dict(flat.params)["PRELUDE"] == ""
+
+
 def test_activation_and_source_and_scalar_emit():
     tree = relu(Scalar("alpha") * Acc() + Source("f16"))
     em = epi.emit(tree, "f16")

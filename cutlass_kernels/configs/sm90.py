@@ -118,7 +118,7 @@ class GemmConfig:
         # The swapped kernel's output [N, M] column-major is our [M, N] row-major.
         layout = "cutlass::layout::ColumnMajor" if self.swap_ab else "cutlass::layout::RowMajor"
         return {
-            "PRELUDE": mma_prelude(self.tile_n),
+            "PRELUDE": mma_prelude(self.tile_n) + epilogue.includes,
             "TILE_M": str(self.tile_m), "TILE_N": str(self.tile_n), "TILE_K": str(self.tile_k),
             "CLUSTER_M": str(self.cluster_m), "CLUSTER_N": str(self.cluster_n),
             "ELEMENT_A": ELEMENTS[element], "ELEMENT_B": ELEMENTS[element],
