@@ -27,6 +27,23 @@ if "--build" in sys.argv:
     sys.exit()
 from gemm_sweep import time_point
 print(torch.cuda.get_device_name())
+if "--check-scalars" in sys.argv:  # swap-AB decode with one-value scales (dynamic broadcast), both accumulation modes
+    import scalemm
+    for M, N, K in ((1, 4096, 4096), (7, 2056, 1040), (16, 3072, 4096)):
+        g = torch.Generator(device="cuda").manual_seed(M + N)
+        a = torch.randn(M, K, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        b = torch.randn(N, K, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        vec_a, vec_b = torch.rand(M, device="cuda", generator=g) + 0.5, torch.rand(N, device="cuda", generator=g) + 0.5
+        one_a, one_b = torch.rand(1, device="cuda", generator=g) + 0.5, torch.rand(1, device="cuda", generator=g) + 0.5
+        for sa, sb in ((one_a, one_b), (vec_a, one_b), (one_a, vec_b), (vec_a, vec_b)):
+            for fast in (True, False):
+                ref = (a.float() @ b.float().T) * sa.reshape(-1, 1) * sb.reshape(1, -1)
+                out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                scalemm.gemm(a, b, sa, sb, out=out, fast_accum=fast)
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                print(f"scalars M={M} N={N} sa {sa.numel()} sb {sb.numel()} fast {fast}: nan {out.isnan().any().item()} "
+                      f"rel err {err:.2e}", flush=True)
+    sys.exit()
 if "--check" in sys.argv:  # the preset kernels against fp32 math on the same FP8 operands (partial tiles, a bias)
     import scalemm
     for M, N, K in POINTS + ((100, 2056, 1040), (7, 2056, 1040)):
