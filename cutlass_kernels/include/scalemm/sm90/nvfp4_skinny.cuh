@@ -118,6 +118,10 @@ template <class T>
 constexpr int64_t resident_bytes(int64_t rows, int64_t per_split) {
   return rows * resident_pitch(per_split) * int64_t(sizeof(T)) + 16;
 }
+// Output pairs a thread finishes at once after the split reduction: 2 for the wgmma loop (9-64 tokens: a thread has
+// several pairs), 1 for the mma.sync loops (1-8 tokens: at most one pair a thread at 8 tokens and 4+ splits).
+template <int kLoop>
+constexpr int kEpiloguePairs = is_wgmma(kLoop) ? 2 : 1;
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
@@ -806,19 +810,36 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
   __syncthreads();  // the stages may be reused (the partials live there)
 }
 
-// The epilogue of one output element of group `group`, token row `row`, column `col`:
-// act(fl(fl(scale_a * scale_b) * acc) + bias), cast (scalemm.epilogues.scaled's order, CUTLASS's
-// activation functors; the leaves addressed as abi.h's GroupedLeafMode says).
-template <class Out, class Act>
-__device__ __forceinline__ Out epilogue(float acc, Params const& p, int group, int row, int col) {
-  const float sa = p.scale_a[p.scale_a_mode == kLeafPerRow ? row : p.scale_a_mode == kLeafPerGroup ? group : 0];
-  const float sb = p.scale_b[p.scale_b_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col
-                             : p.scale_b_mode == kLeafPerGroup ? group : 0];
-  float v = (sa * sb) * acc;
-  if (p.bias_mode != kLeafNull) {
-    const Out* bias = static_cast<const Out*>(p.bias);
-    v = v + float(bias[p.bias_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col : col]);
+// The epilogue's leaves for the output pair of group `group`, token row `row`, columns `col`, `col` + 1 (addressed
+// as abi.h's GroupedLeafMode says), loaded apart from the arithmetic so that their loads can be in flight with the
+// partial sums' (every CTA's epilogue waits on both: ~15% of the wgmma loop's warp time at 64 tokens before,
+// perf/results/h200/nvfp4_m64_l2/).
+struct PairLeaves {
+  float sa, sb[2], bias[2];
+};
+template <class Out>
+__device__ __forceinline__ PairLeaves load_leaves(Params const& p, int group, int row, int col) {
+  PairLeaves l;
+  l.sa = __ldg(p.scale_a + (p.scale_a_mode == kLeafPerRow ? row : p.scale_a_mode == kLeafPerGroup ? group : 0));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l.sb[i] = __ldg(p.scale_b + (p.scale_b_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col + i
+                                 : p.scale_b_mode == kLeafPerGroup ? group : 0));
+    l.bias[i] = 0.f;
+    if (p.bias_mode != kLeafNull) {
+      const Out* bias = static_cast<const Out*>(p.bias);
+      l.bias[i] = float(bias[p.bias_mode == kLeafPerGroupVec ? int64_t(group) * p.n + col + i : col + i]);
+    }
   }
+  return l;
+}
+
+// The epilogue of output i of a pair: act(fl(fl(scale_a * scale_b) * acc) + bias), cast (scalemm.epilogues.scaled's
+// order, CUTLASS's activation functors).
+template <class Out, class Act>
+__device__ __forceinline__ Out epilogue(float acc, PairLeaves const& l, int i, bool has_bias) {
+  float v = (l.sa * l.sb[i]) * acc;
+  if (has_bias) v = v + l.bias[i];
   return cutlass::NumericConverter<Out, float, cutlass::FloatRoundStyle::round_to_nearest>{}(Act{}(v));
 }
 
@@ -1029,26 +1050,54 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
 
     // CTA `split` finishes every splits-th pair of outputs (one token, two weight rows) of the
     // cluster's tile, adding the partials of CTAs 0, 1, ... in that order.
-    // n is even (16-byte output rows), so a pair never straddles n and stores as one.
-    for (int e = split * blockDim.x + threadIdx.x; e < count * (kTileN / 2); e += splits * blockDim.x) {
-      const int tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-      float2 sum = make_float2(0.f, 0.f);
+    // n is even (16-byte output rows), so a pair never straddles n and stores as one. A thread takes
+    // kEpiloguePairs of its pairs at once: their leaves' and partials' loads are all issued before the first sum
+    // is needed (one pair at a time, each waited for its partials, then for its leaves). Bit-identical; H200, the
+    // default dispatch against the previous code, two runs each (perf/results/h200/nvfp4_epilogue_leaves/round2):
+    // 1.01x at 1-8 tokens (W4A16 and W4A4), 1.02x at 16, 48 and 64, 0.98x at 32 (geomeans over nine layers).
+    const int pairs = count * (kTileN / 2), stride = splits * blockDim.x, out_group = group_of_cta();
+    for (int e0 = split * blockDim.x + threadIdx.x; e0 < pairs; e0 += kEpiloguePairs<kLoop> * stride) {
+      PairLeaves leaves[kEpiloguePairs<kLoop>];
+      float2 sum[kEpiloguePairs<kLoop>];
+      int at[kEpiloguePairs<kLoop>];  // the pair's place in the partials: token row, then weight row of the tile
+#pragma unroll
+      for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+        const int e = e0 + j * stride, tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
+        at[j] = tok * kPitch + col;
+        sum[j] = make_float2(0.f, 0.f);
+        if (e < pairs) leaves[j] = load_leaves<Out>(p, out_group, block + tok, min(n0 + col, p.n - 2));
+      }
       if (splits == 1) {  // this CTA's own partials (0.f +: the same bits as the sum below)
-        const float2 v = *reinterpret_cast<const float2*>(&partial[tok * kPitch + col]);
-        sum.x += v.x;
-        sum.y += v.y;
+#pragma unroll
+        for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+          if (e0 + j * stride < pairs) {
+            const float2 v = *reinterpret_cast<const float2*>(&partial[at[j]]);
+            sum[j].x += v.x;
+            sum[j].y += v.y;
+          }
+        }
       } else {
         for (int r = 0; r < splits; ++r) {
-          const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok * kPitch + col], r));
-          sum.x += v.x;
-          sum.y += v.y;
+#pragma unroll
+          for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+            if (e0 + j * stride < pairs) {
+              const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[at[j]], r));
+              sum[j].x += v.x;
+              sum[j].y += v.y;
+            }
+          }
         }
       }
-      const int c0 = n0 + col, row = block + tok;
-      if (c0 < p.n) {
-        const int group = group_of_cta();
-        Out pair[2] = {epilogue<Out, Act>(sum.x, p, group, row, c0), epilogue<Out, Act>(sum.y, p, group, row, c0 + 1)};
-        store_pair(d + int64_t(row) * p.n + c0, pair);
+#pragma unroll
+      for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+        const int e = e0 + j * stride, tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
+        const int c0 = n0 + col, row = block + tok;
+        if (e < pairs && c0 < p.n) {
+          const bool has_bias = p.bias_mode != kLeafNull;
+          Out pair[2] = {epilogue<Out, Act>(sum[j].x, leaves[j], 0, has_bias),
+                         epilogue<Out, Act>(sum[j].y, leaves[j], 1, has_bias)};
+          store_pair(d + int64_t(row) * p.n + c0, pair);
+        }
       }
     }
     // the partials are read before the next block overwrites them or a CTA leaves (a CTA's own: its barrier). The
