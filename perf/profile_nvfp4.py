@@ -8,7 +8,7 @@ kernel's prepared weight copy), so ncu can profile just it:
 
 --kernel skinny (the default at <= 8 tokens, with the default SkinnyConfig.mainloop), a main loop's name
 (SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
-the weight: cuBLAS, the anchor); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop /
+the weight: cuBLAS, the anchor); fp8 (scalemm's FP8 GEMM on FP8 copies, per-token x per-channel scales); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop /
 by the bf16 pass first (two kernels in the range). `bash scripts/device_run.sh profile` runs all four.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from scalemm.gemm_nvfp4 import gemm_nvfp4
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kernel", choices=("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16", "w4a4", "w4a4_pass"),
+    p.add_argument("--kernel", choices=("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16", "fp8", "w4a4", "w4a4_pass"),
                    default="skinny")
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--n", type=int, default=8192)
@@ -38,6 +38,12 @@ def main():
     if args.kernel == "bf16":
         def run():
             return torch.matmul(x, w16.T)
+    elif args.kernel == "fp8":  # scalemm's FP8 GEMM (its heuristic's pick), per-token x per-channel scales
+        a8, b8 = x.to(torch.float8_e4m3fn), w16.to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(M, device="cuda") + 0.5, torch.rand(N, device="cuda") + 0.5
+
+        def run():
+            return scalemm.gemm(a8, b8, sa, sb, out_dtype=torch.bfloat16, fast_accum=True)
     else:
         wq = scalemm.quantize_nvfp4(w16, scaling="token")
         if args.kernel == "skinny" or args.kernel in SKINNY_MAINLOOPS:
