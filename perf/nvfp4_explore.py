@@ -29,7 +29,7 @@ from quant_bench import moe_routing_counts  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
-from scalemm.cutlass_kernels.configs.sm90 import SKINNY_BLOCKS_SMALL_MAX_TOKENS  # noqa: E402
+from scalemm.cutlass_kernels.configs.sm90 import skinny_block_tiles  # noqa: E402
 from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
                                             default_nvfp4_grouped_config, nvfp4_decodes_activations,
                                             skinny_config_for_groups,
@@ -83,8 +83,8 @@ def point(M, N, K, which="all", loops=tuple(SKINNY_MAINLOOPS)):
     if which in ("loops", "wgmma"):  # the skinny kernel's main loops against bf16 cuBLAS ("wgmma": and the
         # CUTLASS kernel's pick, the wgmma loop's rival from 17 tokens; kernels of build_set("decode"))
         fns = {"torch_bf16": lambda i: torch.matmul(x, w16[i].T)}
-        # above 64 tokens: blocks of 32 or 64 tokens side by side (skinny_blocks_config's tiles)
-        base = skinny_config_for_tokens(M) or SkinnyConfig(4 if M <= SKINNY_BLOCKS_SMALL_MAX_TOKENS else 8)
+        # above 64 tokens: blocks of 32 or 64 tokens side by side, as skinny_blocks_config runs them
+        base = skinny_config_for_tokens(M) or SkinnyConfig(skinny_block_tiles(M))
         for w in ws:  # the prepared copies (wgmma loop, CUTLASS kernel) are made before the graphs are captured
             gemm_nvfp4(x, w, out=out, config=replace(base, mainloop="wgmma"))
         loops = [loop for loop in loops if loop != "resident" or base.token_tiles == 1]  # resident: 1 tile

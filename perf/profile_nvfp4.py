@@ -7,9 +7,10 @@ kernel's prepared weight copy), so ncu can profile just it:
       --section MemoryWorkloadAnalysis --section WarpStateStats python3 perf/profile_nvfp4.py --kernel skinny
 
 --kernel skinny (the default at <= 8 tokens, with the default SkinnyConfig.mainloop), a main loop's name
-(SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel) or bf16 (torch.matmul on a bf16 copy of
-the weight: cuBLAS, the anchor); fp8 (scalemm's FP8 GEMM on FP8 copies, per-token x per-channel scales); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop /
-by the bf16 pass first (two kernels in the range). `bash scripts/device_run.sh profile` runs all four.
+(SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel), bf16 (torch.matmul on a
+bf16 copy of the weight: cuBLAS, the anchor) or fp8 (scalemm's FP8 GEMM on FP8 copies, per-token x per-channel
+scales); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop / by the bf16 pass first
+(two kernels in the range). `bash scripts/device_run.sh profile` runs skinny, lean, cutlass and bf16.
 """
 from __future__ import annotations
 

@@ -736,11 +736,17 @@ SKINNY_BLOCKS_MAX_NK = 60 << 20
 SKINNY_BLOCKS_SMALL_MAX_TOKENS = 96  # blocks of 32 tokens up to here (65 tokens: 3 of 32, not a nearly empty 64)
 
 
+def skinny_block_tiles(M: int) -> int:
+    """Above 64 tokens: the 8-token tiles of each block the skinny kernel runs side by side (blocks of 32 tokens up to
+    SKINNY_BLOCKS_SMALL_MAX_TOKENS, then of 64)."""
+    return 4 if M <= SKINNY_BLOCKS_SMALL_MAX_TOKENS else 8
+
+
 def skinny_blocks_config(M: int, N: int, K: int, num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
     """Above 64 tokens: the skinny kernel's wgmma loop in blocks of tokens, where the comment before
     SKINNY_BLOCKS_MAX_WAVES says it beats the CUTLASS kernel, else None."""
     _check_sms(num_sms)
-    tiles = 4 if M <= SKINNY_BLOCKS_SMALL_MAX_TOKENS else 8
+    tiles = skinny_block_tiles(M)
     blocks = -(-M // (8 * tiles))
     ctas = -(-N // SKINNY_TILE_ROWS) * blocks
     if ctas <= SKINNY_BLOCKS_MAX_WAVES * num_sms and blocks * N * K <= SKINNY_BLOCKS_MAX_NK:
