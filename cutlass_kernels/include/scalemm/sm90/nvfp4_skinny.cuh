@@ -119,9 +119,12 @@ constexpr int64_t resident_bytes(int64_t rows, int64_t per_split) {
   return rows * resident_pitch(per_split) * int64_t(sizeof(T)) + 16;
 }
 // Output pairs a thread finishes at once after the split reduction: 2 for the wgmma loop (9-64 tokens: a thread has
-// several pairs), 1 for the mma.sync loops (1-8 tokens: at most one pair a thread at 8 tokens and 4+ splits).
-template <int kLoop>
-constexpr int kEpiloguePairs = is_wgmma(kLoop) ? 2 : 1;
+// several pairs), 1 for the mma.sync loops (1-8 tokens: at most one pair a thread at 8 tokens and 4+ splits) and
+// for the wgmma loop at 4 token tiles, whose 128-register bound (kMinBlocks) has no room for a second pair's leaves
+// and partials: ptxas spilled 16-20 bytes there, and 32 tokens ran 2% slower than one pair (H200,
+// perf/results/h200/nvfp4_epilogue_leaves/); one pair there: 1.04-1.05x (perf/results/h200/nvfp4_wgmma_stages/).
+template <int kTokenTiles, int kLoop>
+constexpr int kEpiloguePairs = is_wgmma(kLoop) && kTokenTiles != 4 ? 2 : 1;
 // CTAs per SM the kernel is compiled for (launch bounds; 0: no bound). At 1 token tile without a
 // bound ptxas hoists every slot's loads and token reads (166 registers, 3 CTAs per SM); 4 CTAs fit in
 // 128 registers. At 2 tiles the bound costs a few bytes of spills outside the loop (149 registers
@@ -812,8 +815,8 @@ __device__ __forceinline__ void wgmma_loop(float (&acc)[kTokenTiles][4], Params 
 
 // The epilogue's leaves for the output pair of group `group`, token row `row`, columns `col`, `col` + 1 (addressed
 // as abi.h's GroupedLeafMode says), loaded apart from the arithmetic so that their loads can be in flight with the
-// partial sums' (every CTA's epilogue waits on both: ~15% of the wgmma loop's warp time at 64 tokens before,
-// perf/results/h200/nvfp4_m64_l2/).
+// partial sums' (every CTA's epilogue waits on both: with the main loop's tail and the cluster barriers, 23-27% of
+// the wgmma loop's warp-stall samples at 16-64 tokens fell after the main loop before, perf/results/h200/nvfp4_m64_l2/).
 struct PairLeaves {
   float sa, sb[2], bias[2];
 };
@@ -1054,24 +1057,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
     // kEpiloguePairs of its pairs at once: their leaves' and partials' loads are all issued before the first sum
     // is needed (one pair at a time, each waited for its partials, then for its leaves). Bit-identical; H200, the
     // default dispatch against the previous code, two runs each (perf/results/h200/nvfp4_epilogue_leaves/round2):
-    // 1.01x at 1-8 tokens (W4A16 and W4A4), 1.02x at 16, 48 and 64, 0.98x at 32 (geomeans over nine layers).
+    // 1.01x at 1-8 tokens (W4A16 and W4A4), 1.02x at 16, 48 and 64.
+    constexpr int kPairs = kEpiloguePairs<kTokenTiles, kLoop>;
     const int pairs = count * (kTileN / 2), stride = splits * blockDim.x, out_group = group_of_cta();
-    for (int e0 = split * blockDim.x + threadIdx.x; e0 < pairs; e0 += kEpiloguePairs<kLoop> * stride) {
-      PairLeaves leaves[kEpiloguePairs<kLoop>];
-      float2 sum[kEpiloguePairs<kLoop>];
-      int at[kEpiloguePairs<kLoop>];  // the pair's place in the partials: token row, then weight row of the tile
+    for (int e0 = split * blockDim.x + threadIdx.x; e0 < pairs; e0 += kPairs * stride) {
+      PairLeaves leaves[kPairs];
+      float2 sum[kPairs];
+      int tok[kPairs], col[kPairs];  // pair j: token row of the block, first column of the tile
 #pragma unroll
-      for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
-        const int e = e0 + j * stride, tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-        at[j] = tok * kPitch + col;
+      for (int j = 0; j < kPairs; ++j) {
+        const int e = e0 + j * stride;
+        tok[j] = e / (kTileN / 2), col[j] = 2 * (e % (kTileN / 2));
         sum[j] = make_float2(0.f, 0.f);
-        if (e < pairs) leaves[j] = load_leaves<Out>(p, out_group, block + tok, min(n0 + col, p.n - 2));
+        if (e < pairs) leaves[j] = load_leaves<Out>(p, out_group, block + tok[j], min(n0 + col[j], p.n - 2));
       }
       if (splits == 1) {  // this CTA's own partials (0.f +: the same bits as the sum below)
 #pragma unroll
-        for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+        for (int j = 0; j < kPairs; ++j) {
           if (e0 + j * stride < pairs) {
-            const float2 v = *reinterpret_cast<const float2*>(&partial[at[j]]);
+            const float2 v = *reinterpret_cast<const float2*>(&partial[tok[j] * kPitch + col[j]]);
             sum[j].x += v.x;
             sum[j].y += v.y;
           }
@@ -1079,9 +1083,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
       } else {
         for (int r = 0; r < splits; ++r) {
 #pragma unroll
-          for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
+          for (int j = 0; j < kPairs; ++j) {
             if (e0 + j * stride < pairs) {
-              const float2 v = *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[at[j]], r));
+              const float2 v =
+                  *reinterpret_cast<const float2*>(cluster.map_shared_rank(&partial[tok[j] * kPitch + col[j]], r));
               sum[j].x += v.x;
               sum[j].y += v.y;
             }
@@ -1089,14 +1094,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<kTokenTiles, kLoop>) n
         }
       }
 #pragma unroll
-      for (int j = 0; j < kEpiloguePairs<kLoop>; ++j) {
-        const int e = e0 + j * stride, tok = e / (kTileN / 2), col = 2 * (e % (kTileN / 2));
-        const int c0 = n0 + col, row = block + tok;
-        if (e < pairs && c0 < p.n) {
+      for (int j = 0; j < kPairs; ++j) {
+        const int c0 = n0 + col[j];
+        if (e0 + j * stride < pairs && c0 < p.n) {
           const bool has_bias = p.bias_mode != kLeafNull;
           Out pair[2] = {epilogue<Out, Act>(sum[j].x, leaves[j], 0, has_bias),
                          epilogue<Out, Act>(sum[j].y, leaves[j], 1, has_bias)};
-          store_pair(d + int64_t(row) * p.n + c0, pair);
+          store_pair(d + int64_t(block + tok[j]) * p.n + c0, pair);
         }
       }
     }
