@@ -10,12 +10,13 @@ base = runs(sys.argv[2])
 keys = sorted(base[0])
 for v in sys.argv[3:]:
     var = runs(v)
-    for kind in ("w4a16", "w4a4"):
+    kinds = sorted(base[0][keys[0]].keys() - {"bf16"})  # ab_defaults: w4a16, w4a4; ab_splits: s0, s1, ...
+    for kind in kinds:
         for M in sorted({k[0] for k in keys}):
             rs = [min(h[k][kind] for h in base) / min(r[k][kind] for r in var) for k in keys if k[0] == M]
             print(f"{v:5s} {kind:5s} M={M:3d} {gm(rs):.3f}  " + " ".join(f"{r:.2f}" for r in rs))
-    rs = [min(h[k][kind] for h in base) / min(r[k][kind] for r in var) for k in keys for kind in ("w4a16", "w4a4")]
+    rs = [min(h[k][kind] for h in base) / min(r[k][kind] for r in var) for k in keys for kind in kinds]
     print(f"{v:5s} all {gm(rs):.3f} min {min(rs):.3f} max {max(rs):.3f}")
 if len(base) > 1:
-    rs = [base[0][k]["w4a16"] / base[1][k]["w4a16"] for k in keys]
-    print(f"{sys.argv[2]}1/{sys.argv[2]}2 w4a16 {gm(rs):.3f} min {min(rs):.3f} max {max(rs):.3f}")
+    rs = [base[0][k][kind] / base[1][k][kind] for k in keys for kind in kinds]
+    print(f"{sys.argv[2]}1/{sys.argv[2]}2 {gm(rs):.3f} min {min(rs):.3f} max {max(rs):.3f}")
