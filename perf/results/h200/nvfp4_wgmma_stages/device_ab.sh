@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the working tree's build ("tree") and each variant (variants/<v>.cuh in place of nvfp4_skinny.cuh)
 # installed side by side, kernels from .jitcache-pack/$PACK; bit-for-bit outputs against the tree's, then
-# ab_defaults.py (AB=ab_splits: ab_splits.py) rounds in alternating order, then compare_ab.py (each variant's speed over the tree's).
+# ../nvfp4_epilogue_leaves/ab_defaults.py (AB=$R/ab_splits.py: fixed splits) rounds in alternating order, then compare_ab.py (each variant's speed over the tree's).
 # variants/<v>.cuh: `git show af88057:cutlass_kernels/include/scalemm/sm90/nvfp4_skinny.cuh > variants/<v>.cuh &&
 # patch variants/<v>.cuh variants/<v>.patch` (af88057.cuh: the first command alone).
 #   PACK=stages.tgz VARIANTS="p4 s86 s110" ROUNDS="1" BITS=1 bash perf/results/h200/nvfp4_wgmma_stages/device_ab.sh
@@ -29,7 +29,7 @@ fi
 for r in $ROUNDS; do
   order="tree $VARIANTS"; [ $((r % 2)) = 0 ] && order="$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')"
   for v in $order; do
-    PYTHONPATH=$(site $v) timeout 200 python3 $R/${AB:-ab_defaults}.py "$OUT/$v$r.json" --ms ${MS:-16,32,48,64} > "$OUT/$v$r.log" 2>&1 ||
+    PYTHONPATH=$(site $v) timeout 200 python3 ${AB:-perf/results/h200/nvfp4_epilogue_leaves/ab_defaults.py} "$OUT/$v$r.json" --ms ${MS:-16,32,48,64} > "$OUT/$v$r.log" 2>&1 ||
       { echo "$v$r FAILED"; tail -5 "$OUT/$v$r.log"; }
     echo "$v$r done at ${SECONDS}s"
   done
