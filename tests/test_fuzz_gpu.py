@@ -35,6 +35,8 @@ TOL = {BF16: 4e-3, F32: 1e-5}  # tests/test_gemm_gpu.py / test_nvfp4_gemm_gpu.py
 MODEL_DIMS = [576, 768, 1024, 1536, 2048, 2560, 2880, 3072, 4096, 5120, 5376, 6144, 7168, 8192, 11008, 12288,
               13824, 14336, 18432]
 CASES = int(os.environ.get("SCALEMM_FUZZ_CASES", "16"))  # per kind; more for a longer search
+FIRST = int(os.environ.get("SCALEMM_FUZZ_FIRST", "0"))  # the first seed: other cases than an earlier search's
+SEEDS = range(FIRST, FIRST + CASES)
 MAX_WORK = 1 << 35  # M * N * K per case (the fp64 reference stays ~1 ms)
 
 
@@ -184,6 +186,12 @@ def nvfp4_grouped(seed):
 
 KINDS = {"fp8_dense": fp8_dense, "nvfp4_dense": nvfp4_dense, "fp8_grouped": fp8_grouped,
          "nvfp4_grouped": nvfp4_grouped}
+# SCALEMM_FUZZ_KINDS=nvfp4_dense,nvfp4_grouped: only those GEMM kinds (their kernels alone are prebuilt)
+_only = [k for k in os.environ.get("SCALEMM_FUZZ_KINDS", "").split(",") if k]
+if set(_only) - set(KINDS):
+    raise ValueError(f"SCALEMM_FUZZ_KINDS names {sorted(set(_only) - set(KINDS))}: the kinds are {sorted(KINDS)}")
+if _only:
+    KINDS = {k: KINDS[k] for k in _only}
 
 
 # The quantizers, bit for bit against scalemm.reference on the same input (every output byte, padding included;
@@ -310,7 +318,7 @@ def prebuilt():
             for m in mods:
                 m.build = record
             for kind, fn in KINDS.items():
-                for seed in range(CASES):
+                for seed in SEEDS:
                     try:
                         fn(seed)
                     except Exception:  # _Missing, or what the test itself will report
@@ -325,14 +333,14 @@ def prebuilt():
         assert not failed, f"kernels failed to build: {failed}"
 
 
-@pytest.mark.parametrize("seed", range(CASES))
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_random_problem_matches_exact_reference(kind, seed, prebuilt):
     out, exact, tol, rows, peer = KINDS[kind](seed)
     _check(out, exact, tol, rows, peer)
 
 
-@pytest.mark.parametrize("seed", range(CASES))
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", list(QUANT_KINDS))
 def test_random_quantization_matches_reference(kind, seed, monkeypatch):
     QUANT_KINDS[kind](random.Random(seed), seed, monkeypatch)
