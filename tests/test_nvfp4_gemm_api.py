@@ -183,6 +183,13 @@ def test_skinny_config_and_heuristic():
         assert [default_nvfp4_skinny_config(M, 8200, 8192, x4) for M in Ms] == [t, t, t, w2, w2, None, w8, None]
         for N, K in ((28672, 8192), (4096, 16400), (24640, 4096), (8192, 12320)):  # larger: 9-16 only
             assert [default_nvfp4_skinny_config(M, N, K, x4) for M in Ms] == [t, t, t, w2, w2, None, None, None]
+    # NVFP4 activations at 9-16 tokens where N * K <= 12 x 2^20: the stepped loop (decoded in registers, no pass)
+    for N, K, small in ((2048, 4096, True), (3072, 4096, True), (576, 7168, True), (3072, 4128, False),
+                        (4096, 4096, False)):
+        for M in (9, 16):
+            assert default_nvfp4_skinny_config(M, N, K, True) == (t2 if small else w2), (M, N, K)
+            assert default_nvfp4_skinny_config(M, N, K, False) == w2
+        assert default_nvfp4_skinny_config(17, N, K, True) == w4 and default_nvfp4_skinny_config(8, N, K, True) == r1
     # above 64 tokens: blocks of 32 tokens up to 96, of 64 above, where ceil(N / 64) x blocks <= 1.5 x the SMs and
     # blocks x N x K <= 60 x 2^20
     kv_a = [default_nvfp4_skinny_config(M, 576, 7168) for M in (65, 96, 97, 128, 960, 961)]

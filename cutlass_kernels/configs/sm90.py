@@ -720,6 +720,13 @@ SKINNY_WGMMA_MAX_NK_32 = 1 << 26  # N * K <= this (8192^2 and smaller), and up t
 SKINNY_WGMMA_MAX_NK = 1 << 25    # N * K <= this (6144 x 4096 and smaller), or at 33-64 tokens on larger layers
 SKINNY_WGMMA_WIDE_MAX_K = 12288  # with K <= this and N <= SKINNY_WGMMA_WIDE_MAX_N (thirty-fifth session, below);
 SKINNY_WGMMA_WIDE_MAX_N = 24576  # the CUTLASS kernel elsewhere
+# NVFP4 activations at 9-16 tokens on small layers (N * K <= this): the stepped loop decoding them in its registers
+# rather than the bf16 decode pass + the wgmma loop. The pass is a fixed ~1.5-2 us launch; the stepped loop's cost of
+# decoding the tokens in every warp grows with N * K (fortieth session, H200, perf/results/h200/nvfp4_w4a4_16/: 1.01-1.30x
+# on all 22 layer shapes up to 12 x 2^20 weights at 9, 12 and 16 tokens, mixed above: 0.91-1.10x up to 2^24, 0.74-1.06x
+# beyond; the bound was set after the held-out run, which had 3584 x 3584 at 0.954x just above it. On an H100 sweep's
+# layers at 16 tokens the same comparison gave 0.97-1.20x inside the bound, perf/results/h100/sweeps_2026-11-28b/).
+SKINNY_X4_STEPPED_MAX_NK = 12 << 20
 
 
 # Above 64 tokens: the wgmma loop in blocks of 32 (up to 96 tokens) or 64 tokens side by side, where its CTAs (64 weight
@@ -775,6 +782,8 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     - NVFP4 activations up to 8 tokens: the resident loop (the tokens decoded once per CTA into shared memory
       instead of in every warp and chunk). The caller keeps it where the launcher's split leaves each CTA enough
       chunks of K (resident_pays) and its tokens fit; else the stepped loop;
+    - NVFP4 activations at 9-16 tokens on small layers (N * K <= SKINNY_X4_STEPPED_MAX_NK): the stepped loop, the
+      tokens decoded in its registers (no bf16 pass: 1.01-1.30x on an H200 there);
     - 33-64 tokens also where K <= 12288 and N <= 24576 (thirty-fifth session, H100, after the wgmma loop stopped
       copying a partial block's last token row into the rows past it, perf/results/h100/nvfp4_token_blocks/: on
       its 32 layers at 33, 48 and 64 tokens the 18 changed points ran 1.17x the CUTLASS kernel's speed,
@@ -785,6 +794,8 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
     if M <= SKINNY_DEFAULT_MAX_TOKENS:
         if nvfp4_activations:
             return SkinnyConfig(1, mainloop="resident")
+        return skinny_config_for_tokens(M)
+    if nvfp4_activations and M <= SKINNY_WGMMA_ANY_SHAPE_MAX_TOKENS and N * K <= SKINNY_X4_STEPPED_MAX_NK:
         return skinny_config_for_tokens(M)
     if M > 8 * SKINNY_TOKEN_TILES[-1]:
         return skinny_blocks_config(M, N, K, num_sms)
