@@ -17,7 +17,7 @@ for v in $VARIANTS; do
   rm -rf "/tmp/src-$v" "/tmp/site-$v"; mkdir -p "/tmp/src-$v"
   tar cf - --exclude=./.whl --exclude=./.jitcache-pack --exclude=./.jitcache --exclude=./perf/results --exclude=./.git . |
     tar xf - -C "/tmp/src-$v"
-  cp "$R/variants/$v.cuh" "/tmp/src-$v/cutlass_kernels/include/scalemm/sm90/nvfp4_skinny.cuh"
+  cp "${VDIR:-$R/variants}/$v.cuh" "/tmp/src-$v/cutlass_kernels/include/scalemm/sm90/nvfp4_skinny.cuh"
   (cd "/tmp/src-$v" && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
     --target "/tmp/site-$v" .) || echo "install $v FAILED"
 done
