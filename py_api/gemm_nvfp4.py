@@ -36,7 +36,7 @@ from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MA
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
-from .formats.nvfp4 import dequantize_nvfp4_grouped
+from .formats.nvfp4 import dequantize_nvfp4_grouped, exact_rows
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n, grouped_activation_offsets
 from .checks import check_options as check_gemm_options
@@ -277,7 +277,7 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     # mma.sync loops do, took 1.04-1.9x the time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call
     # that only plans (out None: skinny_splits) runs no pass; the kernel then never reads x.
     x4_kernel = x4 and cfg.mainloop != "wgmma"
-    decoded = dequantize_rows_bf16(a, offsets=offsets) if x4 and not x4_kernel and out is not None else None
+    decoded = bf16_rows(a, offsets=offsets) if x4 and not x4_kernel and out is not None else None
     spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else torch.bfloat16 if x4 else a.dtype,
                               out_dtype=out_dtype, activation=activation)
     device = b.qdata.device
@@ -507,6 +507,13 @@ def dequantize_rows_bf16(q, *, offsets=None, sf_offsets_table=None) -> torch.Ten
     return out
 
 
+def bf16_rows(q, *, offsets=None) -> torch.Tensor:
+    """The W4A16 kernels' bf16 operand for NVFP4 activations q: the exact rows its quantizer wrote beside it where
+    they are valid (formats.nvfp4.exact_rows; quantize.EXACT_ROWS_MAX), else dequantize_rows_bf16's pass. Same bits."""
+    rows = exact_rows(q)
+    return rows if rows is not None else dequantize_rows_bf16(q, offsets=offsets)
+
+
 # W4A4 on the CUTLASS kernel: who decodes the NVFP4 activations. "pass" (the default): a memory-bound pass
 # to bf16 first (dequantize_rows_bf16), then the W4A16 kernel. "mainloop": the kernel's consumer warps decode
 # each token tile in shared memory (cooperative tiles of 128 or 256 tokens, K % 32 == 0). Both give the same
@@ -581,7 +588,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         if _decode_in_mainloop(a, cfg, activation_decode):
             x, act, x_scales = a.qdata, "nvfp4", a.scales.data_ptr()
         else:
-            x = dequantize_rows_bf16(a)
+            x = bf16_rows(a)
             act = x.dtype
     else:
         scale_a, x, act = _one(device), a, a.dtype
@@ -776,7 +783,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         if _decode_in_mainloop(a, cfg, activation_decode):
             x, act, x_scales, x_sf_offsets = a.qdata, "nvfp4", a.scales.data_ptr(), a.sf_offsets.data_ptr()
         else:
-            x = dequantize_rows_bf16(a, offsets=offsets)
+            x = bf16_rows(a, offsets=offsets)
             act = x.dtype
     else:
         x, act, scale_a = a, a.dtype, (_one(device), ONE, 0)

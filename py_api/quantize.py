@@ -26,12 +26,18 @@ from .formats import MXFP8, NVFP4
 from .formats.base import check_amax, check_amax_used, check_delayed_amax, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
 from .formats.mxfp8 import MXFP8Tensor, mxfp8_shapes
-from .formats.nvfp4 import NVFP4Tensor, nvfp4_shapes
+from .formats.nvfp4 import NVFP4Tensor, attach_exact_rows, nvfp4_shapes
 from .jit import KernelSpec, build
 
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "advance_amax_history"]
 
 _U64_LIMIT = 1 << 64
+# The NVFP4 quantizers (dense and grouped activations, not stacked weights) on CUDA also write a rowwise copy's exact
+# bf16 rows (value(code) x block scale, no alpha) where it has at most this many rows: the W4A4 GEMMs take them as
+# their bf16 operand instead of running the decode pass, a launch of its own (~2 us on an H200 at 9-64 tokens, 7-30%
+# of those calls; perf/NOTES.md "W4A4 without the decode pass"). Its cost: M x K x 2 bytes more written, and held
+# with the container (formats.nvfp4.attach_exact_rows). Decode-sized batches only: prefill keeps its memory.
+EXACT_ROWS_MAX = 256
 _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
 # launcher -> its parameter struct (scalemm/abi.h), passed by pointer
 _ARGS = {"scalemm_quantize_nvfp4": "QuantizeNvfp4Args", "scalemm_quantize_fp8": "QuantizeFp8Args",
@@ -140,7 +146,7 @@ def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.d
 
 def _spec(dtype: torch.dtype) -> KernelSpec:
     return KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
-                      params={"IN_T": _CXX_TYPES[dtype]}, cutlass=False)
+                      params={"IN_T": _CXX_TYPES[dtype]})  # CUTLASS headers: the exact rows' decode (sm90/nvfp4_numerics.cuh)
 
 
 def _history_spec() -> KernelSpec:
@@ -208,16 +214,18 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
             col_amax = torch.empty(col["amax"][0], dtype=f32, device=dev)
             stats["col_amax" if token else ("amax_rht" if rht else "amax")] = col_amax
 
-    q_row = s_row = alpha_row = None
+    q_row = s_row = alpha_row = exact = None
     if rowwise:
         q_row, s_row, alpha_row = (_empty(*row[f], dev) for f in ("qdata", "scales", "alpha"))
+        if M <= EXACT_ROWS_MAX:
+            exact = _empty((M, K), torch.bfloat16, dev)
     q_col = s_col = alpha_col = None
     if columnwise:
         q_col, s_col, alpha_col = (_empty(*col[f], dev) for f in ("qdata", "scales", "alpha"))
     args = abi.QuantizeNvfp4Args(
         x=x2.data_ptr(), m=M, k=K, stats_amax=_p(stats.get("amax")), stats_amax_rht=_p(stats.get("amax_rht")),
         stats_row_amax=_p(stats.get("row_amax")), stats_col_amax=_p(stats.get("col_amax")), q_row=_p(q_row),
-        s_row=_p(s_row), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token), q_col=_p(q_col),
+        s_row=_p(s_row), exact_row=_p(exact), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token), q_col=_p(q_col),
         s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
         sr=int(sr), offset=offset, stream=_stream(dev), **_seed_fields(seed))
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(ctypes.byref(args))
@@ -230,9 +238,10 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     if not rowwise:
         return NVFP4Tensor._trusted(qdata=None, scales=None, alpha=None, amax=None, shape=(M, K), scaling=scaling,
                                     orig_dtype=x2.dtype, rht=False, columnwise=col)
-    return NVFP4Tensor._trusted(qdata=q_row, scales=s_row, alpha=alpha_row,
-                                amax=row_amax, shape=(M, K), scaling=scaling, orig_dtype=x2.dtype, rht=False,
-                                columnwise=col)
+    q = NVFP4Tensor._trusted(qdata=q_row, scales=s_row, alpha=alpha_row,
+                             amax=row_amax, shape=(M, K), scaling=scaling, orig_dtype=x2.dtype, rht=False,
+                             columnwise=col)
+    return q if exact is None else attach_exact_rows(q, exact)
 
 
 def _fp8_cuda(x2, scaling, rowwise, columnwise, amax=None, amax_out=None) -> FP8Tensor:
@@ -327,6 +336,10 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     Returns an NVFP4Tensor: qdata uint8 [M, K/2] (even element in the low nibble), scales
     float8_e4m3fn in the 128x4 swizzled layout with zero padding, alpha = S_dec (fp32, 0-d or
     [M]), amax; `.columnwise` likewise for x.T. No host synchronisation on CUDA.
+    On CUDA a rowwise copy of at most EXACT_ROWS_MAX (256) rows also carries its exact bf16 rows, value(code) x
+    block scale without alpha, written by the same kernel (M x K x 2 bytes more): the W4A4 GEMMs take them as their
+    bf16 operand instead of running the decode pass, with the same bits. They are private to the container and
+    dropped (the pass runs again) once its codes or scales are changed in place or replaced.
     """
     x2 = _as_matrix(x)
     M, K = x2.shape

@@ -36,8 +36,8 @@ from .formats.base import (Shapes, check_delayed_amax, check_host_offsets, check
                            check_scaling)
 from .formats.fp8 import GroupedFP8Tensor, grouped_fp8_shapes
 from .formats.mxfp8 import GroupedMXFP8, grouped_mxfp8_shapes
-from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, grouped_nvfp4_shapes, quantize_residual,
-                            residual_channels, residual_weight)
+from .formats.nvfp4 import (GroupedNVFP4Tensor, NVFP4Tensor, attach_exact_rows, grouped_nvfp4_shapes,
+                            quantize_residual, residual_channels, residual_weight)
 from .jit import KernelSpec, build
 
 __all__ = ["quantize_fp8_grouped", "quantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
@@ -91,7 +91,7 @@ def _check_grouped_args(x, offsets, block: int, scaling=None, rowwise=True, colu
 
 def _spec(dtype: torch.dtype) -> KernelSpec:
     return KernelSpec(name=f"quant_grouped_{str(dtype).split('.')[-1]}", template="quant_grouped.cu",
-                      params={"IN_T": _q._CXX_TYPES[dtype]}, cutlass=False)
+                      params={"IN_T": _q._CXX_TYPES[dtype]})  # CUTLASS headers: as quantize._spec
 
 
 def kernel_specs():
@@ -175,17 +175,19 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     g_amax = torch.empty(G, dtype=f32, device=dev) if need_g else None
     W = layout.wgrad_width(T, G)
     cb = layout.wgrad_scale_cols(T, G)
-    q_row = s_row = a_row = q_col = s_col = a_col = None
+    q_row = s_row = a_row = q_col = s_col = a_col = exact = None
     if rowwise:
         rows = grouped_nvfp4_shapes(T, K, G, scaling, "rows", scale_rows)
         q_row, s_row, a_row = (_q._empty(*rows[f], dev) for f in ("qdata", "scales", "alpha"))
+        if T <= _q.EXACT_ROWS_MAX and group_rows is None:  # activations, not stacked weights
+            exact = _q._empty((T, K), torch.bfloat16, dev)
     if columnwise:
         cols = grouped_nvfp4_shapes(T, K, G, scaling, "wgrad")
         q_col, s_col, a_col = (_q._empty(*cols[f], dev) for f in ("qdata", "scales", "alpha"))
     args = abi.QuantizeNvfp4GroupedArgs(
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), col_amax=_q._p(col_amax), q_row=_q._p(q_row),
-        s_row=_q._p(s_row), scale_rows=scale_rows, alpha_row=_q._p(a_row), q_col=_q._p(q_col), w=W,
+        s_row=_q._p(s_row), scale_rows=scale_rows, exact_row=_q._p(exact), alpha_row=_q._p(a_row), q_col=_q._p(q_col), w=W,
         s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), offset=offset,
         stream=_q._stream(dev), **_q._seed_fields(seed))
     _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(ctypes.byref(args))
@@ -199,9 +201,10 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     if not rowwise:
         return GroupedNVFP4Tensor(None, None, None, None, None, offsets, (T, K), scaling, x.dtype,
                                   scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
-    return GroupedNVFP4Tensor(q_row, s_row, _table_slice(table, G, abi.kGroupTablePos128), a_row,
-                              row_amax if token else g_amax, offsets, (T, K), scaling, x.dtype,
-                              scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
+    q = GroupedNVFP4Tensor(q_row, s_row, _table_slice(table, G, abi.kGroupTablePos128), a_row,
+                           row_amax if token else g_amax, offsets, (T, K), scaling, x.dtype,
+                           scale_rows=scale_rows, columnwise=col, group_rows=group_rows)
+    return q if exact is None else attach_exact_rows(q, exact, offsets)
 
 
 def _mxfp8_grouped_cuda(x, offsets, G) -> GroupedMXFP8:
@@ -332,6 +335,8 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
     stochastic_rounding: SR of the e2m1 codes of both copies (docs/numerics.md section 9). Element e of a copy is
       its row-major index in [T, K] (rowwise) or in the [K, W] wgrad data (columnwise) and uses
       byte e of the Philox stream of (seed, offset); seed / offset / generator as quantize_nvfp4.
+    On CUDA a rowwise copy of at most quantize.EXACT_ROWS_MAX rows also carries its exact bf16 rows (rows past the
+    last group zero), which the W4A4 GEMMs take instead of a decode pass (see quantize_nvfp4).
     """
     G = _check_grouped_args(x, offsets, NVFP4.block_size, scaling, rowwise, columnwise)
     _q._check_bool(rht, "rht")

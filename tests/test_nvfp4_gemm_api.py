@@ -465,3 +465,36 @@ def test_prepared_copy_of_an_inference_tensor():
     before = _prepared_weight(w)
     w.add_(0)
     assert _prepared_weight(w) is not before
+
+
+def test_exact_rows_are_used_while_their_sources_are_unchanged(monkeypatch):
+    """The quantizers' exact bf16 rows (CUDA only; attached here by hand to CPU containers, whose version counters
+    behave the same): bf16_rows takes them instead of the decode pass while the codes, scales (and a grouped copy's
+    offsets) they were made from are the container's and unchanged in place; the quantizers on CPU attach none."""
+    import scalemm.gemm_nvfp4 as g
+    from scalemm.formats.nvfp4 import attach_exact_rows, exact_rows
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: "pass")
+    x = _data(6, 64, seed=9)
+    q = scalemm.quantize_nvfp4(x, scaling="token")
+    assert exact_rows(q) is None and g.bf16_rows(q) == "pass"
+    rows = ref.dequantize_nvfp4(q, torch.bfloat16, apply_alpha=False)
+    for change in (None, "codes", "scales", "rows", "replaced"):
+        q = attach_exact_rows(scalemm.quantize_nvfp4(x, scaling="token"), rows.clone())
+        if change == "codes":
+            q.qdata[0, 0] ^= 0x11
+        elif change == "scales":
+            q.scales.view(torch.uint8)[0] += 1
+        elif change == "rows":
+            exact_rows(q)[0, 0] = 1.0
+        elif change == "replaced":
+            q.scales = q.scales.clone()
+        got = g.bf16_rows(q)
+        assert (got == "pass") if change else torch.equal(got, rows), change
+    assert exact_rows(q.to("cpu")) is None  # a new container
+    offsets = torch.tensor([2, 6], dtype=torch.int32)
+    qg = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
+    assert exact_rows(qg) is None
+    attach_exact_rows(qg, rows.clone(), offsets)
+    assert torch.equal(g.bf16_rows(qg, offsets=offsets), rows)
+    offsets[0] = 3  # rerouted in place: the rows no longer describe the copy
+    assert g.bf16_rows(qg, offsets=offsets) == "pass"

@@ -58,6 +58,14 @@ def _rel_err(out, exact):
     return (err / exact.norm()).item() if exact.norm() > 0 else err.item()
 
 
+def _drop_exact_rows(a):
+    """a without the exact bf16 rows its quantizer wrote (the W4A4 GEMMs then run the decode pass)."""
+    from scalemm.formats.nvfp4 import exact_rows
+    assert exact_rows(a) is not None
+    a._exact = None
+    return a
+
+
 def _poisoned(M, N, dtype):
     return torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
 
@@ -204,6 +212,45 @@ def test_dequant_rows_is_exact(K):
     got = dequantize_rows_bf16(a)
     want = ref.dequantize_nvfp4(a, torch.float32, apply_alpha=False)
     assert torch.equal(got.float(), want)
+
+
+@pytest.mark.parametrize("M", [9, 16, 33, 64, 100, 129, 256])
+@pytest.mark.parametrize("N,K", [(4096, 4096), (576, 7168), (1000, 2080)])
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+def test_w4a4_exact_rows_same_bits(monkeypatch, M, N, K, a_scaling):
+    """W4A4 by the default dispatch (skinny wgmma loop, skinny blocks, CUTLASS kernel) on activations with the
+    quantizer's exact bf16 rows runs no decode pass, and its output has the bits of the same call after the pass."""
+    import scalemm.gemm_nvfp4 as g
+    w = _weights(N, K, "token", seed=M + N)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=M + K).to(torch.bfloat16), scaling=a_scaling)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    passes = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    with_rows = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(a, w, bias=bias, out=with_rows)
+    assert passes == []
+    passed = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(_drop_exact_rows(a), w, bias=bias, out=passed)
+    assert not with_rows.isnan().any()
+    assert torch.equal(with_rows, passed)
+    assert _rel_err(with_rows, _exact(a, w, bias)) <= TOL[torch.bfloat16]
+
+
+def test_w4a4_exact_rows_dropped_after_in_place_change(monkeypatch):
+    """Codes changed in place after quantization: the GEMM decodes the changed codes (the pass), not the stale rows."""
+    import scalemm.gemm_nvfp4 as g
+    passes = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    M, N, K = 32, 1024, 1024
+    w = _weights(N, K, "token", seed=5)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=6).to(torch.bfloat16), scaling="token")
+    a.qdata[:, :16] = 0x77  # every one of those codes now 6.0 * its block scale
+    out = _poisoned(M, N, torch.float32)
+    scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
+    assert passes == [1]
+    assert _rel_err(out, _exact(a, w)) <= 1e-5
 
 
 CONFIGS = [GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk)
@@ -482,7 +529,8 @@ def test_skinny_every_split_is_exact_and_deterministic(splits, loop):
 @pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "tensor"), ("token", "token")])
 def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling, via):
     """The skinny kernel's mma.sync loops decode the NVFP4 activations themselves (no bf16 pass); its wgmma loop
-    (the default above 8 tokens) takes them from the exact bf16 decode pass, alpha_a in its epilogue."""
+    (the default above 8 tokens) takes them as exact bf16 rows, alpha_a in its epilogue: the rows the quantizer
+    wrote beside them (no pass), or without those the decode pass's, with the same bits."""
     import scalemm.gemm_nvfp4 as g
     N, K = 4096, 2048
     w = _weights(N, K, w_scaling, seed=61)
@@ -495,10 +543,17 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
     monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
     if via == "default":  # up to 16 NVFP4 tokens the default is the skinny kernel
         assert config is not None
-        scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
-    else:
-        scalemm.gemm(a, w, out_dtype=torch.float32, out=out, config=config)
-    assert len(passes) == (config.mainloop == "wgmma")  # the decode pass runs for the wgmma loop only
+    outs = []
+    for exact in (True, False):
+        if not exact:
+            _drop_exact_rows(a)
+        outs.append(_poisoned(M, N, torch.float32))
+        scalemm.gemm(a, w, out_dtype=torch.float32, out=outs[-1], config=None if via == "default" else config)
+        # the decode pass runs for the wgmma loop only, and only without the quantizer's exact rows
+        assert len(passes) == (not exact and config.mainloop == "wgmma")
+        passes.clear()
+    assert torch.equal(outs[0], outs[1])
+    out = outs[0]
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
@@ -769,6 +824,61 @@ def test_grouped_w4a4_mainloop_decode_default_config(monkeypatch):
     assert not out.isnan().any(), "unwritten rows"
     assert torch.equal(out, passed)
     assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
+
+
+@pytest.mark.parametrize("sizes", [[3, 0, 5, 0, 0, 2, 1, 13], [1] * 8 + [0] * 8, [30, 0, 70, 1, 0, 17, 90, 24]],
+                         ids=["wgmma", "decode", "cutlass"])
+@pytest.mark.parametrize("a_scaling", ["tensor", "token"])
+def test_grouped_w4a4_exact_rows_same_bits(monkeypatch, sizes, a_scaling):
+    """Grouped W4A4 by the default dispatch on activations with the quantizer's exact rows (rows past the last
+    group: zeros, as the pass writes them): no decode pass, the bits of the same call after the pass."""
+    import scalemm.gemm_nvfp4 as g
+    G, N, K = len(sizes), 512, 1024
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=7).reshape(G, N, K).to(torch.bfloat16), scaling="token")
+    T = sum(sizes) + 5  # 5 rows past the last group
+    a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=8).to(torch.bfloat16), _offsets(sizes), scaling=a_scaling)
+    passes = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    outs = [torch.zeros(T, N, device="cuda") for _ in range(2)]
+    scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=outs[0])
+    assert passes == []
+    scalemm.grouped_gemm(_drop_exact_rows(a), w, None, out_dtype=torch.float32, out=outs[1])
+    assert len(passes) == (sizes != [1] * 8 + [0] * 8)  # the stepped loop at 1 row per expert decodes them itself
+    assert torch.equal(outs[0], outs[1])
+    assert _rel_err(outs[0][:T - 5], _exact_grouped(a, w, sizes, N)) <= 1e-5
+
+
+def test_grouped_w4a4_exact_rows_graph_replay_sees_new_routing():
+    """Quantize + grouped W4A4 GEMM (the skinny wgmma loop on the exact rows) captured once, replayed with new
+    offsets: the replayed quantizer rewrites the exact rows for the new routing."""
+    import scalemm.gemm_nvfp4 as g
+    G, N, K, T = 8, 512, 1024, 24
+    w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=43).reshape(G, N, K).to(torch.bfloat16))
+    x = _wide((T, K), seed=44).to(torch.bfloat16)
+    offsets = _offsets([3, 0, 5, 0, 0, 2, 1, 13])
+    out = torch.zeros(T, N, device="cuda")
+    loops, skinny = [], g._gemm_skinny
+
+    def step():
+        a = scalemm.quantize_nvfp4_grouped(x, offsets, scaling="token")
+        scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=out)
+        return a
+
+    step()  # build + load outside the capture
+    g._gemm_skinny = lambda *args, **kw: (loops.append(args[4].mainloop), skinny(*args, **kw))[1]
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            a = step()
+    finally:
+        g._gemm_skinny = skinny
+    assert loops == ["wgmma"]
+    for sizes in ([3, 0, 5, 0, 0, 2, 1, 13], [0, 12, 0, 6, 6, 0, 0, 0], [24, 0, 0, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6, 3, 0]):
+        offsets.copy_(_offsets(sizes))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel_err(out, _exact_grouped(a, w, sizes, N)) <= 1e-5
 
 
 def test_grouped_w4a4_graph_replay_sees_new_routing():

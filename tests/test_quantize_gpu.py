@@ -13,7 +13,7 @@ import torch
 import scalemm
 import scalemm.quantize as sq
 from scalemm import reference as ref
-from quantcheck import _bytes, assert_same_bytes, make_input  # noqa: F401
+from quantcheck import _bytes, assert_exact_rows, assert_same_bytes, make_input  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
@@ -86,6 +86,7 @@ def check_nvfp4(monkeypatch, x, **kw):
     want = ref.quantize_nvfp4(x, **kw)
     for got in run_poisoned(monkeypatch, lambda: sq.quantize_nvfp4(x, **kw)):
         assert_nvfp4_equal(got, want)
+        assert_exact_rows(got)
 
 
 @pytest.mark.parametrize("M,K", ROW_SHAPES)
@@ -152,6 +153,34 @@ def test_nvfp4_specials(monkeypatch, scaling):
     if scaling == "tensor":  # a finite given amax: Inf/NaN blocks alone go degenerate
         amax = torch.tensor(1e6, device="cuda")
         check_nvfp4(monkeypatch, x, scaling=scaling, amax=amax, columnwise=True)
+
+
+@pytest.mark.parametrize("M", [sq.EXACT_ROWS_MAX, sq.EXACT_ROWS_MAX + 1])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+def test_nvfp4_exact_rows_bound(monkeypatch, M, scaling):
+    """Up to EXACT_ROWS_MAX rows the rowwise copy carries its exact bf16 rows (check_nvfp4: the decode pass's bytes,
+    NaN / Inf blocks included), above none; with the columnwise copy and stochastic rounding too."""
+    x = make_input(M, 4096 + 48, seed=M, specials=True)
+    check_nvfp4(monkeypatch, x, scaling=scaling)
+    check_nvfp4(monkeypatch, x, scaling=scaling, columnwise=M % 16 == 0, stochastic_rounding=True, seed=7, offset=3)
+
+
+def test_nvfp4_exact_rows_follow_in_place_changes():
+    """The exact rows are used only while the copy they were made from is unchanged: an in-place change of the
+    codes or scales, or another tensor put in their place, drops them."""
+    from scalemm.formats.nvfp4 import exact_rows
+    x = make_input(64, 1024, seed=3)
+    for change in ("codes", "scales", "replace"):
+        q = sq.quantize_nvfp4(x, scaling="token")
+        assert exact_rows(q) is not None
+        if change == "codes":
+            q.qdata[0, 0] ^= 0x11
+        elif change == "scales":
+            q.scales.view(torch.uint8)[0] += 1
+        else:
+            q.qdata = q.qdata.clone()
+        assert exact_rows(q) is None, change
+    assert exact_rows(sq.quantize_nvfp4(x).to("cuda")) is None  # to(): a new container, no exact rows
 
 
 def test_nvfp4_all_zero(monkeypatch):

@@ -14,7 +14,7 @@ import torch
 import scalemm
 import scalemm.quantize as sq
 from scalemm import reference as ref
-from quantcheck import _bytes, assert_same_bytes, make_input  # noqa: F401
+from quantcheck import _bytes, assert_exact_rows, assert_same_bytes, make_input  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
@@ -104,6 +104,7 @@ def check_nvfp4(monkeypatch, x, offsets, **kw):
     want = ref.quantize_nvfp4_grouped(x, offsets, **kw)
     for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_nvfp4_grouped(x, offsets, **kw)):
         assert_grouped_nvfp4_equal(got, want)
+        assert_exact_rows(got, offsets)
 
 
 def check_mxfp8(monkeypatch, x, offsets):
@@ -204,20 +205,22 @@ def test_nvfp4_grouped_edges(monkeypatch, sizes, scaling):
         check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, stochastic_rounding=True, **SR_KW)
 
 
+@pytest.mark.parametrize("tokens", [500, 100])  # 100 (200 rows): with exact rows (quantize.EXACT_ROWS_MAX)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
-def test_nvfp4_grouped_dtypes_specials(monkeypatch, dtype, scaling):
-    counts = routing_counts(500, 8, seed=3, empty=(5,))
+def test_nvfp4_grouped_dtypes_specials(monkeypatch, dtype, scaling, tokens):
+    counts = routing_counts(tokens, 8, seed=3, empty=(5,))
     x = make_input(int(counts.sum()), 4096 + 16, dtype, seed=9, specials=True)
     check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling, columnwise=True)
     check_nvfp4(monkeypatch, x, offsets_of(counts), scaling=scaling)
 
 
+@pytest.mark.parametrize("T", [400, 200])  # 200: with exact rows (quantize.EXACT_ROWS_MAX)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
-def test_nvfp4_grouped_bad_offsets(monkeypatch, scaling):
-    T = 400
+def test_nvfp4_grouped_bad_offsets(monkeypatch, scaling, T):
     x = make_input(T, 64, seed=8)
-    for offs in ([100, 50, 300, 350], [-5, 120, 10_000, 390], [0, 0, 0, 0], [10, 20, 30, 40], [T + 5] * 3):
+    for offs in ([T // 4, T // 8, 3 * T // 4, 7 * T // 8], [-5, 120, 10_000, T - 10], [0, 0, 0, 0], [10, 20, 30, 40],
+                 [T + 5] * 3):
         check_nvfp4(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling,
                     columnwise=True)
         check_nvfp4(monkeypatch, x, torch.tensor(offs, dtype=torch.int32, device="cuda"), scaling=scaling)
@@ -300,6 +303,7 @@ def test_stacked(monkeypatch, E, N, K, scaling):
     want = ref.quantize_nvfp4_stacked(w, scaling=scaling)
     for got in run_poisoned(monkeypatch, lambda: scalemm.quantize_nvfp4_stacked(w, scaling=scaling)):
         assert_grouped_nvfp4_equal(got, want)
+        assert_exact_rows(got)  # weights: none
     rp, cp = ref.swizzled_size(N, K // 16)
     for e in (0, E - 1):  # the batched layout: expert e's block at byte e * Rp * Cp
         single = scalemm.quantize_nvfp4(w[e], scaling=scaling)

@@ -19,7 +19,8 @@ namespace q = scalemm::quant;
 extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
   cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
   if (a->stats_row_amax && a->q_row && !a->q_col && !a->rht && a->row_token)  // per-token rows: one kernel
-    return q::launch_nvfp4_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->stats_row_amax,
+    return q::launch_nvfp4_token_rows<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->exact_row, a->alpha_row,
+                                           a->stats_row_amax,
                                            (a->m + 127) / 128 * 128, q::DenseRows{a->m, nullptr, 0}, int(a->sr),
                                            a->seed, a->offset, a->seed_device, stream);
   if (a->stats_amax || a->stats_amax_rht || a->stats_row_amax || a->stats_col_amax) {
@@ -27,7 +28,8 @@ extern "C" int scalemm_quantize_nvfp4(scalemm::QuantizeNvfp4Args const* a) {
                                               a->stats_row_amax, a->stats_col_amax, int(a->rht), stream);
     if (err) return err;
   }
-  return q::launch_nvfp4<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->alpha_row, a->amax_row, int(a->row_token),
+  return q::launch_nvfp4<InT>(a->x, a->m, a->k, a->q_row, a->s_row, a->exact_row, a->alpha_row, a->amax_row,
+                              int(a->row_token),
                               a->q_col, a->s_col, a->alpha_col, a->amax_col, int(a->col_token), int(a->rht),
                               int(a->sr), a->seed, a->offset, a->seed_device, stream);
 }

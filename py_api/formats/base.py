@@ -335,10 +335,10 @@ class _Container:
     @classmethod
     def _trusted(cls, **fields):
         """Build without validation: for kernel outputs the quantizer just allocated with the
-        right shapes (validation costs ~10 us per call on the eager path). Every slot must be given."""
+        right shapes (validation costs ~10 us per call on the eager path). Every public slot must be given."""
         self = object.__new__(cls)
-        for name in cls.__slots__:
-            setattr(self, name, fields.pop(name))
+        for name in cls.__slots__:  # private slots (a leading _) default to None
+            setattr(self, name, fields.pop(name, None) if name.startswith("_") else fields.pop(name))
         if fields:
             raise TypeError(f"{cls.__name__}._trusted: unknown fields {sorted(fields)}")
         return self

@@ -14,7 +14,7 @@ from . import NVFP4, layout
 from .layout import SF_TILE_ROWS, grouped_scale_rows
 from .base import (Shapes, _Container, check_all_or_none, check_bool, check_columnwise, check_dequantize_dtype,
                    check_device, check_fields, check_grouped_columnwise, check_grouped_meta, check_orig_dtype,
-                   check_scaling, check_shape, move)
+                   check_scaling, check_shape, move, version)
 
 __all__ = ["NVFP4Tensor", "GroupedNVFP4Tensor", "nvfp4_shapes", "grouped_nvfp4_shapes", "e2m1_decode", "pack_fp4",
            "unpack_fp4", "dequantize_nvfp4", "dequantize_nvfp4_grouped", "residual_width", "residual_channels",
@@ -132,7 +132,7 @@ class NVFP4Tensor(_Container):
 
     _ROW = "qdata"
     __slots__ = ("qdata", "scales", "alpha", "amax", "shape", "scaling", "orig_dtype", "rht",
-                 "columnwise")
+                 "columnwise", "_exact")
 
     def __init__(self, qdata, scales, alpha, amax, shape, scaling, orig_dtype, rht=False,
                  columnwise=None):
@@ -153,6 +153,7 @@ class NVFP4Tensor(_Container):
         self.qdata, self.scales, self.alpha, self.amax = qdata, scales, alpha, amax
         self.shape, self.scaling, self.orig_dtype, self.rht = shape, scaling, orig_dtype, rht
         self.columnwise = columnwise
+        self._exact = None  # attach_exact_rows
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """[M, K] tensor of `dtype`: value(code) * block scale * alpha, computed in fp32.
@@ -202,7 +203,7 @@ class GroupedNVFP4Tensor(_Container):
 
     _ROW = "qdata"
     __slots__ = ("qdata", "scales", "sf_offsets", "alpha", "amax", "offsets", "shape", "scaling", "orig_dtype",
-                 "layout", "scale_rows", "columnwise", "group_rows", "rht")
+                 "layout", "scale_rows", "columnwise", "group_rows", "rht", "_exact")
 
     def __init__(self, qdata, scales, sf_offsets, alpha, amax, offsets, shape, scaling, orig_dtype,
                  layout="rows", scale_rows=None, columnwise=None, group_rows=None, rht=False):
@@ -231,6 +232,7 @@ class GroupedNVFP4Tensor(_Container):
         self.offsets, self.shape, self.scaling, self.orig_dtype = offsets, shape, scaling, orig_dtype
         self.layout, self.scale_rows, self.columnwise, self.group_rows = layout, scale_rows, columnwise, group_rows
         self.rht = rht
+        self._exact = None  # attach_exact_rows
 
     @property
     def num_groups(self) -> int:
@@ -254,6 +256,32 @@ class GroupedNVFP4Tensor(_Container):
         return (f"GroupedNVFP4Tensor(shape={self.shape}, groups={self.num_groups}, layout={self.layout!r}, "
                 f"scaling={self.scaling!r}, device={self.device}, orig_dtype={self.orig_dtype}, "
                 f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None}, rht={self.rht})")
+
+
+# The exact rows a quantizer may write beside a rowwise copy (scalemm.quantize.EXACT_ROWS_MAX): bf16 [M, K] =
+# value(code) x block scale, no alpha (docs/numerics.md section 4: exact in bf16), the bits the W4A4 GEMMs' decode
+# pass (scalemm.gemm_nvfp4.dequantize_rows_bf16) computes, so that a GEMM on the copy runs no pass. Private to the
+# container (not a field: to(), the constructor and copies of the fields do not carry it), and valid only while the
+# tensors it was made from are the container's and unchanged in place (their version counters).
+
+def attach_exact_rows(q, exact: torch.Tensor, *sources: torch.Tensor):
+    """Keep `exact` with the NVFP4Tensor / GroupedNVFP4Tensor q (its rowwise copy's exact rows, made from q.qdata,
+    q.scales and `sources`, e.g. the grouped offsets); returns q."""
+    tensors = (q.qdata, q.scales, exact) + sources
+    q._exact = (tensors, tuple(version(t) for t in tensors))
+    return q
+
+
+def exact_rows(q) -> Optional[torch.Tensor]:
+    """q's exact rows (attach_exact_rows), or None: none were written, or q.qdata / q.scales are other tensors now,
+    or one of the tensors they were made from changed in place since."""
+    rec = getattr(q, "_exact", None)
+    if rec is None:
+        return None
+    tensors, versions = rec
+    if tensors[0] is not q.qdata or tensors[1] is not q.scales:
+        return None
+    return tensors[2] if all(version(t) == v for t, v in zip(tensors, versions)) else None
 
 
 # ---------------------------------------------------------------------------

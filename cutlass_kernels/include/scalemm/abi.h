@@ -278,6 +278,7 @@ struct QuantizeNvfp4Args {
   float* stats_col_amax;      // [k] per-column amax (RHT'd when rht), or null
   uint8_t* q_row;             // rowwise codes uint8 [m, k / 2], or null
   uint8_t* s_row;             // rowwise e4m3 block scales, 128x4 swizzled
+  void* exact_row;            // bf16 [m, k] = value(code) x block scale of the rowwise copy (no alpha), or null
   float* alpha_row;           // rowwise S_dec, 0-d or [m]
   float const* amax_row;      // the amax the rowwise copy is scaled from, 0-d or [m]
   int64_t row_token;          // 1: per-row global scales, 0: one per tensor
@@ -398,6 +399,7 @@ struct QuantizeNvfp4GroupedArgs {
   uint8_t* q_row;             // codes [tokens, k / 2], or null
   uint8_t* s_row;             // e4m3 scales grouped along M
   int64_t scale_rows;         // rows of s_row (a multiple of 128)
+  void* exact_row;            // bf16 [tokens, k] = value(code) x block scale (rows past the last group 0), or null
   float* alpha_row;           // S_dec [groups] or [tokens]
   uint8_t* q_col;             // codes [k, w / 2], or null
   int64_t w;                  // the wgrad layout's padded token columns

@@ -28,28 +28,12 @@ struct Params {
 
 // One warp per (row, chunk of 128 words = 1024 codes): the row comes from the block index and its group
 // from one search per warp; lane l decodes words l + 32 j, j < 4, so each load and each 16-byte store of
-// the warp is contiguous. Decoded like the GEMM mainloop (scalemm/sm90/nvfp4_numerics.cuh): value * s *
+// the warp is contiguous. Decoded by sm90::exact_bf16_word (scalemm/sm90/nvfp4_numerics.cuh): value * s *
 // 2^-8 exactly in bf16, then * 2^8 (exact). (The previous kernel, one thread per word over a flat index
 // with a 64-bit division and a group search per word, was instruction-bound: 67% of memcpy grouped on an
 // H100 against 89% for this one, perf/NOTES.md.)
 constexpr int kChunkWords = 128;
 constexpr int kWarps = kThreads / 32;
-
-// One word of packed codes (8 elements, even ones in the low nibbles) of one 16-element block -> 4 bf16x2 of
-// value(code) x s exactly: `pair` is e4m3x4_to_scale_pairs' pair of that block's scale byte (s x 2^(126 - 8)).
-__device__ __forceinline__ uint4 decode_word_bf16(uint32_t word, uint32_t pair) {
-  const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
-  static_assert(sm90::kDecodeShift == 8, "update `up` with kDecodeShift");
-  uint32_t o[4];
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {  // byte b: elements 2b (low nibble) and 2b + 1
-    const uint32_t t = word >> (8 * b);
-    const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
-    o[b] = sm90::mul2<cutlass::bfloat16_t>(
-        sm90::mul2<cutlass::bfloat16_t>(sm90::e2m1x2_tiny<cutlass::bfloat16_t>(x), pair), up);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
 
 __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
   const int64_t words_per_row = p.k / 8;
@@ -81,11 +65,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_to_bf16(const Params p) {
     const int64_t w = w0 + 32 * j;
     if (w >= words_per_row) break;
     uint4 v = make_uint4(0, 0, 0, 0);  // rows past the last group
-    if (live) {
-      uint32_t pairs[4];
-      sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(scales[j], pairs);
-      v = decode_word_bf16(words[j], pairs[0]);
-    }
+    if (live) v = sm90::exact_bf16_word(words[j], scales[j]);
     out[w] = v;
   }
 }
@@ -187,10 +167,8 @@ __global__ void __launch_bounds__(kThreads) wgrad_to_bf16(const uint8_t* q, cons
   }
   const uint32_t s = __ldg(scales + at + quant::swizzle_offset(k, __ldg(local + b), __ldg(cp + b)));
   const uint2 codes = __ldg(reinterpret_cast<const uint2*>(q + (k * blocks + b) * 8));
-  uint32_t pairs[4];
-  sm90::e4m3x4_to_scale_pairs<cutlass::bfloat16_t>(s, pairs);  // pairs[0]: the block's (s, s)
-  dst[0] = decode_word_bf16(codes.x, pairs[0]);
-  dst[1] = decode_word_bf16(codes.y, pairs[0]);
+  dst[0] = sm90::exact_bf16_word(codes.x, s);
+  dst[1] = sm90::exact_bf16_word(codes.y, s);
 }
 
 inline int launch_wgrad_to_bf16(const uint8_t* q, const uint8_t* scales, const int64_t* base, const int32_t* local,

@@ -30,6 +30,7 @@
 
 #include "scalemm/group_offsets.cuh"
 #include "scalemm/quant_numerics.cuh"
+#include "scalemm/sm90/nvfp4_numerics.cuh"  // exact_bf16_word: the exact rows beside an NVFP4 rowwise copy
 
 namespace scalemm {
 namespace quant {
@@ -154,6 +155,7 @@ struct TileParams {
   // rowwise copy [M, K]: data, swizzled scales (Rp x Cp), global decode scale, amax input
   uint8_t* q_row;
   uint8_t* s_row;
+  void* exact_row;  // NVFP4: bf16 [M, K] exact rows (store_exact_block), or null
   float* g_row;  // NVFP4: alpha = S_dec; FP8: scale_inv; MXFP8: unused
   const float* amax_row;
   int row_token;
@@ -324,6 +326,16 @@ __device__ __forceinline__ uint2 nvfp4_block(const float (&v)[16], const Nvfp4Gl
   return nvfp4_pack16<SR>(v, mult, rnd, bm);
 }
 
+// The exact rows beside an NVFP4 rowwise copy (abi.h exact_row): a 16-element block's value(code) x s in bf16, the
+// bits the W4A4 GEMMs' decode pass writes (sm90::exact_bf16_word), so that a GEMM on them needs no pass. q: the
+// block's 16 packed codes, sb: its scale byte (a block outside x: zeros).
+__device__ __forceinline__ void store_exact_block(void* exact, int64_t row, int64_t K, int64_t col, uint2 q,
+                                                  uint32_t sb) {
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(exact) + row * K + col);
+  dst[0] = sm90::exact_bf16_word(q.x, sb);
+  dst[1] = sm90::exact_bf16_word(q.y, sb);
+}
+
 // One thread's 16-element block of the rowwise copy: row m, columns col..col+15 (block `blk`
 // of the tile's 4). The 4 threads of a tile row are 4 adjacent lanes.
 template <Format F, bool SR>
@@ -339,6 +351,7 @@ __device__ __forceinline__ void quantize_row_block(const TileParams& p, const fl
     const uint2 q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(p.K / 16) + col / 16,
                                     sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device), in, sb);
     if (in) *reinterpret_cast<uint2*>(p.q_row + m * (p.K / 2) + col / 2) = q;
+    if (in && p.exact_row != nullptr) store_exact_block(p.exact_row, m, p.K, col, q, sb);
     const uint32_t word = gather4_bytes(sb);
     const int64_t c = k0 / 16;  // the tile row's 4 scales are one aligned 32-bit store
     if (blk == 0 && m < p.rp_row && c < p.cp_row)
@@ -556,6 +569,7 @@ struct RowsParams {
   int tpr_log2;       // threads per position = 2^tpr_log2, 5..8
   uint8_t* q;
   uint8_t* s;         // NVFP4 swizzled scales (scale rows x cp)
+  void* exact;        // NVFP4: bf16 [M, K] exact rows (store_exact_block), or null
   float* g;           // [M] NVFP4 alpha = S_dec, FP8 scale_inv
   float* amax;        // [M] the rows' amax, or nullptr
   int64_t cp;
@@ -614,7 +628,10 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
       uint2 q = make_uint2(0u, 0u);
       if (in) q = nvfp4_block<SR>(v, gs.nv, static_cast<uint64_t>(m) * static_cast<uint64_t>(blocks) + b, seed,
                                   offset, in, sb);
-      if (r.write && b < blocks) *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
+      if (r.write && b < blocks) {
+        *reinterpret_cast<uint2*>(p.q + m * (p.K / 2) + 8 * b) = q;
+        if (p.exact != nullptr) store_exact_block(p.exact, m, p.K, 16 * b, q, sb);
+      }
       const uint32_t word = gather4_bytes(sb);
       if ((j & 3) == 0 && c < p.positions && b < p.cp)
         *reinterpret_cast<uint32_t*>(p.s + swizzle_offset(r.scale_row, b, p.cp)) = word;
@@ -720,12 +737,12 @@ int launch_rows(RowsParams<Rows> p, cudaStream_t stream) {
 
 // NVFP4 rows: `positions` launch positions (dense: Rp scale rows; grouped: the T rows), `rows` maps them.
 template <typename T, class Rows>
-int launch_nvfp4_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, uint8_t* s, float* alpha, float* amax,
-                            int64_t positions, Rows rows, int sr, uint64_t seed, uint64_t offset,
+int launch_nvfp4_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, uint8_t* s, void* exact, float* alpha,
+                            float* amax, int64_t positions, Rows rows, int sr, uint64_t seed, uint64_t offset,
                             const uint64_t* seed_device, cudaStream_t stream) {
   if (K % 16 != 0) return static_cast<int>(cudaErrorInvalidValue);
   RowsParams<Rows> p{};
-  p.x = x, p.M = M, p.K = K, p.q = q, p.s = s, p.g = alpha, p.amax = amax;
+  p.x = x, p.M = M, p.K = K, p.q = q, p.s = s, p.exact = exact, p.g = alpha, p.amax = amax;
   p.positions = positions, p.cp = ceil_div(K / 16, 4) * 4, p.rows = rows;
   p.seed = seed, p.offset = offset, p.seed_device = seed_device;
   return sr ? launch_rows<Format::kNVFP4, T, true>(p, stream) : launch_rows<Format::kNVFP4, T, false>(p, stream);
@@ -743,15 +760,16 @@ int launch_fp8_token_rows(const void* x, int64_t M, int64_t K, uint8_t* q, float
 }
 
 template <typename T>
-int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row, float* alpha_row,
-                 const float* amax_row, int row_token, uint8_t* q_col, uint8_t* s_col, float* alpha_col,
-                 const float* amax_col, int col_token, int rht, int sr, uint64_t seed, uint64_t offset,
-                 const uint64_t* seed_device, cudaStream_t stream) {
-  if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col)) return static_cast<int>(cudaErrorInvalidValue);
+int launch_nvfp4(const void* x, int64_t M, int64_t K, uint8_t* q_row, uint8_t* s_row, void* exact_row,
+                 float* alpha_row, const float* amax_row, int row_token, uint8_t* q_col, uint8_t* s_col,
+                 float* alpha_col, const float* amax_col, int col_token, int rht, int sr, uint64_t seed,
+                 uint64_t offset, const uint64_t* seed_device, cudaStream_t stream) {
+  if (K % 16 != 0 || (q_col && M % 16 != 0) || (!q_row && !q_col) || (exact_row && !q_row))
+    return static_cast<int>(cudaErrorInvalidValue);
   TileParams p{};
   p.x = x, p.M = M, p.K = K, p.tiles_k = tiles_k_for(Format::kNVFP4, K, q_col != nullptr);
-  p.q_row = q_row, p.s_row = s_row, p.g_row = alpha_row, p.amax_row = amax_row, p.row_token = row_token;
-  p.rp_row = ceil_div(M, 128) * 128, p.cp_row = ceil_div(K / 16, 4) * 4;
+  p.q_row = q_row, p.s_row = s_row, p.exact_row = exact_row, p.g_row = alpha_row, p.amax_row = amax_row;
+  p.row_token = row_token, p.rp_row = ceil_div(M, 128) * 128, p.cp_row = ceil_div(K / 16, 4) * 4;
   p.q_col = q_col, p.s_col = s_col, p.g_col = alpha_col, p.amax_col = amax_col, p.col_token = col_token;
   p.rp_col = ceil_div(K, 128) * 128, p.cp_col = ceil_div(M / 16, 4) * 4;
   p.seed = seed, p.offset = offset, p.seed_device = seed_device;

@@ -325,6 +325,7 @@ struct GQuantParams {
   // rowwise copy [T, K]
   uint8_t* q_row;
   uint8_t* s_row;  // NVFP4 / MXFP8 swizzled scales, row = position
+  void* exact_row;  // NVFP4: bf16 [T, K] exact rows (store_exact_block; rows past the last group zeros), or null
   int64_t cp_row;
   const float* amax_row;  // [G] (row_token = 0) or [T]
   int row_token;
@@ -389,6 +390,7 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
       q = nvfp4_block<SR>(v, g, n, sr_seed(p.seed, p.seed_device), sr_offset(p.offset, p.seed_device), in, sb);
     }
     if (write) *reinterpret_cast<uint2*>(p.q_row + s.row * (p.K / 2) + col / 2) = q;
+    if (write && p.exact_row != nullptr) store_exact_block(p.exact_row, s.row, p.K, col, q, sb);
     const uint32_t word = gather4_bytes(sb);
     const int64_t sc = k0 / 16;
     if (blk == 0 && c < p.space && sc < p.cp_row)
@@ -894,11 +896,11 @@ int launch_wgrad(const GWgradParams& p, cudaStream_t stream) {
 template <typename T>
 int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
                          float* g_amax, float* row_amax, float* col_amax, uint8_t* q_row, uint8_t* s_row,
-                         int64_t scale_rows, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
+                         int64_t scale_rows, void* exact_row, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
                          int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed, uint64_t offset,
                          const uint64_t* seed_device, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0) ||
-      (rht && !q_col))
+      (rht && !q_col) || (exact_row && !q_row))
     return kBadArgs;
   const bool own_col_amax = q_col && (token || rht);  // the columnwise amax lives in col_amax
   const bool need_g_amax = !token && (q_row || !own_col_amax);  // not for an RHT columnwise-only call
@@ -913,14 +915,14 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
           offsets, G, static_cast<int>(T_), table, s_row, bytes);
       const int e = static_cast<int>(cudaGetLastError());
       if (e) return e;
-      return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, T_,
+      return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, exact_row, alpha_row, row_amax, T_,
                                         GroupedRows{make_table(table, G), T_}, sr, seed, offset, seed_device, stream);
     }
     group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
     int e = static_cast<int>(cudaGetLastError());
     if (e) return e;
     if ((e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream))) return e;
-    return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, alpha_row, row_amax, scale_rows,
+    return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, exact_row, alpha_row, row_amax, scale_rows,
                                       GroupedScaleRows{tile_table(table, G), G}, sr, seed, offset, seed_device, stream);
   }
   int err = launch_setup_and_stats<T>(x, T_, K, offsets, G, table, need_g_amax ? g_amax : nullptr,
@@ -933,7 +935,7 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
     p.x = x, p.T = T_, p.K = K, p.tiles_k = ceil_div(K, kTileK), p.tb = tb;
     p.pos = tb.pos128, p.space = scale_rows, p.tiles = tile_table(table, G);
     if ((err = launch_tile_table(tb, T_, scale_rows, tile_table(table, G), stream))) return err;
-    p.q_row = q_row, p.s_row = s_row, p.cp_row = ceil_div(K / 16, 4) * 4;
+    p.q_row = q_row, p.s_row = s_row, p.exact_row = exact_row, p.cp_row = ceil_div(K / 16, 4) * 4;
     p.amax_row = token ? row_amax : g_amax, p.row_token = token;
     p.g_row = alpha_row, p.g_row_amax = p.amax_row, p.n_g_row = token ? T_ : G;
     p.seed = seed, p.offset = offset, p.seed_device = seed_device;

@@ -110,6 +110,26 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
   }
 }
 
+// value(code) x s exactly in bf16 (no global scale) for one word of packed codes (8 elements of one 16-element block,
+// even ones in the low nibbles) and that block's e4m3 scale byte `scale` (bits 7:0): the bf16 rows the W4A4 GEMMs
+// take, written by the decode pass (scalemm/nvfp4_dequant.cuh) and beside the rowwise copy by the quantizers
+// (scalemm/quant.cuh: exact_row). Two exact steps as above, value * s * 2^-kDecodeShift, then * 2^kDecodeShift.
+__device__ __forceinline__ uint4 exact_bf16_word(uint32_t word, uint32_t scale) {
+  using T = cutlass::bfloat16_t;
+  static_assert(kDecodeShift == 8, "update `up` with kDecodeShift");
+  const uint32_t up = 0x43804380u;  // bf16x2 (256, 256) = 2^kDecodeShift
+  uint32_t pairs[4];
+  e4m3x4_to_scale_pairs<T>(scale, pairs);
+  uint32_t o[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {  // byte b: elements 2b (low nibble) and 2b + 1
+    const uint32_t t = word >> (8 * b);
+    const uint32_t x = (t & 0xFu) | ((t & 0xF0u) << 12);
+    o[b] = mul2<T>(mul2<T>(e2m1x2_tiny<T>(x), pairs[0]), up);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 // Byte offset, inside one 512-byte atom of the 128x4 swizzled scale layout (docs/numerics.md
 // section 5), of the 4 scales of row r (0 <= r < 128): they are consecutive bytes.
 __device__ __forceinline__ int scale_atom_row_offset(int r) { return (r & 31) * 16 + (r >> 5) * 4; }
