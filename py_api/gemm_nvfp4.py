@@ -647,6 +647,9 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                              (128, 1, "pingpong", False), (16, 1, "pingpong", False), (128, 2, "cooperative", False),
                              (128, 1, "cooperative", True)]:
         cases.add((GemmConfig(128, n, 64, cm, 1, sched, swap_ab=True, stream_k=sk), bf16, f32))
+    for M in (100, 129, 256):  # W4A4 on the quantizer's exact rows (test_w4a4_exact_rows_same_bits)
+        for N, K in ((4096, 4096), (576, 7168), (1000, 2080)):
+            cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
     for M in (32, 64):  # the CUTLASS kernel's pick at decode, beside the skinny kernel (perf/nvfp4_explore.py)
         for N, K in DECODE_SHAPES:
             cases.add((default_nvfp4_config(M, N, K), bf16, bf16))
@@ -679,7 +682,7 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=act, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c in grouped_fused for act in ("nvfp4", bf16) for o in (f32, bf16)]
     grouped = {(default_nvfp4_grouped_config(T, G, 1, 1), torch.float32) for T, G in
-               ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8))}
+               ((517, 8), (777, 1), (8, 16), (1600, 64), (200, 8), (207, 8))}
     grouped.add((default_nvfp4_grouped_config(128, 64, 1, 1), bf16))  # decode MoE, beside the skinny kernel
     if name in ("explore", "all"):
         grouped |= {(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True), bf16) for n in (16, 32, 64, 128, 256)}

@@ -1,6 +1,6 @@
 """Kernel specs the default NVFP4 dispatch runs at ab_chain.py's points (132 SMs; SHAPES / EXPERTS / token counts
 copied from there) for the scalemm on sys.path (PYTHONPATH=a build's install): `python specs_chain.py [--build]
-[--pack OUT.tgz]` (the pack: those kernels' JIT-cache entries, ../nvfp4_wgmma_stages/pack_specs.py)."""
+[--tests] [--jobs N] [--pack OUT.tgz]` (--tests: also the NVFP4 GPU tests' kernels) (the pack: those kernels' JIT-cache entries, ../nvfp4_wgmma_stages/pack_specs.py)."""
 import os
 import sys
 
@@ -54,9 +54,13 @@ for E, N, K, _ in EXPERTS:
                 skinny(c, x4)
 allspecs = (list(specs.values()) + [dequant_kernel_spec()] + list(quant_specs())
             + [s for s in grouped_quant_specs() if s.name.endswith("bfloat16")])
+if "--tests" in sys.argv:  # + what tests/test_nvfp4_gemm_gpu.py and the quantizer GPU tests launch
+    from scalemm.gemm_nvfp4 import build_set
+    allspecs = list({s.name: s for s in allspecs + build_set("tests") + list(grouped_quant_specs())}.values())
 print(len(allspecs), sorted(s.name for s in allspecs))
 if "--build" in sys.argv:
-    print("failed:", [x[0].name for x in build_many(allspecs, jobs=2) if x[1]])
+    jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 2
+    print("failed:", [x[0].name for x in build_many(allspecs, jobs=jobs) if x[1]])
 if "--pack" in sys.argv:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "nvfp4_wgmma_stages"))
     from pack_specs import pack
