@@ -566,8 +566,10 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
     elif config is None and skinny_by_default():
-        skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=isinstance(a, NVFP4Tensor),
-                                                     num_sms=_num_sms(device))
+        # NVFP4 activations with their quantizer's exact rows run as W4A16 on those (bf16_rows); without, the rule
+        # for NVFP4 activations (the kernels that decode them in registers, or the pass)
+        decodes = isinstance(a, NVFP4Tensor) and exact_rows(a) is None
+        skinny = configs.default_nvfp4_skinny_config(M, N, K, nvfp4_activations=decodes, num_sms=_num_sms(device))
         if skinny is not None and skinny.mainloop == "resident":
             skinny = _resident_where_it_pays(skinny, M, N, K, out.dtype if out is not None else out_dtype, epilogue,
                                              device.index, configs)

@@ -22,6 +22,7 @@ import torch
 from . import abi
 from . import reference
 from .arch import kernel_arch, on_device
+from .cutlass_kernels.configs import sm90 as _sm90
 from .formats import MXFP8, NVFP4
 from .formats.base import check_amax, check_amax_used, check_delayed_amax, check_input, check_last_dim, check_scaling, check_u64
 from .formats.fp8 import FP8Tensor, fp8_shapes
@@ -33,11 +34,18 @@ __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "advance_amax_his
 
 _U64_LIMIT = 1 << 64
 # The NVFP4 quantizers (dense and grouped activations, not stacked weights) on CUDA also write a rowwise copy's exact
-# bf16 rows (value(code) x block scale, no alpha) where it has at most this many rows: the W4A4 GEMMs take them as
-# their bf16 operand instead of running the decode pass, a launch of its own (~2 us on an H200 at 9-64 tokens, 7-30%
-# of those calls; perf/NOTES.md "W4A4 without the decode pass"). Its cost: M x K x 2 bytes more written, and held
-# with the container (formats.nvfp4.attach_exact_rows). Decode-sized batches only: prefill keeps its memory.
+# bf16 rows (value(code) x block scale, no alpha) where it has EXACT_ROWS_MIN to EXACT_ROWS_MAX rows: the W4A4 GEMMs
+# then run as W4A16 on them instead of running the decode pass, a launch of its own (~2 us on an H200; perf/NOTES.md
+# "W4A4 without the decode pass"). Its cost: M x K x 2 bytes more written (0.05-0.6 us more per quantization on an
+# H200), and held with the container (formats.nvfp4.attach_exact_rows). Not below: up to 8 tokens the W4A4 GEMMs'
+# default (the skinny kernel's mma.sync loops) decodes the activations itself; not above: prefill keeps its memory.
+EXACT_ROWS_MIN = _sm90.SKINNY_DEFAULT_MAX_TOKENS + 1
 EXACT_ROWS_MAX = 256
+
+
+def exact_rows_wanted(rows: int) -> bool:
+    """Whether an NVFP4 quantizer on CUDA writes exact rows beside a rowwise copy of `rows` rows."""
+    return EXACT_ROWS_MIN <= rows <= EXACT_ROWS_MAX
 _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
 # launcher -> its parameter struct (scalemm/abi.h), passed by pointer
 _ARGS = {"scalemm_quantize_nvfp4": "QuantizeNvfp4Args", "scalemm_quantize_fp8": "QuantizeFp8Args",
@@ -217,7 +225,7 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     q_row = s_row = alpha_row = exact = None
     if rowwise:
         q_row, s_row, alpha_row = (_empty(*row[f], dev) for f in ("qdata", "scales", "alpha"))
-        if M <= EXACT_ROWS_MAX:
+        if exact_rows_wanted(M):
             exact = _empty((M, K), torch.bfloat16, dev)
     q_col = s_col = alpha_col = None
     if columnwise:
@@ -336,10 +344,10 @@ def quantize_nvfp4(x: torch.Tensor, *, scaling: str = "tensor", amax: Optional[t
     Returns an NVFP4Tensor: qdata uint8 [M, K/2] (even element in the low nibble), scales
     float8_e4m3fn in the 128x4 swizzled layout with zero padding, alpha = S_dec (fp32, 0-d or
     [M]), amax; `.columnwise` likewise for x.T. No host synchronisation on CUDA.
-    On CUDA a rowwise copy of at most EXACT_ROWS_MAX (256) rows also carries its exact bf16 rows, value(code) x
-    block scale without alpha, written by the same kernel (M x K x 2 bytes more): the W4A4 GEMMs take them as their
-    bf16 operand instead of running the decode pass, with the same bits. They are private to the container and
-    dropped (the pass runs again) once its codes or scales are changed in place or replaced.
+    On CUDA a rowwise copy of EXACT_ROWS_MIN to EXACT_ROWS_MAX (9-256) rows also carries its exact bf16 rows,
+    value(code) x block scale without alpha, written by the same kernel (M x K x 2 bytes more): the W4A4 GEMMs then
+    run as W4A16 on them, alpha_a in the epilogue, with no decode pass. They are private to the container and dropped
+    (the pass runs again) once its codes or scales are changed in place or replaced.
     """
     x2 = _as_matrix(x)
     M, K = x2.shape

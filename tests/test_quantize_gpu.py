@@ -155,11 +155,11 @@ def test_nvfp4_specials(monkeypatch, scaling):
         check_nvfp4(monkeypatch, x, scaling=scaling, amax=amax, columnwise=True)
 
 
-@pytest.mark.parametrize("M", [sq.EXACT_ROWS_MAX, sq.EXACT_ROWS_MAX + 1])
+@pytest.mark.parametrize("M", [sq.EXACT_ROWS_MIN - 1, sq.EXACT_ROWS_MIN, sq.EXACT_ROWS_MAX, sq.EXACT_ROWS_MAX + 1])
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_nvfp4_exact_rows_bound(monkeypatch, M, scaling):
-    """Up to EXACT_ROWS_MAX rows the rowwise copy carries its exact bf16 rows (check_nvfp4: the decode pass's bytes,
-    NaN / Inf blocks included), above none; with the columnwise copy and stochastic rounding too."""
+    """From EXACT_ROWS_MIN to EXACT_ROWS_MAX rows the rowwise copy carries its exact bf16 rows (check_nvfp4: the
+    decode pass's bytes, NaN / Inf blocks included), outside none; with the columnwise copy and stochastic rounding."""
     x = make_input(M, 4096 + 48, seed=M, specials=True)
     check_nvfp4(monkeypatch, x, scaling=scaling)
     check_nvfp4(monkeypatch, x, scaling=scaling, columnwise=M % 16 == 0, stochastic_rounding=True, seed=7, offset=3)

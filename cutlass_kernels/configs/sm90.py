@@ -783,7 +783,9 @@ def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool 
       instead of in every warp and chunk). The caller keeps it where the launcher's split leaves each CTA enough
       chunks of K (resident_pays) and its tokens fit; else the stepped loop;
     - NVFP4 activations at 9-16 tokens on small layers (N * K <= SKINNY_X4_STEPPED_MAX_NK): the stepped loop, the
-      tokens decoded in its registers (no bf16 pass: 1.01-1.30x on an H200 there);
+      tokens decoded in its registers (no bf16 pass: 1.01-1.30x on an H200 there). The caller asks for NVFP4
+      activations only without their quantizer's exact rows (quantize.EXACT_ROWS_MIN / MAX): with them the call
+      runs as W4A16 on those rows, with no pass either;
     - 33-64 tokens also where K <= 12288 and N <= 24576 (thirty-fifth session, H100, after the wgmma loop stopped
       copying a partial block's last token row into the rows past it, perf/results/h100/nvfp4_token_blocks/: on
       its 32 layers at 33, 48 and 64 tokens the 18 changed points ran 1.17x the CUTLASS kernel's speed,

@@ -17,7 +17,7 @@ EXPERTS = [(128, 1536, 2048, 8), (128, 4096, 1536, 8)]  # (E, N, K, top-k): Qwen
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
-p.add_argument("--ms", default="16,32,48,64,96,128,256")
+p.add_argument("--ms", default="1,4,8,16,32,48,64,96,128,256")
 p.add_argument("--ts", default="32,128,256")  # grouped rows (tokens x top-k)
 args = p.parse_args()
 points = []

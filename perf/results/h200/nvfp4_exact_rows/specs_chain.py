@@ -17,7 +17,7 @@ from scalemm.quantize_grouped import kernel_specs as grouped_quant_specs
 SHAPES = [(4096, 4096), (6144, 4096), (5120, 2048), (8192, 8192), (14336, 4096), (4096, 14336), (576, 7168),
           (24576, 1536), (2048, 4096)]
 EXPERTS = [(128, 1536, 2048, 8), (128, 4096, 1536, 8)]
-MS, TS = (16, 32, 48, 64, 96, 128, 256), (32, 128, 256)
+MS, TS = (1, 4, 8, 16, 32, 48, 64, 96, 128, 256), (32, 128, 256)
 sm90 = _configs.for_arch("sm90")
 bf = torch.bfloat16
 tree = epi.scaled(bf, bias=True, activation=None)
