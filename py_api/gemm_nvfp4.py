@@ -272,11 +272,13 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     M = a.shape[0]
     x4 = isinstance(a, (NVFP4Tensor, GroupedNVFP4Tensor))
     out_dtype = out.dtype if out is not None else out_dtype
-    # NVFP4 tokens: the mma.sync loops decode them in registers; the wgmma loop takes them decoded exactly to
-    # bf16 (code x block scale) by one pass, alpha_a staying for the epilogue (decoding them in every CTA, as the
-    # mma.sync loops do, took 1.04-1.9x the time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call
-    # that only plans (out None: skinny_splits) runs no pass; the kernel then never reads x.
-    x4_kernel = x4 and cfg.mainloop != "wgmma"
+    # NVFP4 tokens: every loop takes the exact bf16 rows their quantizer wrote (exact_rows; alpha_a stays for the
+    # epilogue), as W4A16: 1.10-1.18x the mma.sync loops' in-register decode on an H200's grouped decode (perf/NOTES.md
+    # "W4A4 without the decode pass"). Without those rows, the mma.sync loops decode them in registers and the wgmma
+    # loop takes them decoded by one pass (decoding them in every CTA, as the mma.sync loops do, took 1.04-1.9x the
+    # time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call that only plans (out None: skinny_splits) runs
+    # no pass; the kernel then never reads x.
+    x4_kernel = x4 and cfg.mainloop != "wgmma" and exact_rows(a) is None
     decoded = bf16_rows(a, offsets=offsets) if x4 and not x4_kernel and out is not None else None
     spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else torch.bfloat16 if x4 else a.dtype,
                               out_dtype=out_dtype, activation=activation)

@@ -8,10 +8,11 @@ set -u
 export COLUMNS=240 PYTHONUNBUFFERED=1
 R=perf/results/h200/nvfp4_exact_rows
 OUT=${OUT:-/tmp/chain-out}; mkdir -p "$OUT"
-if [ -z "${KEEP_CACHE:-}" ]; then  # KEEP_CACHE=1: a warm machine's cache of the call before (its builds kept)
-  rm -rf /tmp/scalemm-pack; mkdir -p /tmp/scalemm-pack
-  for p in ${PACKS:-}; do tar xzf ".jitcache-pack/$p" -C /tmp/scalemm-pack; done
-fi
+# KEEP_CACHE=1: add the packs to a warm machine's cache of the call before (its builds kept): a call carries at most
+# 64 MiB with the working tree, so a large set of kernels travels in two calls
+[ -z "${KEEP_CACHE:-}" ] && rm -rf /tmp/scalemm-pack
+mkdir -p /tmp/scalemm-pack
+for p in ${PACKS:-}; do tar xzf ".jitcache-pack/$p" -C /tmp/scalemm-pack; done
 export SCALEMM_CACHE_DIR=/tmp/scalemm-pack/.jitcache
 bash scripts/device_run.sh none >/dev/null 2>&1
 rm -rf /tmp/src-old /tmp/site-old; mkdir -p /tmp/src-old; tar xzf .jitcache-pack/old-src.tgz -C /tmp/src-old
