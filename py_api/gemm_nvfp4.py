@@ -278,8 +278,11 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     # loop takes them decoded by one pass (decoding them in every CTA, as the mma.sync loops do, took 1.04-1.9x the
     # time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call that only plans (out None: skinny_splits) runs
     # no pass; the kernel then never reads x.
-    x4_kernel = x4 and cfg.mainloop != "wgmma" and exact_rows(a) is None
-    decoded = bf16_rows(a, offsets=offsets) if x4 and not x4_kernel and out is not None else None
+    rows = exact_rows(a) if x4 else None
+    x4_kernel = x4 and rows is None and cfg.mainloop != "wgmma"
+    decoded = None
+    if x4 and not x4_kernel and out is not None:
+        decoded = rows if rows is not None else dequantize_rows_bf16(a, offsets=offsets)
     spec = skinny_kernel_spec(cfg, act_dtype="nvfp4" if x4_kernel else torch.bfloat16 if x4 else a.dtype,
                               out_dtype=out_dtype, activation=activation)
     device = b.qdata.device

@@ -33,12 +33,14 @@ from .jit import KernelSpec, build
 __all__ = ["quantize_nvfp4", "quantize_fp8", "quantize_mxfp8", "advance_amax_history"]
 
 _U64_LIMIT = 1 << 64
+_CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
 # The NVFP4 quantizers (dense and grouped activations, not stacked weights) on CUDA also write a rowwise copy's exact
 # bf16 rows (value(code) x block scale, no alpha) where it has EXACT_ROWS_MIN to EXACT_ROWS_MAX rows: the W4A4 GEMMs
 # then run as W4A16 on them instead of running the decode pass, a launch of its own (~2 us on an H200; perf/NOTES.md
-# "W4A4 without the decode pass"). Its cost: M x K x 2 bytes more written (0.05-0.6 us more per quantization on an
-# H200), and held with the container (formats.nvfp4.attach_exact_rows). Not below: up to 8 tokens the W4A4 GEMMs'
-# default (the skinny kernel's mma.sync loops) decodes the activations itself; not above: prefill keeps its memory.
+# "W4A4 without the decode pass"). Its cost: M x K x 2 bytes more written (0.1-0.9 us more per quantization on an
+# H200, 1.5 us at 256 x 14336), and held with the container (formats.nvfp4.attach_exact_rows). Not below: up to 8
+# tokens the W4A4 GEMMs' default (the skinny kernel's mma.sync loops) decodes the activations itself; not above:
+# prefill keeps its memory.
 EXACT_ROWS_MIN = _sm90.SKINNY_DEFAULT_MAX_TOKENS + 1
 EXACT_ROWS_MAX = 256
 
@@ -46,7 +48,8 @@ EXACT_ROWS_MAX = 256
 def exact_rows_wanted(rows: int) -> bool:
     """Whether an NVFP4 quantizer on CUDA writes exact rows beside a rowwise copy of `rows` rows."""
     return EXACT_ROWS_MIN <= rows <= EXACT_ROWS_MAX
-_CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
+
+
 # launcher -> its parameter struct (scalemm/abi.h), passed by pointer
 _ARGS = {"scalemm_quantize_nvfp4": "QuantizeNvfp4Args", "scalemm_quantize_fp8": "QuantizeFp8Args",
          "scalemm_quantize_mxfp8": "QuantizeMxfp8Args"}
@@ -233,8 +236,8 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
     args = abi.QuantizeNvfp4Args(
         x=x2.data_ptr(), m=M, k=K, stats_amax=_p(stats.get("amax")), stats_amax_rht=_p(stats.get("amax_rht")),
         stats_row_amax=_p(stats.get("row_amax")), stats_col_amax=_p(stats.get("col_amax")), q_row=_p(q_row),
-        s_row=_p(s_row), exact_row=_p(exact), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token), q_col=_p(q_col),
-        s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
+        s_row=_p(s_row), exact_row=_p(exact), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token),
+        q_col=_p(q_col), s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
         sr=int(sr), offset=offset, stream=_stream(dev), **_seed_fields(seed))
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(ctypes.byref(args))
 

@@ -26,3 +26,24 @@ for tag in a:
         ratios.setdefault((tag[0], c), []).append(a[tag][c] / b[tag][c])
 for (key, c), r in sorted(ratios.items()):
     print(f"{key:8s} {c:6s} geomean {math.exp(sum(map(math.log, r)) / len(r)):.3f} min {min(r):.3f} max {max(r):.3f}")
+
+
+def gm(v):
+    return math.exp(sum(map(math.log, v)) / len(v))
+
+
+# dense points by token range: speed over A, the quantizer's added microseconds, and W4A4 / W4A16 against bf16 cuBLAS
+for lo, hi in ((1, 8), (9, 16), (17, 64), (65, 256)):
+    tags = [t for t in a if t[0] == "points" and lo <= t[1] <= hi]
+    if not tags:
+        continue
+    parts = []
+    for c in ("w4a4", "chain", "quant"):
+        r = [a[t][c] / b[t][c] for t in tags]
+        parts.append(f"{c} {gm(r):.3f} (min {min(r):.3f}, max {max(r):.3f})")
+    dq = [b[t]["quant"] - a[t]["quant"] for t in tags]
+    vs = {f"{n}:{c}": gm([x[t]["bf16"] / x[t][c] for t in tags]) for n, x in (("A", a), ("B", b)) for c in ("w4a4", "w4a16")}
+    w = [b[t]["w4a4"] / b[t]["w4a16"] for t in tags]  # B's W4A16 speed over its W4A4 on the same tokens
+    print(f"tokens {lo}-{hi} ({len(tags)} points): " + ", ".join(parts)
+          + f"; quant {min(dq):+.2f}..{max(dq):+.2f} us; vs bf16 " + " ".join(f"{k} {v:.3f}" for k, v in vs.items())
+          + f"; B w4a16 over w4a4 {min(w):.3f}..{max(w):.3f}")
