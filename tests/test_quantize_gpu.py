@@ -321,7 +321,7 @@ def _rows_alone_and_with_columns(quantize, x, **kw):
 
 
 @pytest.mark.parametrize("M,K,specials", [(16, 28688, False), (272, 1024, True), (4096, 48, False),
-                                          (128, 4112, True), (16, 16, False)])
+                                          (128, 4112, True), (16, 16, False), (16, 16400, True)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_token_rows_kernel_matches_the_two_pass_path(monkeypatch, M, K, specials, dtype):
     """Bit for bit: the one-kernel rowwise copy and the rowwise copy of the stats + tile kernels, FP8 and NVFP4
@@ -339,6 +339,19 @@ def test_token_rows_kernel_matches_the_two_pass_path(monkeypatch, M, K, specials
             assert_nvfp4_equal(alone, ref.quantize_nvfp4(x, scaling="token", **sr))
             for f in ("qdata", "scales", "alpha", "amax"):
                 assert_same_bytes(getattr(alone, f), getattr(both, f), f"nvfp4 {f} {sr}")
+
+
+@pytest.mark.parametrize("M", [1, 7, 128, 129, 132, 133, 257])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_token_rows_few_rows_long_k(monkeypatch, M, dtype):
+    """Per-token rows of long rows at decode sizes, where the rows kernel gives a row up to 1024 threads (K = 16400:
+    1025 blocks, two for a row's first thread), FP8 and NVFP4 (RNE and stochastic rounding) against the reference;
+    the row counts straddle its one-wave bounds on a 132-SM GPU (dense NVFP4 counts the padding scale rows)."""
+    x = make_input(M, 16400, dtype, seed=M + 11, specials=True)
+    for got in run_poisoned(monkeypatch, lambda: sq.quantize_fp8(x, scaling="token")):
+        assert_fp8_equal(got, ref.quantize_fp8(x, scaling="token"))
+    check_nvfp4(monkeypatch, x, scaling="token")
+    check_nvfp4(monkeypatch, x, scaling="token", stochastic_rounding=True, seed=5, offset=3)
 
 
 def test_fp8_token_rows_specials(monkeypatch):

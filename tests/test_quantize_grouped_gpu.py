@@ -149,6 +149,20 @@ def test_fp8_grouped_edges(monkeypatch, sizes, scaling):
     check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling)  # per token: the one-kernel rows path
 
 
+@pytest.mark.parametrize("sizes", [[0, 1, 0, 3, 1], [70, 0, 62], [70, 0, 63]])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_token_rows_few_rows_long_k(monkeypatch, sizes, dtype):
+    """Per-token rows of long rows at decode sizes: the rows kernel gives a row up to 1024 threads where the launch
+    has few rows (K = 16400: 1025 blocks, two for a row's first thread), FP8 and NVFP4 (RNE and stochastic rounding);
+    132 / 133 rows straddle its one-CTA-per-SM bound on a 132-SM GPU and, in two groups, take the NVFP4 launcher's
+    other mapping (every scale row of the layout, GroupedScaleRows)."""
+    counts = torch.tensor(sizes)
+    x = make_input(int(counts.sum()), 16400, dtype, seed=len(sizes) + sum(sizes), specials=True)
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling="token")
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling="token")
+    check_nvfp4(monkeypatch, x, offsets_of(counts), scaling="token", stochastic_rounding=True, **SR_KW)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_fp8_grouped_dtypes_specials(monkeypatch, dtype, scaling):

@@ -527,9 +527,10 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 // the rowwise copy with per-token scaling in one kernel
 // ---------------------------------------------------------------------------
 // Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise
-// copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..256,
-// whole warps) owns a position of the launch (a row, or a padding scale row of the dense NVFP4 layout), reads its
-// row of x once for the amax (max over the threads: shuffles, then shared memory across the group's warps), and
+// copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..1024,
+// whole warps; launch_rows picks) owns a position of the launch (a row, or a padding scale row of the dense NVFP4
+// layout), reads its row of x once for the amax (max over the threads: shuffles, then shared memory across the
+// group's warps), and
 // reads it again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against the stats kernel
 // + memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it writes the same
 // bytes: the amax is a maximum, so the order of the reduction does not matter (max.NaN gives the canonical NaN
@@ -566,7 +567,7 @@ struct RowsParams {
   const void* x;
   int64_t M, K;
   int64_t positions;  // of the launch: FP8 M; NVFP4 dense Rp (padding rows included), grouped T
-  int tpr_log2;       // threads per position = 2^tpr_log2, 5..8
+  int tpr_log2;       // threads per position = 2^tpr_log2, 5..10 (at most the CTA's threads)
   uint8_t* q;
   uint8_t* s;         // NVFP4 swizzled scales (scale rows x cp)
   void* exact;        // NVFP4: bf16 [M, K] exact rows (store_exact_block), or null
@@ -578,13 +579,17 @@ struct RowsParams {
   Rows rows;          // position -> RowSlot
 };
 
-template <Format F, typename T, bool SR, class Rows>
-__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParams<Rows> p) {
+// A CTA of the rows kernel: kThreads threads, or one row's threads where a row takes more, up to kRowsMaxThreads
+// (launch_rows).
+constexpr int kRowsMaxThreads = 1024;
+
+template <Format F, typename T, bool SR, class Rows, int kCta>
+__global__ void __launch_bounds__(kCta) quantize_rows_kernel(const RowsParams<Rows> p) {
   static_assert(F == Format::kNVFP4 || F == Format::kFP8, "per-token scaling: NVFP4 and FP8");
-  __shared__ float warp_amax[kThreads / 32];
+  __shared__ float warp_amax[kCta / 32];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int tpr = 1 << p.tpr_log2, j = t & (tpr - 1);
-  const int64_t c = (int64_t(blockIdx.x) << (8 - p.tpr_log2)) + (t >> p.tpr_log2);
+  const int64_t c = int64_t(blockIdx.x) * (kCta >> p.tpr_log2) + (t >> p.tpr_log2);
   const RowSlot r = p.rows(c);  // uniform over the position's threads
   const int64_t m = r.row, blocks = p.K / 16;
   const T* xr = static_cast<const T*>(p.x) + (r.quantize ? m * p.K : 0);
@@ -600,12 +605,13 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
   }
 #pragma unroll
   for (int sh = 16; sh > 0; sh >>= 1) a = max_nan(a, __shfl_xor_sync(kFullMask, a, sh));
-  if (tpr > 32) {  // uniform: the group's warps share their maxima
+  if (tpr > 32) {  // uniform: the group's warps share their maxima (up to 32: one more round of shuffles)
     if (lane == 0) warp_amax[warp] = a;
     __syncthreads();
-    const int w0 = warp & ~((tpr >> 5) - 1);
-    a = warp_amax[w0];
-    for (int w = 1; w < (tpr >> 5); ++w) a = max_nan(a, warp_amax[w0 + w]);
+    const int warps = tpr >> 5, w0 = warp & ~(warps - 1);
+    a = lane < warps ? warp_amax[w0 + lane] : 0.0f;
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) a = max_nan(a, __shfl_xor_sync(kFullMask, a, sh));
   }
   constexpr bool kNv = F == Format::kNVFP4;
   const GlobalScale gs = global_scale<kNv>(a);
@@ -654,21 +660,35 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const RowsParam
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+constexpr int kMaxDevices = 64;
+
+// SMs of the current device (queried once per device: slow next to a small launch).
+inline int device_sms() {
+  static int sms[kMaxDevices] = {};  // benign race: every writer stores the same value
+  int dev = 0;
+  cudaGetDevice(&dev);
+  int n = dev < kMaxDevices ? sms[dev] : 0;
+  if (n == 0) {
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    if (n <= 0) n = 1;
+    if (dev < kMaxDevices) sms[dev] = n;
+  }
+  return n;
+}
+
 // Grid of a kernel that loops over its tiles (the stats kernels): one wave of resident CTAs of
 // kThreads threads, at most num_tiles. The occupancy query is done once per device and kernel
 // (it is slow next to a small launch).
 template <auto Kernel>
 inline int wave_grid(int64_t num_tiles) {
-  constexpr int kMaxDevices = 64;
   static int wave[kMaxDevices] = {};  // benign race: every writer stores the same value
   int dev = 0;
   cudaGetDevice(&dev);
   int g = dev < kMaxDevices ? wave[dev] : 0;
   if (g == 0) {
-    int sms = 0, per_sm = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int per_sm = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, 0);
-    g = sms * (per_sm > 0 ? per_sm : 1);
+    g = device_sms() * (per_sm > 0 ? per_sm : 1);
     if (dev < kMaxDevices) wave[dev] = g;
   }
   return static_cast<int>(num_tiles < g ? num_tiles : g);
@@ -724,15 +744,29 @@ inline int64_t tiles_k_for(Format f, int64_t K, bool col) {
 
 // The rowwise copy with per-token scaling, amax included (quantize_rows_kernel): threads per position the fewest
 // whole warps that give each thread one 16-element block, at most 2^Rows::kMaxThreadsLog2 (longer rows: several
-// blocks per thread).
+// blocks per thread, which is faster where rows fill the GPU), or up to kRowsMaxThreads, in CTAs of one position
+// each, where the launch's CTAs then still fit in kRowsMaxThreads threads per SM (decode: a thread's blocks are a
+// serial chain of latencies, so a row of K = 14336 at 256 threads took four; two rows in one CTA of 1024 threads ran
+// 0.75-0.9x of 256 threads at K = 7168 / 8192 on an H200).
+template <Format F, typename T, bool SR, class Rows, int kCta>
+int launch_rows_cta(const RowsParams<Rows>& p, cudaStream_t stream) {
+  const int64_t grid = ceil_div(p.positions, int64_t(kCta >> p.tpr_log2));
+  if (grid > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
+  if (grid > 0) quantize_rows_kernel<F, T, SR, Rows, kCta><<<static_cast<unsigned>(grid), kCta, 0, stream>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
 template <Format F, typename T, bool SR, class Rows>
 int launch_rows(RowsParams<Rows> p, cudaStream_t stream) {
-  p.tpr_log2 = 5;
-  while (p.tpr_log2 < Rows::kMaxThreadsLog2 && (int64_t(16) << p.tpr_log2) < p.K) ++p.tpr_log2;
-  const int64_t grid = ceil_div(p.positions, int64_t(1) << (8 - p.tpr_log2));
-  if (grid > INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
-  if (grid > 0) quantize_rows_kernel<F, T, SR, Rows><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  int one_block = 5;  // log2 of the threads that give each thread one block
+  while ((int64_t(16) << one_block) < p.K && (1 << one_block) < kRowsMaxThreads) ++one_block;
+  p.tpr_log2 = std::min(one_block, Rows::kMaxThreadsLog2);
+  const int64_t one_wave = int64_t(device_sms()) * kRowsMaxThreads;  // threads: one CTA of kRowsMaxThreads per SM
+  while (p.tpr_log2 < one_block && p.positions * (int64_t(2) << p.tpr_log2) <= one_wave) ++p.tpr_log2;
+  static_assert(kThreads == 256 && kRowsMaxThreads == 1024 && Rows::kMaxThreadsLog2 <= 8, "CTAs of 256, 512, 1024");
+  if (p.tpr_log2 == 10) return launch_rows_cta<F, T, SR, Rows, 1024>(p, stream);
+  if (p.tpr_log2 == 9) return launch_rows_cta<F, T, SR, Rows, 512>(p, stream);
+  return launch_rows_cta<F, T, SR, Rows, kThreads>(p, stream);
 }
 
 // NVFP4 rows: `positions` launch positions (dense: Rp scale rows; grouped: the T rows), `rows` maps them.
