@@ -179,7 +179,7 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
     if rowwise:
         rows = grouped_nvfp4_shapes(T, K, G, scaling, "rows", scale_rows)
         q_row, s_row, a_row = (_q._empty(*rows[f], dev) for f in ("qdata", "scales", "alpha"))
-        if _q.exact_rows_wanted(T) and group_rows is None:  # activations, not stacked weights
+        if _q.exact_rows_wanted(T, grouped=True) and group_rows is None:  # activations, not stacked weights
             exact = _q._empty((T, K), torch.bfloat16, dev)
     if columnwise:
         cols = grouped_nvfp4_shapes(T, K, G, scaling, "wgrad")
@@ -335,8 +335,9 @@ def quantize_nvfp4_grouped(x: torch.Tensor, offsets: torch.Tensor, *, scaling: s
     stochastic_rounding: SR of the e2m1 codes of both copies (docs/numerics.md section 9). Element e of a copy is
       its row-major index in [T, K] (rowwise) or in the [K, W] wgrad data (columnwise) and uses
       byte e of the Philox stream of (seed, offset); seed / offset / generator as quantize_nvfp4.
-    On CUDA a rowwise copy of quantize.EXACT_ROWS_MIN to EXACT_ROWS_MAX rows also carries its exact bf16 rows (rows
-    past the last group zero), which the W4A4 GEMMs take instead of a decode pass (see quantize_nvfp4).
+    On CUDA a rowwise copy of quantize.EXACT_ROWS_MIN_GROUPED to EXACT_ROWS_MAX (1-256) rows also carries its exact
+    bf16 rows (rows past the last group zero), which the W4A4 GEMMs take instead of a decode pass or of decoding the
+    codes in the kernel (see quantize_nvfp4).
     """
     G = _check_grouped_args(x, offsets, NVFP4.block_size, scaling, rowwise, columnwise)
     _q._check_bool(rht, "rht")

@@ -55,14 +55,15 @@ def make_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=False, block=16):
 
 
 def assert_exact_rows(got, offsets=None, what="exact rows"):
-    """A CUDA NVFP4 rowwise copy of activations with quantize.EXACT_ROWS_MIN to EXACT_ROWS_MAX rows carries its exact
-    bf16 rows (formats.nvfp4.exact_rows), byte for byte what the W4A4 GEMMs' decode pass makes of the same copy; other
-    copies (fewer or more rows, columnwise only, stacked weights) carry none. offsets: a grouped copy's."""
+    """A CUDA NVFP4 rowwise copy of activations with quantize.EXACT_ROWS_MIN (grouped: EXACT_ROWS_MIN_GROUPED) to
+    EXACT_ROWS_MAX rows carries its exact bf16 rows (formats.nvfp4.exact_rows), byte for byte what the W4A4 GEMMs'
+    decode pass makes of the same copy; other copies (fewer or more rows, columnwise only, stacked weights) carry
+    none. offsets: a grouped copy's."""
     import scalemm.quantize as sq
     from scalemm.formats.nvfp4 import exact_rows
     from scalemm.gemm_nvfp4 import dequantize_rows_bf16
     rows = exact_rows(got)
-    want = (got.qdata is not None and sq.exact_rows_wanted(got.shape[0])
+    want = (got.qdata is not None and sq.exact_rows_wanted(got.shape[0], grouped=offsets is not None)
             and getattr(got, "group_rows", None) is None and getattr(got, "layout", "rows") == "rows")
     assert (rows is not None) == want, f"{what}: present {rows is not None}, expected {want}"
     if rows is not None:

@@ -467,6 +467,17 @@ def test_prepared_copy_of_an_inference_tensor():
     assert _prepared_weight(w) is not before
 
 
+def test_exact_rows_bounds():
+    """Which rowwise copies the NVFP4 quantizers give exact rows (quantize.exact_rows_wanted): dense 9-256 rows (up to
+    8 the skinny kernel's mma.sync loops decode the codes themselves), grouped 1-256 (its stepped loop ran faster on
+    the rows), none above (prefill)."""
+    from scalemm.cutlass_kernels.configs.sm90 import SKINNY_DEFAULT_MAX_TOKENS
+    from scalemm.quantize import exact_rows_wanted
+    tokens = SKINNY_DEFAULT_MAX_TOKENS
+    assert [exact_rows_wanted(m) for m in (0, 1, tokens, tokens + 1, 256, 257)] == [False, False, False, True, True, False]
+    assert [exact_rows_wanted(t, grouped=True) for t in (0, 1, 8, 9, 256, 257)] == [False, True, True, True, True, False]
+
+
 def test_exact_rows_are_used_while_their_sources_are_unchanged(monkeypatch):
     """The quantizers' exact bf16 rows (CUDA only; attached here by hand to CPU containers, whose version counters
     behave the same): bf16_rows takes them instead of the decode pass while the codes, scales (and a grouped copy's

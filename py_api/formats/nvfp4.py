@@ -258,7 +258,7 @@ class GroupedNVFP4Tensor(_Container):
                 f"rowwise={self.has_rowwise}, columnwise={self.columnwise is not None}, rht={self.rht})")
 
 
-# The exact rows a quantizer may write beside a rowwise copy (scalemm.quantize.EXACT_ROWS_MIN / MAX): bf16 [M, K] =
+# The exact rows a quantizer may write beside a rowwise copy (scalemm.quantize.exact_rows_wanted): bf16 [M, K] =
 # value(code) x block scale, no alpha (docs/numerics.md section 4: exact in bf16), the bits the W4A4 GEMMs' decode
 # pass (scalemm.gemm_nvfp4.dequantize_rows_bf16) computes, so that a GEMM on the copy runs no pass. Private to the
 # container (not a field: to(), the constructor and copies of the fields do not carry it), and valid only while the
