@@ -1,6 +1,7 @@
-"""Kernel specs the default NVFP4 dispatch runs at ab_rows.py's points (132 SMs; shapes / experts / token counts
-copied from there) for the scalemm on sys.path (PYTHONPATH=a build's install): `python specs_rows.py [--build]
-[--tests] [--jobs N] [--pack OUT.tgz]` (--tests: also the NVFP4 GPU tests' kernels) (the pack: those kernels' JIT-cache entries, ../nvfp4_wgmma_stages/pack_specs.py)."""
+"""Kernel specs the default NVFP4 dispatch runs at ab_rows.py's points (132 SMs; --grouped: at
+../nvfp4_grouped_rows_decode/ab_grouped_rows.py's) for the scalemm on sys.path (PYTHONPATH=a build's install):
+`python specs_rows.py [--grouped] [--build] [--tests] [--jobs N] [--pack OUT.tgz]` (--tests: also the NVFP4 GPU
+tests' kernels; the pack: those kernels' JIT-cache entries, ../nvfp4_wgmma_stages/pack_specs.py)."""
 import os
 import sys
 
@@ -14,11 +15,18 @@ from scalemm.jit import build_many
 from scalemm.quantize import kernel_specs as quant_specs
 from scalemm.quantize_grouped import kernel_specs as grouped_quant_specs
 
-_src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ab_rows.py")).read()
+# --grouped: the points of ../nvfp4_grouped_rows_decode/ab_grouped_rows.py instead of ab_rows.py's (their lists read
+# from the scripts' sources, without running them)
+_here = os.path.dirname(os.path.abspath(__file__))
 _ns = {}
-exec(_src[_src.index("FIT = "):_src.index("p = argparse")], _ns)  # ab_rows.py's lists, without running it
-SHAPES, EXPERTS = _ns["FIT"] + _ns["HELD_OUT"], _ns["EXPERTS"]
-MS, TS = (1, 2, 4, 8, 16), (8, 16, 32)
+if "--grouped" in sys.argv:
+    _src = open(os.path.join(_here, "..", "nvfp4_grouped_rows_decode", "ab_grouped_rows.py")).read()
+    exec(_src[_src.index("EXPERTS = "):_src.index("grouped = []")], _ns)
+    SHAPES, EXPERTS, MS, TS = [], _ns["EXPERTS"], (), (2, 4, 8, 16)
+else:
+    _src = open(os.path.join(_here, "ab_rows.py")).read()
+    exec(_src[_src.index("FIT = "):_src.index("p = argparse")], _ns)
+    SHAPES, EXPERTS, MS, TS = _ns["FIT"] + _ns["HELD_OUT"], _ns["EXPERTS"], (1, 2, 4, 8, 16), (8, 16, 32)
 sm90 = _configs.for_arch("sm90")
 bf = torch.bfloat16
 tree = epi.scaled(bf, bias=True, activation=None)

@@ -5,8 +5,8 @@
 # packs in $PACKS (.jitcache-pack/), the missing ones built here with every core; then $TESTS (pytest args, new build,
 # 16 processes; empty: none), ab_quant.py rounds in alternating order (ROUNDS), compare.py of each build against the
 # first of BUILDS. KEEP=1: a warm machine's installs and cache of the call before are reused (no setup). Other
-# experiments reuse it: SPECS (the kernels to build, default ../nvfp4_exact_rows/specs_chain.py), BENCH (default
-# ab_quant.py here) with BENCH_ARGS, COMPARE (default compare.py here).
+# experiments reuse it: SPECS (the kernels to build, default ../nvfp4_exact_rows/specs_chain.py) with SPECS_ARGS,
+# BENCH (default ab_quant.py here) with BENCH_ARGS, COMPARE (default compare.py here).
 #   PACKS="head-chain.tgz new-quant.tgz" TESTS="tests/test_quantize_gpu.py" ROUNDS="1 2" \
 #     bash perf/results/h200/quant_decode_rows/device.sh
 set -u
@@ -29,7 +29,7 @@ if [ -z "${KEEP:-}" ]; then
       --no-cache-dir --target "/tmp/site-$b" .) || echo "install $b FAILED"
   done
   for v in new $BUILDS; do
-    PYTHONPATH=$(site $v) python3 "$SPECS" --build --jobs "$(nproc)" 2>&1 | tail -1
+    PYTHONPATH=$(site $v) python3 "$SPECS" ${SPECS_ARGS:-} --build --jobs "$(nproc)" 2>&1 | tail -1
   done
 fi
 echo "setup ${SECONDS}s"; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
