@@ -39,11 +39,11 @@ _CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.fl
 # EXACT_ROWS_MAX rows: the W4A4 GEMMs then run as W4A16 on them instead of running the decode pass, a launch of its
 # own (~2 us on an H200; perf/NOTES.md "W4A4 without the decode pass"), or instead of decoding the NVFP4 tokens in
 # the grouped skinny kernel (1.08-1.38x at 2-8 rows on ten expert layers on an H200: "Grouped W4A4 at 1-8 rows").
-# Its cost: M x K x 2 bytes more written (0.1-0.9 us more per quantization on an H200 at 9-256 rows, 1.5 us at 256 x 14336),
-# and held with the container (formats.nvfp4.attach_exact_rows). Not below 9 dense rows: up to 8 tokens the dense
-# W4A4 GEMMs (the skinny kernel's mma.sync loops) decode the activations themselves, on most layers as fast or faster
-# than W4A16 on the rows once the quantizer's extra 0.1-1.2 us is counted (measured: quantize + GEMM 0.999x over 27
-# layers); not above: prefill keeps its memory.
+# Its cost: M x K x 2 bytes more written (0.1-0.9 us more per quantization on an H200 at 9-256 rows, 1.5 us at
+# 256 x 14336), and held with the container (formats.nvfp4.attach_exact_rows). Not below 9 dense rows: up to 8
+# tokens the dense W4A4 GEMMs (the skinny kernel's mma.sync loops) decode the activations themselves, overall as fast
+# as W4A16 on the rows once the quantizer's extra 0.1-1.2 us is counted (quantize + GEMM 0.999x over 27 layers:
+# "Dense W4A4 at 1-8 tokens on exact rows"); not above: prefill keeps its memory.
 EXACT_ROWS_MIN = _sm90.SKINNY_DEFAULT_MAX_TOKENS + 1
 EXACT_ROWS_MIN_GROUPED = 1
 EXACT_ROWS_MAX = 256
