@@ -1,5 +1,5 @@
 """Grouped W4A4 at 1-8 rows (MoE decode at batch 1-4) as a layer runs it, quantize_nvfp4_grouped + grouped_gemm,
-next to the GEMM alone on pre-quantized activations, the quantizer alone and W4A16; expert layers of six models; one
+next to the GEMM alone on pre-quantized activations, the quantizer alone and W4A16; expert layers of five models; one
 process, microseconds per call (CUDA-graph replays, expert weights rotated past L2). Run once per build of scalemm
 (PYTHONPATH) and compare the JSON files (../nvfp4_exact_rows/compare.py): `python3 ab_grouped_rows.py OUT.json`."""
 import json
