@@ -275,10 +275,10 @@ def _skinny_call(a, b, bias, out, cfg: SkinnyConfig, activation, offsets=None, o
     # NVFP4 tokens: every loop takes the exact bf16 rows their quantizer wrote (exact_rows; alpha_a stays for the
     # epilogue), as W4A16: 1.10-1.18x the mma.sync loops' in-register decode on an H200's grouped decode at 32-128 rows
     # and 1.08-1.38x at 2-8 rows (perf/NOTES.md "W4A4 without the decode pass", "Grouped W4A4 at 1-8 rows"). Without
-    # those rows, the mma.sync loops decode them in registers and the wgmma
-    # loop takes them decoded by one pass (decoding them in every CTA, as the mma.sync loops do, took 1.04-1.9x the
-    # time of pass + loop: perf/NOTES.md "the wgmma main loop"). A call that only plans (out None: skinny_splits) runs
-    # no pass; the kernel then never reads x.
+    # those rows, the mma.sync loops decode them in registers and the wgmma loop takes them decoded by one pass
+    # (decoding them in every CTA, as the mma.sync loops do, took 1.04-1.9x the time of pass + loop: perf/NOTES.md
+    # "the wgmma main loop"). A call that only plans (out None: skinny_splits) runs no pass; the kernel then never
+    # reads x.
     rows = exact_rows(a) if x4 else None
     x4_kernel = x4 and rows is None and cfg.mainloop != "wgmma"
     decoded = None

@@ -162,7 +162,8 @@ def _sr_args(stochastic_rounding: bool, seed, offset, generator, device: torch.d
 
 def _spec(dtype: torch.dtype) -> KernelSpec:
     return KernelSpec(name=f"quant_{str(dtype).split('.')[-1]}", template="quant.cu",
-                      params={"IN_T": _CXX_TYPES[dtype]})  # CUTLASS headers: the exact rows' decode (sm90/nvfp4_numerics.cuh)
+                      # with CUTLASS headers: the exact rows' decode (sm90/nvfp4_numerics.cuh)
+                      params={"IN_T": _CXX_TYPES[dtype]})
 
 
 def _history_spec() -> KernelSpec:
@@ -242,8 +243,8 @@ def _nvfp4_cuda(x2, scaling, amax, rowwise, columnwise, rht, sr, seed, offset) -
         x=x2.data_ptr(), m=M, k=K, stats_amax=_p(stats.get("amax")), stats_amax_rht=_p(stats.get("amax_rht")),
         stats_row_amax=_p(stats.get("row_amax")), stats_col_amax=_p(stats.get("col_amax")), q_row=_p(q_row),
         s_row=_p(s_row), exact_row=_p(exact), alpha_row=_p(alpha_row), amax_row=_p(row_amax), row_token=int(token),
-        q_col=_p(q_col), s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token), rht=int(rht),
-        sr=int(sr), offset=offset, stream=_stream(dev), **_seed_fields(seed))
+        q_col=_p(q_col), s_col=_p(s_col), alpha_col=_p(alpha_col), amax_col=_p(col_amax), col_token=int(token),
+        rht=int(rht), sr=int(sr), offset=offset, stream=_stream(dev), **_seed_fields(seed))
     _launcher(x2.dtype, "scalemm_quantize_nvfp4")(ctypes.byref(args))
 
     col = None

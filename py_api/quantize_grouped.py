@@ -188,8 +188,8 @@ def _nvfp4_grouped_cuda(x, offsets, G, scaling, rowwise, columnwise, scale_rows,
         x=x.data_ptr(), tokens=T, k=K, offsets=offsets.data_ptr(), groups=G, table=_q._p(table), token=int(token),
         g_amax=_q._p(g_amax), row_amax=_q._p(row_amax), col_amax=_q._p(col_amax), q_row=_q._p(q_row),
         s_row=_q._p(s_row), scale_rows=scale_rows, exact_row=_q._p(exact), alpha_row=_q._p(a_row),
-        q_col=_q._p(q_col), w=W, s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr), offset=offset,
-        stream=_q._stream(dev), **_q._seed_fields(seed))
+        q_col=_q._p(q_col), w=W, s_col=_q._p(s_col), cb_total=cb, alpha_col=_q._p(a_col), rht=int(rht), sr=int(sr),
+        offset=offset, stream=_q._stream(dev), **_q._seed_fields(seed))
     _launcher(x.dtype, "scalemm_quantize_nvfp4_grouped")(ctypes.byref(args))
     col = None
     if columnwise:

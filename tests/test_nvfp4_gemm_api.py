@@ -474,8 +474,10 @@ def test_exact_rows_bounds():
     from scalemm.cutlass_kernels.configs.sm90 import SKINNY_DEFAULT_MAX_TOKENS
     from scalemm.quantize import exact_rows_wanted
     tokens = SKINNY_DEFAULT_MAX_TOKENS
-    assert [exact_rows_wanted(m) for m in (0, 1, tokens, tokens + 1, 256, 257)] == [False, False, False, True, True, False]
-    assert [exact_rows_wanted(t, grouped=True) for t in (0, 1, 8, 9, 256, 257)] == [False, True, True, True, True, False]
+    dense = [exact_rows_wanted(m) for m in (0, 1, tokens, tokens + 1, 256, 257)]
+    assert dense == [False, False, False, True, True, False]
+    grouped = [exact_rows_wanted(t, grouped=True) for t in (0, 1, 8, 9, 256, 257)]
+    assert grouped == [False, True, True, True, True, False]
 
 
 def test_exact_rows_are_used_while_their_sources_are_unchanged(monkeypatch):

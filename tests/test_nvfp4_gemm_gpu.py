@@ -887,7 +887,8 @@ def test_grouped_w4a4_exact_rows_graph_replay_sees_new_routing():
     finally:
         g._gemm_skinny = skinny
     assert loops == ["wgmma"]
-    for sizes in ([3, 0, 5, 0, 0, 2, 1, 13], [0, 12, 0, 6, 6, 0, 0, 0], [24, 0, 0, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6, 3, 0]):
+    for sizes in ([3, 0, 5, 0, 0, 2, 1, 13], [0, 12, 0, 6, 6, 0, 0, 0], [24, 0, 0, 0, 0, 0, 0, 0],
+                  [1, 2, 3, 4, 5, 6, 3, 0]):
         offsets.copy_(_offsets(sizes))
         graph.replay()
         torch.cuda.synchronize()

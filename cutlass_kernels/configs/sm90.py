@@ -722,10 +722,11 @@ SKINNY_WGMMA_WIDE_MAX_K = 12288  # with K <= this and N <= SKINNY_WGMMA_WIDE_MAX
 SKINNY_WGMMA_WIDE_MAX_N = 24576  # the CUTLASS kernel elsewhere
 # NVFP4 activations at 9-16 tokens on small layers (N * K <= this): the stepped loop decoding them in its registers
 # rather than the bf16 decode pass + the wgmma loop. The pass is a fixed ~1.5-2 us launch; the stepped loop's cost of
-# decoding the tokens in every warp grows with N * K (fortieth session, H200, perf/results/h200/nvfp4_w4a4_16/: 1.01-1.30x
-# on all 22 layer shapes up to 12 x 2^20 weights at 9-16 tokens, mixed above: 0.91-1.10x up to 2^24, 0.74-1.06x
-# beyond; the bound was set after the held-out run, which had 3584 x 3584 at 0.954x just above it. On an H100 sweep's
-# layers at 16 tokens the same comparison gave 0.97-1.20x inside the bound, perf/results/h100/sweeps_2026-11-28b/).
+# decoding the tokens in every warp grows with N * K (fortieth session, H200, perf/results/h200/nvfp4_w4a4_16/:
+# 1.01-1.30x on all 22 layer shapes up to 12 x 2^20 weights at 9-16 tokens, mixed above: 0.91-1.10x up to 2^24,
+# 0.74-1.06x beyond; the bound was set after the held-out run, which had 3584 x 3584 at 0.954x just above it. On an H100
+# sweep's layers at 16 tokens the same comparison gave 0.97-1.20x inside the bound,
+# perf/results/h100/sweeps_2026-11-28b/).
 SKINNY_X4_STEPPED_MAX_NK = 12 << 20
 
 

@@ -35,8 +35,8 @@ extern "C" int scalemm_zero_rows_past_groups(scalemm::ZeroRowsPastGroupsArgs con
 extern "C" int scalemm_quantize_nvfp4_grouped(scalemm::QuantizeNvfp4GroupedArgs const* a) {
   return qg::launch_nvfp4_grouped<InT>(a->x, a->tokens, a->k, a->offsets, int(a->groups), a->table, int(a->token),
                                        a->g_amax, a->row_amax, a->col_amax, a->q_row, a->s_row, a->scale_rows,
-                                       a->exact_row, a->alpha_row, a->q_col, a->w, a->s_col, a->cb_total, a->alpha_col, int(a->rht),
-                                       int(a->sr), a->seed, a->offset, a->seed_device,
+                                       a->exact_row, a->alpha_row, a->q_col, a->w, a->s_col, a->cb_total, a->alpha_col,
+                                       int(a->rht), int(a->sr), a->seed, a->offset, a->seed_device,
                                        static_cast<cudaStream_t>(a->stream));
 }
 

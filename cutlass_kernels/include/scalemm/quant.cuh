@@ -526,17 +526,16 @@ __global__ void __launch_bounds__(kThreads, SR ? 4 : 5) quantize_tile_kernel(con
 // ---------------------------------------------------------------------------
 // the rowwise copy with per-token scaling in one kernel
 // ---------------------------------------------------------------------------
-// Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise
-// copy, whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..1024,
-// whole warps; launch_rows picks) owns a position of the launch (a row, or a padding scale row of the dense NVFP4
-// layout), reads its row of x once for the amax (max over the threads: shuffles, then shared memory across the
-// group's warps), and
-// reads it again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against the stats kernel
-// + memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it writes the same
-// bytes: the amax is a maximum, so the order of the reduction does not matter (max.NaN gives the canonical NaN
-// either way). Every output byte is written: the dense NVFP4 scale rows at every position (padding rows and columns
-// up to Cp as zero bytes); the grouped layout's scale buffer is zeroed by its launcher first, and each row writes
-// its scale row (Rows::kPaddingZeroed).
+// Per-token scaling needs each row's amax before the row is quantized. For the rowwise copy alone (no columnwise copy,
+// whose per-column amax needs every row first) one kernel does both: a group of 2^tpr_log2 threads (32..1024, whole
+// warps; launch_rows picks) owns a position of the launch (a row, or a padding scale row of the dense NVFP4 layout),
+// reads its row of x once for the amax (max over the threads: shuffles, then shared memory and shuffles across the
+// group's warps), and reads it again, now from L1 / L2, to quantize it with the tile kernels' block functions. Against
+// the stats kernel + memset + tile kernel it saves launches (decode) and one read of x from memory (prefill), and it
+// writes the same bytes: the amax is a maximum, so the order of the reduction does not matter (max.NaN gives the
+// canonical NaN either way). Every output byte is written: the dense NVFP4 scale rows at every position (padding rows
+// and columns up to Cp as zero bytes); the grouped layout's scale buffer is zeroed by its launcher first, and each row
+// writes its scale row (Rows::kPaddingZeroed).
 
 // What position c of a launch holds.
 struct RowSlot {

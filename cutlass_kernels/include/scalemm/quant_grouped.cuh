@@ -896,8 +896,9 @@ int launch_wgrad(const GWgradParams& p, cudaStream_t stream) {
 template <typename T>
 int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offsets, int G, int* table, int token,
                          float* g_amax, float* row_amax, float* col_amax, uint8_t* q_row, uint8_t* s_row,
-                         int64_t scale_rows, void* exact_row, float* alpha_row, uint8_t* q_col, int64_t W, uint8_t* s_col,
-                         int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed, uint64_t offset,
+                         int64_t scale_rows, void* exact_row, float* alpha_row, uint8_t* q_col, int64_t W,
+                         uint8_t* s_col, int64_t cb_total, float* alpha_col, int rht, int sr, uint64_t seed,
+                         uint64_t offset,
                          const uint64_t* seed_device, cudaStream_t stream) {
   if (K % 16 != 0 || (!q_row && !q_col) || G <= 0 || scale_rows % 128 != 0 || (q_col && W % 16 != 0) ||
       (rht && !q_col) || (exact_row && !q_row))
