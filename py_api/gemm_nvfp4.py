@@ -32,7 +32,8 @@ from . import epilogues as epi
 from .arch import configs_for, gpu_info, on_device
 from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS,
                                       SKINNY_TILE_ROWS, GemmConfig,
-                                      SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config, nvfp4_cpp,
+                                      SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
+                                      default_nvfp4_tokens_on_a_config, nvfp4_cpp,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
@@ -179,7 +180,7 @@ def nvfp4_gemm_kernel_spec(config: GemmConfig, *, act_dtype, out_dtype: torch.dt
 
 @functools.lru_cache(maxsize=None)
 def _spec(config, act_name, out_name, tree):
-    emitted = epi.emit(tree, out_name, swap_ab=True)
+    emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab)  # swap_ab=False: tokens on A (nvfp4_cpp)
     digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
     name = f"nvfp4_gemm_{config.key()}_{act_name}_{out_name}_evt{digest}"
     return KernelSpec(name=name, template="nvfp4_gemm_sm90.cu",
@@ -520,13 +521,16 @@ def bf16_rows(q, *, offsets=None) -> torch.Tensor:
     return rows if rows is not None else dequantize_rows_bf16(q, offsets=offsets)
 
 
-# W4A4 on the CUTLASS kernel: who decodes the NVFP4 activations. "pass" (the default): a memory-bound pass
-# to bf16 first (dequantize_rows_bf16), then the W4A16 kernel. "mainloop": the kernel's consumer warps decode
-# each token tile in shared memory (cooperative tiles of 128 or 256 tokens, K % 32 == 0). Both give the same
-# bits; the mainloop decode is slower everywhere measured (H100: 1.14-1.72x the pass's time from 128 to 16384
-# tokens): every CTA of a token tile decodes it again (N / 128 times the pass's work) in warps that also issue
-# the wgmmas (perf/NOTES.md, "W4A4 decoded in the mainloop").
-ACTIVATION_DECODES = ("pass", "mainloop")
+# W4A4 on the CUTLASS kernel: who decodes the NVFP4 activations. "pass": a memory-bound pass to bf16 first
+# (dequantize_rows_bf16), then the W4A16 kernel. "mainloop": the kernel's consumer warps decode each token tile in
+# shared memory (cooperative tiles of 128 or 256 tokens, K % 32 == 0); slower everywhere measured (H100: 1.14-1.72x
+# the pass's time from 128 to 16384 tokens): every CTA of a token tile decodes it again (N / 128 times the pass's
+# work) in warps that also issue the wgmmas (perf/NOTES.md, "W4A4 decoded in the mainloop"). "registers": the tokens
+# on the tile's M side, their codes decoded in registers as the weights' are in the other kernels, and the weights
+# decoded to bf16 by the pass instead (N x K elements where the activations' pass has M x K; a config with
+# swap_ab=False, nvfp4_mainloop.hpp "Tokens on A"). "auto" (the default): "registers" where the configs' rule
+# (nvfp4_tokens_on_a) says so, else "pass". All give the same products; the kernels' accumulation orders differ.
+ACTIVATION_DECODES = ("auto", "pass", "mainloop", "registers")
 
 
 def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
@@ -534,7 +538,7 @@ def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
     "mainloop": an error naming why where it cannot) or runs after the bf16 pass ("pass")."""
     if activation_decode not in ACTIVATION_DECODES:
         raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
-    if activation_decode == "pass":
+    if activation_decode != "mainloop":
         return False
     why = None
     if not nvfp4_decodes_activations(cfg):
@@ -548,8 +552,36 @@ def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
     return True
 
 
+def _tokens_on_a_refusal(a) -> str | None:
+    """Why the NVFP4 activations `a` cannot go on A (tokens on A), or None."""
+    if not isinstance(a, NVFP4Tensor):
+        return "a is not NVFP4 (tokens on A decode NVFP4 activations)"
+    if a.shape[1] % 32:
+        return f"K = {a.shape[1]} is not a multiple of 32"
+    if not a.qdata.is_contiguous() or a.qdata.data_ptr() % 16 or a.scales.data_ptr() % 16:
+        return "a's codes or scales are not contiguous and 16-byte aligned"
+    return None
+
+
+def _tokens_on_a(a, cfg: GemmConfig, activation_decode: str) -> bool:
+    """Whether W4A4 runs with the tokens on A (activation_decode "registers", or a config with swap_ab=False): an
+    error naming why where it cannot."""
+    if activation_decode not in ACTIVATION_DECODES:
+        raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+    if activation_decode != "registers" and cfg.swap_ab:
+        return False
+    why = _tokens_on_a_refusal(a)
+    if why is None and cfg.swap_ab:
+        why = f"config {cfg.key()} is swapped (the weights on A); tokens on A take swap_ab=False"
+    elif why is None and activation_decode not in ("auto", "registers"):
+        why = f"config {cfg.key()} puts the tokens on A, which decodes them in registers, not by {activation_decode!r}"
+    if why:
+        raise ValueError(f"W4A4 with the tokens on A cannot run this GEMM: {why}")
+    return True
+
+
 def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-               config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
+               config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "auto") -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
 
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, to 32 where
@@ -558,7 +590,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
-    CUTLASS kernel takes it decoded by a bf16 pass, or in its mainloop: activation_decode, ACTIVATION_DECODES).
+    CUTLASS kernel takes it decoded by a bf16 pass, in its mainloop, or in registers with the tokens on A and the
+    weights decoded by the pass instead: activation_decode, ACTIVATION_DECODES).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
     device = b.qdata.device
@@ -590,35 +623,45 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
     if config is None and activation_decode == "mainloop" and isinstance(a, NVFP4Tensor):
         cfg = configs.nvfp4_mainloop_decode_config(cfg)
+    if config is None and isinstance(a, NVFP4Tensor) and (activation_decode == "registers" or (
+            activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
+            and _tokens_on_a_refusal(a) is None)):
+        cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
     x_scales = None
-    if isinstance(a, NVFP4Tensor):
-        scale_a = a.alpha
-        if _decode_in_mainloop(a, cfg, activation_decode):
-            x, act, x_scales = a.qdata, "nvfp4", a.scales.data_ptr()
-        else:
-            x = bf16_rows(a)
-            act = x.dtype
+    if _tokens_on_a(a, cfg, activation_decode):
+        # the kernel's problem is (M, N, K): the activations' codes and scales take Nvfp4GemmArgs' weight fields,
+        # and the weights' exact bf16 decode (a temporary of N x K) its x (nvfp4_gemm.cuh)
+        scale_a, act, codes, code_scales = a.alpha, torch.bfloat16, a.qdata, a.scales
+        x, n, tokens = dequantize_rows_bf16(b), M, N
     else:
-        scale_a, x, act = _one(device), a, a.dtype
+        if isinstance(a, NVFP4Tensor):
+            scale_a = a.alpha
+            if _decode_in_mainloop(a, cfg, activation_decode):
+                x, act, x_scales = a.qdata, "nvfp4", a.scales.data_ptr()
+            else:
+                x = bf16_rows(a)
+                act = x.dtype
+        else:
+            scale_a, x, act = _one(device), a, a.dtype
+        # held until the launch: made inside a CUDA-graph capture, the copy is not cached (_prepared_weight), and
+        # a dropped one's memory went to the workspace allocated below (the kernel then read its weights from it)
+        codes, code_scales, n, tokens = _prepared_weight(b.qdata), b.scales, N, M
     tree = epi.scaled(out_dtype, bias=True, activation=epilogue)
     spec, emitted = nvfp4_gemm_kernel_spec(cfg.compiled(), act_dtype=act, out_dtype=out_dtype, epilogue=tree)
     inputs = {"scale_a": scale_a.reshape(-1), "scale_b": b.alpha.reshape(-1), "bias": bias}
-    # held until the launch: made inside a CUDA-graph capture, the copy is not cached (_prepared_weight), and a
-    # dropped one's memory went to the workspace allocated below (the kernel then read its weights from it)
-    weight = _prepared_weight(b.qdata)
     args = abi.Nvfp4GemmArgs(
-        weight=weight.data_ptr(), weight_scales=b.scales.data_ptr(), x=x.data_ptr(),
-        x_scales=x_scales, d=out.data_ptr(), n=N, tokens=M, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K, scale_cols=-(-(K // 16) // 4) * 4,
-        device=device.index, raster={"m": 0, "n": 1, "auto": 2}[cfg.raster], swizzle=cfg.swizzle, splits=1,
-        stream=torch._C._cuda_getCurrentRawStream(device.index))
+        weight=codes.data_ptr(), weight_scales=code_scales.data_ptr(), x=x.data_ptr(),
+        x_scales=x_scales, d=out.data_ptr(), n=n, tokens=tokens, k=K, k_pad=-(-K // CHUNK_K) * CHUNK_K,
+        scale_cols=-(-(K // 16) // 4) * 4, device=device.index, raster={"m": 0, "n": 1, "auto": 2}[cfg.raster],
+        swizzle=cfg.swizzle, splits=1, stream=torch._C._cuda_getCurrentRawStream(device.index))
     for i, leaf in enumerate(emitted.leaves):
         t = inputs[leaf.name]
         if t is not None:
             args.leaf_ptrs[i], args.leaf_is_vector[i] = t.data_ptr(), int(t.numel() > 1)
     ws = None
     if cfg.stream_k:
-        ws = torch.empty(_gemm_workspace_bytes(spec, N, M, K, device.index, args.raster, args.swizzle, args.splits),
-                         dtype=torch.uint8, device=device)
+        ws = torch.empty(_gemm_workspace_bytes(spec, n, tokens, K, device.index, args.raster, args.swizzle,
+                                               args.splits), dtype=torch.uint8, device=device)
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     with on_device(device):
         _gemm_launcher(spec)(ctypes.byref(args))
@@ -686,6 +729,15 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
               for c in fused[:2] for kw in ({}, {"activation": "gelu"})]
     specs += [nvfp4_gemm_kernel_spec(c, act_dtype=bf16, out_dtype=f32, epilogue=epi.scaled(f32))[0]
               for c in fused if c not in {cfg for cfg, _, _ in cases}]  # the pass beside it
+    # W4A4 with the tokens on A (tests/test_nvfp4_gemm_gpu.py: its configs, fp32 out; the default's picks with bias
+    # and gelu, bf16 out; the graph replay's)
+    on_a = [GemmConfig(128, n, 64, cm, 1, "cooperative", swap_ab=False, stream_k=sk)
+            for n, cm, sk in [(64, 1, False), (128, 1, True), (192, 1, False), (256, 1, False), (128, 2, False)]]
+    specs += [nvfp4_gemm_kernel_spec(c, act_dtype=bf16, out_dtype=f32, epilogue=epi.scaled(f32))[0] for c in on_a]
+    specs += [nvfp4_gemm_kernel_spec(default_nvfp4_tokens_on_a_config(M, N, K), act_dtype=bf16, out_dtype=o,
+                                     epilogue=epi.scaled(o, activation=act))[0]
+              for M, N, K, o, act in [(4096, 576, 7168, bf16, "gelu"), (2048, 1000, 2080, bf16, "gelu"),
+                                      (2048, 576, 7168, f32, None)]]
     grouped_fused = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True) for n in (128, 256)]
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=act, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c in grouped_fused for act in ("nvfp4", bf16) for o in (f32, bf16)]

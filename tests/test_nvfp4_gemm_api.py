@@ -360,8 +360,36 @@ def test_w4a4_mainloop_decode_configs():
     w16, _ = nvfp4_gemm_kernel_spec(ok, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
     assert dict(w16.params)["ELEMENT_B"] == "cutlass::bfloat16_t" and w16.name != spec.name
     for bad in (replace(ok, tile_n=40), replace(ok, tile_n=72), replace(ok, tile_m=64, schedule="pingpong")):
-        with pytest.raises(ValueError, match="NVFP4 kernels use swapped 128 x tile_n x 64 tiles"):
+        with pytest.raises(ValueError, match="NVFP4 kernels use 128 x tile_n x 64 tiles"):
             nvfp4_gemm_kernel_spec(bad, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
+
+
+def test_tokens_on_a_configs():
+    """swap_ab=False NVFP4 configs: the tokens on A (dense W4A4, B the weights' bf16 decode), a kernel of its own;
+    refused grouped, with NVFP4 or fp16 B; the default's rule and tile (default_nvfp4_config's with the roles
+    exchanged)."""
+    from scalemm import epilogues as epi
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.cutlass_kernels.configs import (default_nvfp4_config, default_nvfp4_tokens_on_a_config,
+                                                 nvfp4_tokens_on_a, sm90)
+    from scalemm.gemm_nvfp4 import nvfp4_gemm_kernel_spec, nvfp4_grouped_kernel_spec
+    tree = epi.scaled(torch.bfloat16)
+    swapped = GemmConfig(128, 192, 64, 1, 1, "cooperative", swap_ab=True)
+    on_a = replace(swapped, swap_ab=False)
+    spec, emitted = nvfp4_gemm_kernel_spec(on_a, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
+    w16, emitted16 = nvfp4_gemm_kernel_spec(swapped, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
+    assert dict(spec.params)["TOKENS_ON_A"] == "true" and dict(w16.params)["TOKENS_ON_A"] == "false"
+    assert spec.name != w16.name and emitted.evt_type != emitted16.evt_type  # the alphas' broadcasts exchange roles
+    for act in ("nvfp4", torch.float16):
+        with pytest.raises(ValueError, match="tokens on A"):
+            nvfp4_gemm_kernel_spec(on_a, act_dtype=act, out_dtype=torch.bfloat16, epilogue=tree)
+    with pytest.raises(ValueError, match="tokens on A"):
+        nvfp4_grouped_kernel_spec(on_a, act_dtype=torch.bfloat16, out_dtype=torch.bfloat16, epilogue=tree)
+    lo, r = sm90.NVFP4_TOKENS_ON_A_MIN_TOKENS, sm90.NVFP4_TOKENS_ON_A_RATIO
+    assert nvfp4_tokens_on_a(max(lo, 576 * r), 576, 7168) and not nvfp4_tokens_on_a(lo - 1, 16, 7168)
+    assert not nvfp4_tokens_on_a(4096, 4096 // r + 16, 4096)
+    got = default_nvfp4_tokens_on_a_config(16384, 576, 7168)
+    assert got == replace(default_nvfp4_config(576, 16384, 7168), swap_ab=False) and not got.swap_ab
 
 
 def test_w4a4_decode_in_mainloop_rule():
@@ -378,7 +406,7 @@ def test_w4a4_decode_in_mainloop_rule():
     with pytest.raises(ValueError, match="K = 2064 is not a multiple of 32"):
         _decode_in_mainloop(odd, ok, "mainloop")
     with pytest.raises(ValueError, match="activation_decode must be one of"):
-        _decode_in_mainloop(a, ok, "auto")
+        _decode_in_mainloop(a, ok, "bogus")
 
 
 def test_default_config_rasters_stream_k_along_the_weight_rows():

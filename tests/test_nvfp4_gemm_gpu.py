@@ -206,6 +206,135 @@ def test_w4a4_mainloop_decode_refuses_what_it_cannot_run():
         gemm_nvfp4(a, w, config=GemmConfig(128, 64, 64, 1, 1, "cooperative", swap_ab=True), activation_decode="mainloop")
 
 
+# W4A4 with the tokens on A (activation_decode="registers", swap_ab=False configs): the activations' codes decoded in
+# registers in their own order, the weights decoded to bf16 by the pass. M = 1 / 300 leave most of a 128-token tile
+# empty, K = 2080 ends in half a k-tile (TMA zero-fills the codes past K), N = 1000 / 576 end in partial tiles.
+TOKENS_ON_A_CONFIGS = [GemmConfig(128, n, 64, cm, 1, "cooperative", swap_ab=False, stream_k=sk)
+                       for n, cm, sk in [(64, 1, False), (128, 1, True), (192, 1, False), (256, 1, False),
+                                         (128, 2, False)]]
+
+
+@pytest.mark.parametrize("config", TOKENS_ON_A_CONFIGS, ids=lambda c: c.key())
+@pytest.mark.parametrize("M,N,K", [(1, 1000, 2080), (300, 576, 7168), (4096, 1000, 2080), (2500, 2048, 1024)])
+@pytest.mark.parametrize("a_scaling,w_scaling", [("tensor", "token"), ("token", "tensor")])
+def test_w4a4_tokens_on_a_matches_exact_dequant(config, M, N, K, a_scaling, w_scaling):
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    w = _weights(N, K, w_scaling, seed=41)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=42).to(torch.bfloat16), scaling=a_scaling)  # no exact rows
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, config=config, activation_decode="registers")
+    assert not out.isnan().any(), "unwritten outputs"
+    exact = _exact(a, w)
+    assert _rel_err(out, exact) <= 1e-5
+    # every row and column on its own (a misplaced token tile or weight column would hide in the whole)
+    rows = (out.double() - exact).norm(dim=1) / exact.norm(dim=1).clamp_min(1e-300)
+    cols = (out.double() - exact).norm(dim=0) / exact.norm(dim=0).clamp_min(1e-300)
+    assert rows[exact.norm(dim=1) > 0].max() <= 1e-4 and cols[exact.norm(dim=0) > 0].max() <= 1e-4
+    assert torch.equal(out[exact.norm(dim=1) == 0], torch.zeros_like(out[exact.norm(dim=1) == 0]))
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 576, 7168), (2048, 1000, 2080)])
+def test_w4a4_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, K):
+    """No config, activation_decode "auto": from NVFP4_TOKENS_ON_A_MIN_TOKENS tokens and M >= RATIO x N the tokens go
+    on A and only the weights are decoded by the pass; bias, gelu, bf16 out."""
+    import scalemm.gemm_nvfp4 as g
+    from scalemm.cutlass_kernels.configs import sm90
+    assert sm90.nvfp4_tokens_on_a(M, N, K)
+    w = _weights(N, K, "token", seed=43)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=44).to(torch.bfloat16), scaling="token")
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    decoded = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    out = _poisoned(M, N, torch.bfloat16)
+    g.gemm_nvfp4(a, w, bias=bias, epilogue="gelu", out=out)
+    assert decoded == [(N, K)], "only the weights go through the pass"
+    assert not out.isnan().any()
+    assert _rel_err(out, _exact(a, w, bias, "gelu")) <= TOL[torch.bfloat16]
+    decoded.clear()
+    want = _poisoned(M, N, torch.bfloat16)
+    g.gemm_nvfp4(a, w, bias=bias, epilogue="gelu", out=want, activation_decode="pass")
+    assert decoded == [(M, K)]
+    assert _rel_err(out, want.double()) <= TOL[torch.bfloat16]
+
+
+def _random_tokens_on_a_case(seed):
+    """(M, N, K) that the default takes with the tokens on A: odd token counts, N of models and multiples of 16,
+    K a multiple of 32 (of models, or not a multiple of 64)."""
+    import random
+    from scalemm.cutlass_kernels.configs import sm90
+    r = random.Random(seed)
+    while True:
+        M = r.randint(sm90.NVFP4_TOKENS_ON_A_MIN_TOKENS, 9000)
+        N = r.choice([512, 576, 1024, 1536, 2048, 2880, 3072, 4096]) if r.random() < 0.6 else 16 * r.randint(1, 200)
+        K = r.choice([1024, 2048, 2880, 4096, 7168]) if r.random() < 0.6 else 32 * r.randint(8, 160)
+        if sm90.nvfp4_tokens_on_a(M, N, K):
+            return M, N, K
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_w4a4_tokens_on_a_random_shapes(seed):
+    """The default dispatch on random prefill shapes it takes with the tokens on A, against the exact product: the
+    whole output, each row and column, fp32 or bf16 out, with or without bias."""
+    import random
+    M, N, K = _random_tokens_on_a_case(seed)
+    r = random.Random(seed + 1000)
+    out_dtype = r.choice([torch.float32, torch.bfloat16])
+    w = _weights(N, K, r.choice(["tensor", "token"]), seed=seed)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=seed + 1).to(torch.bfloat16), scaling=r.choice(["tensor", "token"]))
+    bias = torch.randn(N, device="cuda").to(out_dtype) if r.random() < 0.5 else None
+    out = _poisoned(M, N, out_dtype)
+    scalemm.gemm(a, w, bias=bias, out_dtype=out_dtype, out=out)
+    assert not out.isnan().any(), f"unwritten outputs at {(M, N, K)}"
+    exact = _exact(a, w, bias)
+    tol = TOL[out_dtype]
+    assert _rel_err(out, exact) <= tol, (M, N, K)
+    nz_rows, nz_cols = exact.norm(dim=1) > 0, exact.norm(dim=0) > 0
+    err = out.double() - exact
+    assert (err.norm(dim=1)[nz_rows] / exact.norm(dim=1)[nz_rows]).max() <= 10 * tol, (M, N, K)
+    assert (err.norm(dim=0)[nz_cols] / exact.norm(dim=0)[nz_cols]).max() <= 10 * tol, (M, N, K)
+
+
+def test_w4a4_tokens_on_a_graph_replay():
+    """Captured with its weights' pass and temporary inside the graph; replayed on new activations."""
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    M, N, K = 2048, 576, 7168
+    w = _weights(N, K, "token", seed=45)
+    x = _wide((M, K), seed=46).to(torch.bfloat16)
+    a = scalemm.quantize_nvfp4(x, scaling="token")
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode="registers")  # build outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode="registers")
+    a2 = scalemm.quantize_nvfp4(_wide((M, K), seed=47).to(torch.bfloat16), scaling="token")
+    a.qdata.copy_(a2.qdata)
+    a.scales.copy_(a2.scales)
+    a.alpha.copy_(a2.alpha)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel_err(out, _exact(a2, w)) <= 1e-5
+
+
+def test_w4a4_tokens_on_a_refuses_what_it_cannot_run():
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    w = _weights(256, 2064, "tensor", seed=48)
+    a = scalemm.quantize_nvfp4(_wide((300, 2064), seed=49).to(torch.bfloat16))
+    flipped = GemmConfig(128, 128, 64, 1, 1, "cooperative", swap_ab=False)
+    with pytest.raises(ValueError, match="K = 2064 is not a multiple of 32"):
+        gemm_nvfp4(a, w, config=flipped)
+    w2 = _weights(256, 2048, "tensor", seed=48)
+    a2 = scalemm.quantize_nvfp4(_wide((300, 2048), seed=49).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="is swapped"):
+        gemm_nvfp4(a2, w2, config=GemmConfig(128, 128, 64, 1, 1, "cooperative", swap_ab=True),
+                   activation_decode="registers")
+    with pytest.raises(ValueError, match="not by 'mainloop'"):
+        gemm_nvfp4(a2, w2, config=flipped, activation_decode="mainloop")
+    with pytest.raises(ValueError, match="a is not NVFP4"):
+        gemm_nvfp4(_wide((300, 2048), seed=50).to(torch.bfloat16), w2, config=flipped)
+
+
 @pytest.mark.parametrize("K", [2064, 4096])  # a word at a time (K % 32 != 0), four words at a time
 def test_dequant_rows_is_exact(K):
     a = scalemm.quantize_nvfp4(_wide((300, K), seed=5).to(torch.bfloat16), scaling="token")

@@ -137,10 +137,14 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     """Template parameters for cutlass_kernels/templates/nvfp4_gemm_sm90.cu (nvfp4_grouped_gemm_sm90.cu):
     the swapped NVFP4-weight kernel (weights on the tile's M side, 128 rows x 64 K per tile: one
     scale atom each). act_dtype: a float dtype (name), or "nvfp4" (W4A4: the mainloop decodes the activations'
-    codes and scales itself; nvfp4_decodes_activations says which configs can)."""
-    if (config.tile_m, config.tile_k) != (128, 64) or not config.swap_ab or config.tile_n % 16:
-        raise ValueError(f"NVFP4 kernels use swapped 128 x tile_n x 64 tiles, tile_n a multiple of 16, got "
-                         f"{config.key()}")
+    codes and scales itself; nvfp4_decodes_activations says which configs can).
+    swap_ab=False (dense only): tokens on A, W4A4 with the NVFP4 activations on the tile's M side decoded in
+    registers and the weights' exact bf16 decode as B (act_dtype "bf16", the B operand's type; nvfp4_mainloop.hpp)."""
+    if (config.tile_m, config.tile_k) != (128, 64) or config.tile_n % 16:
+        raise ValueError(f"NVFP4 kernels use 128 x tile_n x 64 tiles, tile_n a multiple of 16, got {config.key()}")
+    if not config.swap_ab and (grouped or act_dtype == "nvfp4" or dtype_name(act_dtype) != "bf16"):
+        raise ValueError(f"NVFP4 kernels with tokens on A (swap_ab=False) are dense, with the weights decoded to bf16 "
+                         f"as B, got {config.key()} with {act_dtype} B{' (grouped)' if grouped else ''}")
     x4 = act_dtype == "nvfp4"
     if x4 and not nvfp4_decodes_activations(config):
         raise ValueError(f"NVFP4 activations are decoded by cooperative kernels with tile_n a multiple of 128, got "
@@ -160,6 +164,7 @@ def nvfp4_cpp(config: GemmConfig, *, act_dtype, out_dtype, epilogue: Emitted, gr
     }
     if not grouped:
         params["TILE_SCHEDULER"] = "cutlass::gemm::StreamKScheduler" if config.stream_k else "void"
+        params["TOKENS_ON_A"] = "false" if config.swap_ab else "true"
     return params
 
 
@@ -550,6 +555,25 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
         stream_k = -(-N // 128) * -(-M // tile_n) < num_sms
         return _nvfp4_tile(tile_n, stream_k)
     return _nvfp4_mid_tokens_config(M, N, K, num_sms)
+
+
+# W4A4 with the tokens on A (gemm_nvfp4's activation_decode "registers"): the weights go through the bf16 decode pass
+# (N x K elements) instead of the activations (M x K), and the kernel decodes the tokens in registers. Taken by
+# default from NVFP4_TOKENS_ON_A_MIN_TOKENS tokens where M >= NVFP4_TOKENS_ON_A_RATIO x N (the weights' pass at most
+# 1 / RATIO of the activations'). Its tiles are default_nvfp4_config's with the roles exchanged: 128 tokens x tile_n
+# weight rows.
+NVFP4_TOKENS_ON_A_MIN_TOKENS = 1024
+NVFP4_TOKENS_ON_A_RATIO = 2
+
+
+def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
+    """Whether W4A4 on the CUTLASS kernel runs with the tokens on A by default (NVFP4_TOKENS_ON_A_RATIO)."""
+    return M >= NVFP4_TOKENS_ON_A_MIN_TOKENS and M >= NVFP4_TOKENS_ON_A_RATIO * N
+
+
+def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
+    """The tokens-on-A kernel's tile: default_nvfp4_config's for N "tokens" on M rows, unswapped."""
+    return replace(default_nvfp4_config(N, M, K, num_sms=num_sms), swap_ab=False)
 
 
 # Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of

@@ -5,7 +5,7 @@ using TileShape = cute::Shape<cute::_{{TILE_M}}, cute::_{{TILE_N}}, cute::_{{TIL
 using ClusterShape = cute::Shape<cute::_{{CLUSTER_M}}, cute::_{{CLUSTER_N}}, cute::_1>;
 using Evt = {{EVT_TYPE}};
 using Gemm = scalemm::sm90::Nvfp4Gemm<{{ELEMENT_B}}, {{ELEMENT_D}}, TileShape, ClusterShape, {{MAINLOOP_SCHEDULE}},
-                                      {{EPILOGUE_SCHEDULE}}, Evt, {{TILE_SCHEDULER}}>;
+                                      {{EPILOGUE_SCHEDULE}}, Evt, {{TILE_SCHEDULER}}, {{TOKENS_ON_A}}>;
 
 static typename Evt::Arguments evt_arguments(scalemm::Nvfp4GemmArgs const* a) {
   void const* const* ptrs = a->leaf_ptrs;

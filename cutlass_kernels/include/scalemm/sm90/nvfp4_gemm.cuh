@@ -4,6 +4,10 @@
 // weights are the register-sourced wgmma operand (scalemm/sm90/nvfp4_mainloop.hpp): the kernel's
 // problem is (M, N, K) = (N_w, tokens, K) and its column-major D^T is our row-major D. ElementB is
 // the activations' type: bf16/fp16 (W4A16), or Nvfp4Activations (W4A4, decoded in the mainloop).
+// TokensOnA (W4A4 on many tokens): computed unswapped, D = X W^T, with the NVFP4 activations as the
+// register-sourced operand (in their own code order) and the weights' exact bf16 decode as B; the
+// kernel's problem is (tokens, N_w, K), its D row-major, and Nvfp4GemmArgs' weight / weight_scales /
+// n are the activations' codes / scales / rows, x / tokens the bf16 weights / their rows.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +31,10 @@
 namespace scalemm::sm90 {
 
 template <class ElementB, class ElementD, class TileShape, class ClusterShape, class KernelSchedule,
-          class EpilogueSchedule, class Evt, class TileScheduler = void>
+          class EpilogueSchedule, class Evt, class TileScheduler = void, bool TokensOnA = false>
 struct Nvfp4Gemm {
-  using LayoutD = cutlass::layout::ColumnMajor;  // D^T [N_w, tokens] column-major == D row-major
+  // D^T [N_w, tokens] column-major == D row-major; tokens on A: D itself
+  using LayoutD = cute::conditional_t<TokensOnA, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -41,7 +46,7 @@ struct Nvfp4Gemm {
       int(sizeof(typename CollectiveEpilogue::SharedStorage)) + 1024);
   static_assert(kStages >= 2, "tile too large for two pipeline stages");
 
-  using CollectiveMainloop = Nvfp4Mainloop<TileShape, ClusterShape, KernelSchedule, ElementB, kStages>;
+  using CollectiveMainloop = Nvfp4Mainloop<TileShape, ClusterShape, KernelSchedule, ElementB, kStages, TokensOnA>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, TileScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
