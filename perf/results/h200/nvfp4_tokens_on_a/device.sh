@@ -16,11 +16,11 @@ here=perf/results/h200/nvfp4_tokens_on_a
 for stage in ${STAGES:-tests bench}; do
   case $stage in
     tests)
-      (python3 $here/ab.py --prebuild-only ${AB_ARGS:-} > "$OUT/prebuild.log" 2>&1) &
+      [ "${PREBUILD:-1}" = 1 ] && (python3 $here/ab.py --prebuild-only ${AB_ARGS:-} > "$OUT/prebuild.log" 2>&1) &
       python3 scripts/run_gpu_tests.py --shards 12 --timeout 520 --rerun-failed --log-dir /tmp/shards \
         tests/test_nvfp4_gemm_gpu.py -k "${TEST_K:-tokens_on_a}" > "$OUT/tests.log" 2>&1
       echo "tests rc=$?"; tail -n 15 "$OUT/tests.log"; cp /tmp/shards/shards.log "$OUT/" 2>/dev/null
-      wait; tail -n 3 "$OUT/prebuild.log";;
+      wait; tail -n 3 "$OUT/prebuild.log" 2>/dev/null;;
     fuzz)
       SCALEMM_FUZZ_KINDS=nvfp4_dense SCALEMM_FUZZ_CASES=${FUZZ_CASES:-24} SCALEMM_FUZZ_FIRST=${FUZZ_FIRST:-5200} \
         timeout 400 python3 -m pytest -m gpu tests/test_fuzz_gpu.py -k "nvfp4 and not grouped and not quantization" -q \
