@@ -533,11 +533,15 @@ def bf16_rows(q, *, offsets=None) -> torch.Tensor:
 ACTIVATION_DECODES = ("auto", "pass", "mainloop", "registers")
 
 
+def _check_activation_decode(activation_decode: str) -> None:
+    if activation_decode not in ACTIVATION_DECODES:
+        raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+
+
 def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
     """Whether the CUTLASS kernel of `cfg` decodes the NVFP4 activations `a` itself (activation_decode
     "mainloop": an error naming why where it cannot) or runs after the bf16 pass ("pass")."""
-    if activation_decode not in ACTIVATION_DECODES:
-        raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+    _check_activation_decode(activation_decode)
     if activation_decode != "mainloop":
         return False
     why = None
@@ -566,8 +570,7 @@ def _tokens_on_a_refusal(a) -> str | None:
 def _tokens_on_a(a, cfg: GemmConfig, activation_decode: str) -> bool:
     """Whether W4A4 runs with the tokens on A (activation_decode "registers", or a config with swap_ab=False): an
     error naming why where it cannot."""
-    if activation_decode not in ACTIVATION_DECODES:
-        raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+    _check_activation_decode(activation_decode)
     if activation_decode != "registers" and cfg.swap_ab:
         return False
     why = _tokens_on_a_refusal(a)
@@ -594,6 +597,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     weights decoded by the pass instead: activation_decode, ACTIVATION_DECODES).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
+    _check_activation_decode(activation_decode)
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
@@ -804,13 +808,18 @@ def _grouped_workspace_bytes(G: int) -> int:
 
 
 def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-                       config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "pass") -> torch.Tensor:
+                       config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "auto") -> torch.Tensor:
     """out[rows of g] = epilogue(alpha_a * alpha_b[g] * (A[rows of g] @ dequant(W_g)^T) + bias[g]) on CUDA.
 
-    a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4; decoded by a bf16 pass or in
-    the mainloop: activation_decode, ACTIVATION_DECODES).
+    a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4; decoded by a bf16 pass ("auto",
+    "pass") or in the mainloop ("mainloop"): activation_decode, ACTIVATION_DECODES; no grouped kernel takes the
+    tokens on A, so "registers" is refused).
     b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
+    _check_activation_decode(activation_decode)
+    if activation_decode == "registers":
+        raise ValueError("activation_decode='registers' (the tokens on A) is for dense W4A4 GEMMs; grouped ones take "
+                         "'auto' / 'pass' or 'mainloop'")
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     G, N, K = b.offsets.numel(), b.group_rows, b.shape[1]

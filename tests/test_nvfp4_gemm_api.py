@@ -539,3 +539,15 @@ def test_exact_rows_are_used_while_their_sources_are_unchanged(monkeypatch):
     assert torch.equal(g.bf16_rows(qg, offsets=offsets), rows)
     offsets[0] = 3  # rerouted in place: the rows no longer describe the copy
     assert g.bf16_rows(qg, offsets=offsets) == "pass"
+
+
+def test_activation_decode_is_checked_first():
+    """A bad activation_decode, or "registers" (tokens on A: dense only) for a grouped GEMM, is refused by name before
+    the operands are looked at."""
+    from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4, gemm_nvfp4
+    with pytest.raises(ValueError, match="activation_decode must be one of"):
+        gemm_nvfp4(None, None, activation_decode="bogus")
+    with pytest.raises(ValueError, match="activation_decode must be one of"):
+        grouped_gemm_nvfp4(None, None, None, activation_decode="bogus")
+    with pytest.raises(ValueError, match="'registers' .* is for dense W4A4 GEMMs"):
+        grouped_gemm_nvfp4(None, None, None, activation_decode="registers")
