@@ -15,6 +15,7 @@ The first GEMM test to run prebuilds, in parallel, every kernel the GEMM cases w
 case records the kernels it would build), so a cold JIT cache costs one parallel build instead of one compile per
 case. The quantizer cases (their kernels are few and quick to build) check every byte against scalemm.reference.
 """
+import functools
 import os
 import random
 
@@ -291,46 +292,16 @@ QUANT_KINDS = {"nvfp4": q_nvfp4, "fp8": q_fp8, "mxfp8": q_mxfp8, "nvfp4_grouped"
 # one parallel build of every kernel the cases launch
 # ---------------------------------------------------------------------------------------
 
-class _Missing(Exception):
-    pass
-
-
 @pytest.fixture(scope="module")
 def prebuilt():
-    """Dry-run every case with the modules' `build` recording the kernels not yet cached, build those in
-    parallel, and repeat (a case's second kernel shows once its first is there) until nothing is missing."""
-    import importlib
-
+    """Every kernel the GEMM cases launch, built in parallel first (jit.prebuild_calls: a dry run of each case
+    records the kernels not yet cached)."""
     from scalemm import jit
-    # the modules themselves (scalemm.gemm etc. as attributes are the functions of the same names)
-    mods = [importlib.import_module(f"scalemm.{m}") for m in ("gemm", "gemm_nvfp4", "grouped", "quantize",
-                                                               "quantize_grouped")]
-    for _ in range(4):
-        missing = {}
-
-        def record(spec, **kw):
-            if jit.is_cached(spec):
-                return jit.build(spec, **kw)
-            missing[spec.name] = spec
-            raise _Missing(spec.name)
-        saved = [m.build for m in mods]
-        try:
-            for m in mods:
-                m.build = record
-            for kind, fn in KINDS.items():
-                for seed in SEEDS:
-                    try:
-                        fn(seed)
-                    except Exception:  # _Missing, or what the test itself will report
-                        pass
-        finally:
-            for m, b in zip(mods, saved):
-                m.build = b
-            torch.cuda.synchronize()
-        if not missing:
-            return
-        failed = [(s.name, e) for s, e in jit.build_many(list(missing.values()), jobs=os.cpu_count()) if e]
-        assert not failed, f"kernels failed to build: {failed}"
+    try:
+        failed = jit.prebuild_calls([functools.partial(fn, seed) for fn in KINDS.values() for seed in SEEDS])
+    finally:
+        torch.cuda.synchronize()
+    assert not failed, f"kernels failed to build: {failed}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -309,3 +309,32 @@ def test_ctrl_c_during_build_many_stops_every_nvcc(tmp_path):
     pids = [int(p) for f in tmp_path.glob("pids-*[0-9]") for p in f.read_text().split()]
     assert len(pids) == 4 and not any(_alive(p) for p in pids)
     assert list((tmp_path / "cache" / "kernels").iterdir()) == []  # no temp folder left
+
+
+def test_prebuild_calls_records_then_builds_in_rounds(monkeypatch):
+    """jit.prebuild_calls: a call's kernels are recorded instead of compiled (the call stops at the first missing
+    one), built together, and the call runs again until nothing is missing; the modules' build comes back; a call's
+    own errors are ignored; a failed build is reported by name."""
+    import importlib
+    from scalemm import jit
+    g = importlib.import_module("scalemm.gemm")  # the module (scalemm.gemm as an attribute is the function)
+    real_build = g.build
+    built, rounds = set(), []
+
+    def fake_many(specs, jobs=None):
+        rounds.append(sorted(s.name for s in specs))
+        built.update(s.name for s in specs if s.name != "bad")
+        return [(s, "error" if s.name == "bad" else None) for s in specs]
+    monkeypatch.setattr(jit, "is_cached", lambda s: s.name in built)
+    monkeypatch.setattr(jit, "build_many", fake_many)
+    monkeypatch.setattr(jit, "build", lambda spec, **kw: spec.name)  # loading a cached kernel
+    a, b, bad = (jit.KernelSpec(name=n, template="jit_selftest.cu", cutlass=False) for n in ("a", "b", "bad"))
+
+    def call():
+        g.build(a)
+        g.build(b)  # reached once a is built
+    assert jit.prebuild_calls([call, lambda: 1 / 0], modules=("gemm",)) == []
+    assert rounds == [["a"], ["b"]] and g.build is real_build
+    rounds.clear()
+    assert jit.prebuild_calls([lambda: g.build(bad)], modules=("gemm",)) == ["bad"]
+    assert rounds == [["bad"]] and g.build is real_build

@@ -338,3 +338,48 @@ def build_many(specs, jobs: int | None = None, progress: bool = True) -> list[tu
             toolchain.stop_running_nvcc()
             raise
     return results
+
+
+class _NotBuilt(Exception):
+    """Raised in a prebuild's dry run where a call would compile a kernel (prebuild_calls)."""
+
+
+PREBUILD_MODULES = ("gemm", "gemm_nvfp4", "grouped", "quantize", "quantize_grouped")
+
+
+def prebuild_calls(calls, modules=PREBUILD_MODULES, jobs: int | None = None, rounds: int = 4) -> list[str]:
+    """Compile in parallel every kernel that `calls` (callables, e.g. benchmark contenders or test cases) launch: each
+    call runs with the scalemm `modules`' `build` recording the kernels not yet cached instead of compiling them (the
+    call stops there), the recorded ones are built with build_many, and this repeats (a call's second kernel shows
+    once its first is built) until nothing is missing or after `rounds` rounds. A call's other exceptions are
+    ignored: the real run reports them. Returns the names of the kernels that failed to build."""
+    import importlib
+    mods = [importlib.import_module(f"scalemm.{m}") for m in modules]
+    failed = []
+    for _ in range(rounds):
+        missing = {}
+
+        def record(spec, **kw):
+            if is_cached(spec):
+                return build(spec, **kw)
+            missing[spec.name] = spec
+            raise _NotBuilt(spec.name)
+        saved = [m.build for m in mods]
+        try:
+            for m in mods:
+                m.build = record
+            for call in calls:
+                try:
+                    call()
+                except Exception:  # _NotBuilt, or what the real run will report
+                    pass
+        finally:
+            for m, b in zip(mods, saved):
+                m.build = b
+        if not missing:
+            break
+        failed += [s.name for s, e in build_many(list(missing.values()), jobs=jobs or os.cpu_count()) if e]
+        if failed:
+            break
+    return failed
+

@@ -2,11 +2,9 @@
 config None) against the tokens on A (activation_decode="registers": the weights' pass + the unswapped kernel that
 decodes the tokens in registers), with W4A16 and bf16 torch.matmul in the same process; CUDA graphs, inputs rotated
 past L2. Prints one line per point and writes --out JSON. The kernels are prebuilt in parallel (a recording dry run,
-as tests/test_fuzz_gpu.py does)."""
+jit.prebuild_calls)."""
 import argparse
-import importlib
 import json
-import os
 import sys
 
 import torch
@@ -34,10 +32,6 @@ HELD = {
 LAYERS.update(HELD)
 
 
-class _Missing(Exception):
-    pass
-
-
 def contenders(M, N, K, extra):
     w = scalemm.quantize_nvfp4(torch.randn(N, K, device="cuda").to(torch.bfloat16), scaling="token")
     wb = scalemm.reference.dequantize_nvfp4(w, torch.bfloat16)
@@ -63,38 +57,12 @@ def no_extra(M, N, K):
 
 
 def prebuild(points, extra):
-    mods = [importlib.import_module(f"scalemm.{m}") for m in ("gemm", "gemm_nvfp4", "quantize")]
-    for _ in range(4):
-        missing = {}
-
-        def record(spec, **kw):
-            if jit.is_cached(spec):
-                return jit.build(spec, **kw)
-            missing[spec.name] = spec
-            raise _Missing(spec.name)
-        saved = [m.build for m in mods]
-        try:
-            for m in mods:
-                m.build = record
-            for M, N, K in points:
-                try:
-                    fns, _, _, _ = contenders(M, N, K, extra)
-                except _Missing:  # the quantizer: built first, the GEMMs on the next round
-                    continue
-                for f in fns.values():
-                    try:
-                        f(0)
-                    except _Missing:
-                        pass
-        finally:
-            for m, b in zip(mods, saved):
-                m.build = b
-            torch.cuda.synchronize()
-        if not missing:
-            return
-        print(f"building {len(missing)} kernels", flush=True)
-        failed = [(s.name, e) for s, e in jit.build_many(list(missing.values()), jobs=os.cpu_count()) if e]
-        assert not failed, failed
+    """Every kernel of every point's contenders, built in parallel (jit.prebuild_calls)."""
+    def point(M, N, K):
+        for f in contenders(M, N, K, extra)[0].values():
+            f(0)
+    failed = jit.prebuild_calls([lambda p=p: point(*p) for p in points], modules=("gemm", "gemm_nvfp4", "quantize"))
+    assert not failed, failed
 
 
 def main():
