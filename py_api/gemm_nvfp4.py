@@ -808,7 +808,8 @@ def _grouped_workspace_bytes(G: int) -> int:
 
 
 def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
-                       config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "auto") -> torch.Tensor:
+                       config: GemmConfig | SkinnyConfig | None = None,
+                       activation_decode: str = "auto") -> torch.Tensor:
     """out[rows of g] = epilogue(alpha_a * alpha_b[g] * (A[rows of g] @ dequant(W_g)^T) + bias[g]) on CUDA.
 
     a: bf16/fp16 [T, K] (W4A16) or a GroupedNVFP4Tensor with a rowwise copy (W4A4; decoded by a bf16 pass ("auto",

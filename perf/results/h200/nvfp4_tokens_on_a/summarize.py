@@ -1,5 +1,6 @@
 """Summaries of fit.json / held.json (ab.py): over the points the rule (NVFP4_TOKENS_ON_A_*) takes, the pass's time
-over the tokens on A's, and W4A4's speed over bf16 cuBLAS before (pass) and after (the rule's pick) at >= 4096 tokens."""
+over the tokens on A's, and W4A4's speed over bf16 cuBLAS before (pass) and after (the rule's pick) at >= 4096
+tokens."""
 import json
 import math
 import sys
@@ -24,5 +25,6 @@ for f in sys.argv[1:]:
     before = [r["us"]["bf16"] / r["us"]["w4a4_pass"] for r in pre]
     after = [r["us"]["bf16"] / (r["us"]["w4a4_regs"] if r in taken else r["us"]["w4a4_pass"]) for r in pre]
     w16 = [r["us"]["bf16"] / r["us"]["w4a16"] for r in pre]
-    print(f"  >= 4096 tokens ({len(pre)} points), of bf16 cuBLAS: W4A4 before {geo(before):.3f}x (min {min(before):.3f}x)"
-          f", after {geo(after):.3f}x (min {min(after):.3f}x); W4A16 {geo(w16):.3f}x (min {min(w16):.3f}x)")
+    print(f"  >= 4096 tokens ({len(pre)} points), of bf16 cuBLAS: W4A4 before {geo(before):.3f}x "
+          f"(min {min(before):.3f}x), after {geo(after):.3f}x (min {min(after):.3f}x); W4A16 {geo(w16):.3f}x "
+          f"(min {min(w16):.3f}x)")
