@@ -31,7 +31,8 @@ import scalemm  # noqa: E402
 from scalemm.cutlass_kernels import GemmConfig  # noqa: E402
 from scalemm.cutlass_kernels.configs.sm90 import skinny_block_tiles  # noqa: E402
 from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, SkinnyConfig,  # noqa: E402
-                                            default_nvfp4_grouped_config, nvfp4_decodes_activations,
+                                            default_nvfp4_grouped_config, default_nvfp4_tokens_on_a_config,
+                                            nvfp4_decodes_activations,
                                             skinny_config_for_groups,
                                             default_nvfp4_skinny_config, skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import (default_nvfp4_config, dequantize_rows_bf16, gemm_nvfp4,  # noqa: E402
@@ -114,6 +115,9 @@ def point(M, N, K, which="all", loops=tuple(SKINNY_MAINLOOPS)):
            "w4a4": lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass)}
     if nvfp4_decodes_activations(cutlass) and K % 32 == 0:  # "w4a4" runs the bf16 pass: the mainloop decode beside it
         fns["w4a4_mainloop"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=cutlass, activation_decode="mainloop")
+    if M >= 256 and K % 32 == 0:  # and the tokens on A (the weights' pass, the tokens decoded in registers)
+        on_a = default_nvfp4_tokens_on_a_config(M, N, K)
+        fns["w4a4_tokens_on_a"] = lambda i: gemm_nvfp4(xq, ws[i], out=out, config=on_a, activation_decode="registers")
     ao = torchao_w4a16(torchao_nvfp4(), x, w16)
     if ao is not None:
         fns["torchao_w4a16"] = ao
