@@ -6,6 +6,7 @@ jit.prebuild_calls)."""
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -56,6 +57,13 @@ def no_extra(M, N, K):
     return []
 
 
+def stream_k_extra(M, N, K):
+    """--stream-k: the default tokens-on-A tile with stream-K (raster along the tokens) beside it where the default
+    has none (a candidate for the 1.4-1.5-wave points, perf/NOTES.md; not yet timed)."""
+    cfg = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
+    return [] if cfg.stream_k else [("w4a4_regs_sk", replace(cfg, stream_k=True, raster="m"))]
+
+
 def prebuild(points, extra):
     """Every kernel of every point's contenders, built in parallel (jit.prebuild_calls)."""
     def point(M, N, K):
@@ -71,17 +79,19 @@ def main():
     p.add_argument("--layers", default=None, help="comma-separated names (default: the fit set; 'held': HELD)")
     p.add_argument("--out", default=None)
     p.add_argument("--prebuild-only", action="store_true")
+    p.add_argument("--stream-k", action="store_true", help="also time the default tile with stream-K")
     args = p.parse_args()
     fit = [l for l in LAYERS if l not in HELD]
     args.layers = ",".join(HELD) if args.layers == "held" else args.layers or ",".join(fit)
     points = [(M, *LAYERS[l]) for l in args.layers.split(",") for M in map(int, args.ms.split(","))]
-    prebuild(points, no_extra)
+    extra = stream_k_extra if args.stream_k else no_extra
+    prebuild(points, extra)
     if args.prebuild_only:
         return
     rows = []
     names = [f"{l}" for l in args.layers.split(",") for _ in args.ms.split(",")]
     for name, (M, N, K) in zip(names, points):
-        fns, copies, on_a, outs = contenders(M, N, K, no_extra)
+        fns, copies, on_a, outs = contenders(M, N, K, extra)
         fns["w4a4_pass"](0)
         fns["w4a4_regs"](0)
         # the same products: the two W4A4 paths agree within accumulation order (bf16 outputs)
