@@ -569,8 +569,7 @@ def _tokens_on_a_refusal(a) -> str | None:
 
 def _tokens_on_a(a, cfg: GemmConfig, activation_decode: str) -> bool:
     """Whether W4A4 runs with the tokens on A (activation_decode "registers", or a config with swap_ab=False): an
-    error naming why where it cannot."""
-    _check_activation_decode(activation_decode)
+    error naming why where it cannot. (activation_decode: checked by gemm_nvfp4 first.)"""
     if activation_decode != "registers" and cfg.swap_ab:
         return False
     why = _tokens_on_a_refusal(a)

@@ -24,7 +24,7 @@
 // wgmmas; three tiles let one barrier per k-tile also guard the tile being rewritten (its last
 // readers, two k-tiles back, have completed). The packed stage is released as soon as it is decoded.
 //
-// Tokens on A (kNaturalA, W4A4 on many tokens): the GEMM is computed unswapped, D = X W^T. A is then the NVFP4
+// Tokens on A (kTokensOnA, W4A4 on many tokens): the GEMM is computed unswapped, D = X W^T. A is then the NVFP4
 // activations' codes uint8 [tokens][K / 2] in the quantizer's own order (no prepared copy, rows of K / 2 bytes, the
 // last k-tile's bytes past K zero-filled by TMA) with their 128x4 scale atoms, decoded in registers like the
 // weights; B is the weights decoded exactly to bf16 by a pass (value x block scale, their global scale left for the
@@ -107,11 +107,11 @@ constexpr int nvfp4_stages(int reserved_bytes) {
 // What the dense and grouped mainloops share: tiles, shared memory, the producer's per-k-tile
 // copies and the whole consumer side.
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class ElementB_, int Stages_,
-          bool NaturalA_ = false>
+          bool TokensOnA_ = false>
 struct Nvfp4MainloopBase {
   static constexpr bool kFp4B = kNvfp4B<ElementB_>;  // W4A4: the activations are decoded here too
-  static constexpr bool kNaturalA = NaturalA_;       // A: NVFP4 activations in their own code order (tokens on A)
-  static_assert(!(kNaturalA && kFp4B), "tokens on A: B is the weights' bf16 decode");
+  static constexpr bool kTokensOnA = TokensOnA_;     // A: NVFP4 activations in their own code order (tokens on A)
+  static_assert(!(kTokensOnA && kFp4B), "tokens on A: B is the weights' bf16 decode");
   using TileShape = TileShape_;
   using DispatchPolicy = Nvfp4MainloopPolicy<Stages_, ClusterShape_, KernelSchedule_>;
   using ClusterShape = ClusterShape_;
@@ -238,7 +238,7 @@ struct Nvfp4MainloopBase {
   };
 
   static CommonParams make_common_params(Operands const& o) {
-    int64_t const row_bytes = kNaturalA ? o.k / 2 : o.k_pad / 2;  // A's row pitch
+    int64_t const row_bytes = kTokensOnA ? o.k / 2 : o.k_pad / 2;  // A's row pitch
     int64_t const x_row = kFp4B ? o.k / 2 : o.k;  // elements of TmaElementB per activation row
     auto tensor_a = cute::make_tensor(o.weight, cute::make_layout(
         cute::make_shape(int(o.n), int(row_bytes), int(o.weight_batches)), StrideTma{row_bytes, cute::_1{}, o.n * row_bytes}));
@@ -258,7 +258,7 @@ struct Nvfp4MainloopBase {
     ok &= o.scale_atoms_per_row_tile * kChunkK >= o.k_pad;
     ok &= reinterpret_cast<uintptr_t>(o.weight) % 16 == 0 && reinterpret_cast<uintptr_t>(o.x) % 16 == 0;
     ok &= reinterpret_cast<uintptr_t>(o.scales) % 16 == 0;
-    if constexpr (kNaturalA) ok &= o.k % 32 == 0;  // TMA row pitch of A's codes
+    if constexpr (kTokensOnA) ok &= o.k % 32 == 0;  // TMA row pitch of A's codes
     if constexpr (kFp4B) {
       ok &= o.x_scales != nullptr && reinterpret_cast<uintptr_t>(o.x_scales) % 16 == 0;
       ok &= o.k % 32 == 0 && o.x_batches == 1;  // TMA row pitch of the codes; one batch of activation scales
@@ -435,7 +435,7 @@ struct Nvfp4MainloopBase {
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         int const row = get<0>(tCcA(0, m, 0)) + 8 * h;
-        a_off[m][h] = row * kTileKBytes + (kNaturalA ? 0 : 8 * t);
+        a_off[m][h] = row * kTileKBytes + (kTokensOnA ? 0 : 8 * t);
         s_off[m][h] = scale_atom_row_offset(row);
       }
     }
@@ -445,12 +445,12 @@ struct Nvfp4MainloopBase {
     // so no copies are made between k-tiles. The next k-tile's words are loaded right after this
     // k-tile's first wgmma is issued and its scales converted after the second, so the shared-memory
     // latency hides behind this k-tile's work.
-    // kNaturalA: per row the gathered words' even codes (bits 3:0 of each byte) and odd codes, k-blocks 0-1 and 2-3.
-    using Codes = cute::conditional_t<kNaturalA, uint4, uint2>;
+    // kTokensOnA: per row the gathered words' even codes (bits 3:0 of each byte) and odd codes, k-blocks 0-1 and 2-3.
+    using Codes = cute::conditional_t<kTokensOnA, uint4, uint2>;
     Codes codes[2][kMmaM][2];
     uint32_t pairs[2][kMmaM][2][4];
     uint32_t scale_words[kMmaM][2];
-    // kNaturalA: byte t of two words into bytes 0 and 1 (the thread's bytes t + 4j of a row chunk, see the top).
+    // kTokensOnA: byte t of two words into bytes 0 and 1 (the thread's bytes t + 4j of a row chunk, see the top).
     uint32_t const gather_sel = uint32_t(t) | uint32_t(4 + t) << 4;
     auto gather = [&](uint4 q) {  // bytes t of q.x, q.y, q.z, q.w
       return __byte_perm(__byte_perm(q.x, q.y, gather_sel), __byte_perm(q.z, q.w, gather_sel), 0x5410);
@@ -462,7 +462,7 @@ struct Nvfp4MainloopBase {
       for (int m = 0; m < kMmaM; ++m) {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          if constexpr (kNaturalA) {
+          if constexpr (kTokensOnA) {
             uint32_t const g0 = gather(*reinterpret_cast<uint4 const*>(sA + a_off[m][h]));        // k-blocks 0, 1
             uint32_t const g1 = gather(*reinterpret_cast<uint4 const*>(sA + a_off[m][h] + 16));   // k-blocks 2, 3
             codes[set][m][h] = make_uint4(g0 & 0x0F0F0F0Fu, (g0 >> 4) & 0x0F0F0F0Fu, g1 & 0x0F0F0F0Fu,
@@ -487,7 +487,7 @@ struct Nvfp4MainloopBase {
         uint32_t* frag = reinterpret_cast<uint32_t*>(raw_pointer_cast(tCrA(_, m, kb).data()));
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          if constexpr (kNaturalA) {
+          if constexpr (kTokensOnA) {
             // Gathered byte 2 (kb % 2) holds k 2t, 2t + 1 of this k-block, byte 2 (kb % 2) + 1 k 2t + 8, 2t + 9:
             // the even code to bits 3:0 and the odd one to bits 19:16, zeros elsewhere (sign-replicated 0x00).
             uint32_t const lo = kb < 2 ? codes[set][m][h].x : codes[set][m][h].z;
@@ -612,10 +612,10 @@ struct Nvfp4MainloopBase {
 };
 
 
-// Dense GEMM (GemmUniversal with a rank-4 problem shape; L batches are not used by scalemm). NaturalA: tokens on A.
-template <class TileShape, class ClusterShape, class KernelSchedule, class ElementB, int Stages, bool NaturalA = false>
-struct Nvfp4Mainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelSchedule, ElementB, Stages, NaturalA> {
-  using Base = Nvfp4MainloopBase<TileShape, ClusterShape, KernelSchedule, ElementB, Stages, NaturalA>;
+// Dense GEMM (GemmUniversal with a rank-4 problem shape; L batches are not used by scalemm).
+template <class TileShape, class ClusterShape, class KernelSchedule, class ElementB, int Stages, bool TokensOnA = false>
+struct Nvfp4Mainloop : Nvfp4MainloopBase<TileShape, ClusterShape, KernelSchedule, ElementB, Stages, TokensOnA> {
+  using Base = Nvfp4MainloopBase<TileShape, ClusterShape, KernelSchedule, ElementB, Stages, TokensOnA>;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::TensorStorage;
