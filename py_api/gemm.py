@@ -23,19 +23,22 @@ _RASTER = {"m": 0, "n": 1, "auto": 2}
 
 
 def gemm_kernel_spec(config: GemmConfig, *, fast_accum: bool, out_dtype: torch.dtype,
-                     epilogue: epi.Node) -> tuple[KernelSpec, epi.Emitted]:
-    """The JIT spec of one FP8 GEMM kernel (used by scalemm.gemm and `python -m scalemm build`)."""
-    return _spec(config, bool(fast_accum), epi.dtype_name(out_dtype), epilogue)
+                     epilogue: epi.Node, element: str = "e4m3") -> tuple[KernelSpec, epi.Emitted]:
+    """The JIT spec of one GEMM kernel of templates/gemm_sm90.cu (used by scalemm.gemm and `python -m scalemm
+    build`): FP8 (element "e4m3"), or bf16 x bf16 (element "bf16": W4A16 with the weights decoded to bf16 first,
+    gemm_nvfp4; fast_accum must be False)."""
+    return _spec(config, bool(fast_accum), epi.dtype_name(out_dtype), epilogue, element)
 
 
 @functools.lru_cache(maxsize=None)
-def _spec(config, fast_accum, out_name, tree):
+def _spec(config, fast_accum, out_name, tree, element="e4m3"):
     # swap-AB: the tokens' row vector straight into registers (epilogues.emit's row_registers: 1-3% of a decode call,
     # perf/results/h100/fp8_decode_clusters/README.txt item 11)
     emitted = epi.emit(tree, out_name, swap_ab=config.swap_ab, row_registers=config.swap_ab)
     digest = hashlib.sha256(emitted.evt_type.encode()).hexdigest()[:8]
-    name = f"fp8_gemm_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
-    params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted)
+    kind = "fp8_gemm" if element == "e4m3" else f"{element}_gemm"
+    name = f"{kind}_{config.key()}_{'fastacc' if fast_accum else 'acc'}_{out_name}_evt{digest}"
+    params = config.cpp(fast_accum=fast_accum, out_dtype=out_name, epilogue=emitted, element=element)
     return KernelSpec(name=name, template="gemm_sm90.cu", params=params), emitted
 
 
@@ -316,14 +319,22 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, has_bias=Fal
     scalemm.tuned clears it when the tuned configs change (on_reload below)."""
     cfg = config or resolve_config(M, N, K, fast_accum=fast_accum, out_dtype=out_dtype, device=device)
     tree = _resolve_epilogue(epilogue, out_dtype, bias_leaf(has_bias, fast_accum, cfg))
-    spec, emitted = gemm_kernel_spec(cfg.compiled(), fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree)
+    return (cfg, *kernel_plan(cfg.compiled(), tree, fast_accum=fast_accum, out_dtype=out_dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_plan(config: GemmConfig, tree, *, fast_accum: bool, out_dtype, element: str = "e4m3"):
+    """(leaf layout, launcher, stream-K workspace query or None) of the gemm_sm90.cu kernel of a compiled config
+    and an epilogue tree (gemm_kernel_spec), what _gemm_args and _launch take."""
+    spec, emitted = gemm_kernel_spec(config, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
+                                     element=element)
     if len(emitted.leaves) > abi.kMaxLeaves:
         raise ValueError(f"an epilogue tree may have at most {abi.kMaxLeaves} inputs")
     leaves = tuple((leaf, None if isinstance(leaf, epi.Source) else "M" if isinstance(leaf, epi.RowVector)
                     else "N" if isinstance(leaf, epi.ColVector) else "1", _TORCH_DTYPES[getattr(leaf, "dtype", "f32")])
                    for leaf in emitted.leaves)
-    workspace = functools.partial(_stream_k_workspace_bytes, spec) if cfg.stream_k else None
-    return cfg, leaves, _launcher(spec), workspace
+    workspace = functools.partial(_stream_k_workspace_bytes, spec) if config.stream_k else None
+    return leaves, _launcher(spec), workspace
 
 
 tuned_configs.on_reload(_plan.cache_clear)

@@ -630,6 +630,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
             and _tokens_on_a_refusal(a) is None)):
         cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
+    if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab:
+        return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)
     x_scales = None
     if _tokens_on_a(a, cfg, activation_decode):
         # the kernel's problem is (M, N, K): the activations' codes and scales take Nvfp4GemmArgs' weight fields,
@@ -668,6 +670,24 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         args.workspace, args.workspace_bytes = ws.data_ptr(), ws.numel()
     with on_device(device):
         _gemm_launcher(spec)(ctypes.byref(args))
+    return out
+
+
+def _gemm_weights_decoded(a, b, bias, out, cfg: GemmConfig, epilogue):
+    """W4A16 with the tokens on A (a config with swap_ab=False): the weights decoded exactly to bf16 by the pass (a
+    temporary of N x K), then a bf16 x bf16 CUTLASS GEMM (templates/gemm_sm90.cu, the FP8 GEMM's kernel with bf16
+    operands) with the same epilogue: alpha_b per column in fp32 on the accumulator (alpha_a = 1)."""
+    if a.dtype != torch.bfloat16:
+        raise ValueError(f"W4A16 with the tokens on A (config {cfg.key()}, swap_ab=False) takes bf16 activations (the "
+                         f"weights decode to bf16), got {a.dtype}: pass a swapped config or bf16 activations")
+    from . import gemm as fp8_gemm  # the gemm_sm90.cu kernels' plan and launch
+    M, N, K = a.shape[0], b.shape[0], b.shape[1]
+    tree = epi.scaled(out.dtype, bias=True, activation=epilogue)
+    leaves, launch, workspace = fp8_gemm.kernel_plan(cfg.compiled(), tree, fast_accum=False, out_dtype=out.dtype,
+                                                     element="bf16")
+    w = dequantize_rows_bf16(b)
+    inputs = {"scale_a": _one(out.device), "scale_b": b.alpha.reshape(-1), "bias": bias}
+    fp8_gemm._launch(cfg, leaves, launch, workspace, a, w, out, inputs, M, N, K, out.device)
     return out
 
 

@@ -39,19 +39,22 @@ def contenders(M, N, K, extra):
     copies = l2_copies(M * K * 2)
     xs = [torch.randn(M, K, device="cuda").to(torch.bfloat16) for _ in range(copies)]
     qs = [scalemm.quantize_nvfp4(x, scaling="token") for x in xs]
-    outs = {k: torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for k in ("any", "pass", "regs")}
+    outs = {k: torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for k in ("any", "w4a16", "pass", "regs")}
     out = outs["any"]
     on_a = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
     fns = {
         "bf16": lambda i: torch.matmul(xs[i], wb.T, out=out),
-        "w4a16": lambda i: scalemm.gemm(xs[i], w, out=out),
+        "w4a16": lambda i: scalemm.gemm(xs[i], w, out=outs["w4a16"]),
         "w4a4_pass": lambda i: gemm_nvfp4(qs[i], w, out=outs["pass"], activation_decode="pass"),
         "w4a4_regs": lambda i: gemm_nvfp4(qs[i], w, out=outs["regs"], config=on_a, activation_decode="registers"),
     }
     for label, cfg in extra(M, N, K):
         outs[label] = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        fns[label] = lambda i, cfg=cfg, o=outs[label]: gemm_nvfp4(qs[i], w, out=o, config=cfg,
-                                                                 activation_decode="registers")
+        if label.startswith("w4a16"):  # W4A16 with the tokens on A: the weights decoded, a bf16 x bf16 kernel
+            fns[label] = lambda i, cfg=cfg, o=outs[label]: gemm_nvfp4(xs[i], w, out=o, config=cfg)
+        else:
+            fns[label] = lambda i, cfg=cfg, o=outs[label]: gemm_nvfp4(qs[i], w, out=o, config=cfg,
+                                                                     activation_decode="registers")
     return fns, copies, on_a, outs
 
 
@@ -60,13 +63,14 @@ def no_extra(M, N, K):
 
 
 def stream_k_extra(M, N, K):
-    """--stream-k: beside the default tokens-on-A tile, the same tile with stream-K rastered along the tokens (M) and
-    along the weight rows (N) where the default has none, and stream-K over 128x192 and 128x256 where the default tile
-    is another width (candidates for the 1.4-1.5-wave and one-wave points, perf/NOTES.md)."""
+    """--stream-k: beside the default tokens-on-A tile (W4A4: "w4a4_regs"), the same tile with stream-K flipped
+    ("sk": stream-K rastered along the tokens where the default has none, "dp": data-parallel where it has), and
+    W4A16 with the tokens on A (the weights decoded to bf16, a bf16 x bf16 kernel) on both ("w4a16_on_a",
+    "w4a16_on_a_sk" / "w4a16_on_a_dp")."""
     cfg = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
-    out = [] if cfg.stream_k else [("sk_rm", replace(cfg, stream_k=True, raster="m")),
-                                   ("sk_rn", replace(cfg, stream_k=True, raster="n"))]
-    return out + [(f"sk{w}", replace(cfg, tile_n=w, stream_k=True, raster="m")) for w in (192, 256) if w != cfg.tile_n]
+    flip = replace(cfg, stream_k=not cfg.stream_k, raster="auto" if cfg.stream_k else "m")
+    tag = "dp" if cfg.stream_k else "sk"
+    return [(tag, flip), ("w4a16_on_a", cfg), (f"w4a16_on_a_{tag}", flip)]
 
 
 def waves(M, N, K):
@@ -76,12 +80,16 @@ def waves(M, N, K):
 
 
 def best_extra(t):
-    """The fastest extra candidate's name and its speed over the default tokens-on-A tile ("" without candidates)."""
-    extras = {k: v for k, v in t.items() if k not in ("bf16", "w4a16", "w4a4_pass", "w4a4_regs")}
-    if not extras:
-        return ""
-    k = min(extras, key=extras.get)
-    return f"  best={k} {t['w4a4_regs'] / extras[k]:.3f}x"
+    """The fastest extra W4A4 candidate against the default tokens-on-A tile, and the fastest W4A16-on-A one against
+    the swapped W4A16 kernel ("" without candidates)."""
+    line = ""
+    for kind, base in (("w4a4", "w4a4_regs"), ("w4a16", "w4a16")):
+        extras = {k: v for k, v in t.items() if k not in ("bf16", "w4a16", "w4a4_pass", "w4a4_regs")
+                  and k.startswith("w4a16") == (kind == "w4a16")}
+        if extras:
+            k = min(extras, key=extras.get)
+            line += f"  best {kind}: {k} {t[base] / extras[k]:.3f}x (of bf16 {t['bf16'] / extras[k]:.3f}x)"
+    return line
 
 
 def prebuild(points, extra):
@@ -119,11 +127,15 @@ def main():
     for name, (M, N, K) in zip(names, points):
         fns, copies, on_a, outs = contenders(M, N, K, extra)
         for k, f in fns.items():
-            if k not in ("bf16", "w4a16"):
+            if k != "bf16":
                 f(0)
-        # the same products: every tokens-on-A run agrees with the pass within accumulation order (bf16 outputs)
-        ref = outs["pass"].double()
-        d = {k: ((o.double() - ref).norm() / ref.norm()).item() for k, o in outs.items() if k not in ("any", "pass")}
+        # the same products: every W4A4 run agrees with the pass and every W4A16 run with the swapped W4A16 kernel
+        # within accumulation order (bf16 outputs)
+        d = {}
+        for k, o in outs.items():
+            if k not in ("any", "pass", "w4a16"):
+                ref = outs["w4a16" if k.startswith("w4a16") else "pass"].double()
+                d[k] = ((o.double() - ref).norm() / ref.norm()).item()
         assert all(v < 4e-3 for v in d.values()) and not any(o.isnan().any() for k, o in outs.items() if k != "any"), (name, M, d)
         # --stream-k: the pass is known from the fit and held runs (fit.json, held.json), so only checked
         t = bench({k: f for k, f in fns.items() if not (args.stream_k and k == "w4a4_pass")}, copies)
