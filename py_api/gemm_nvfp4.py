@@ -40,6 +40,7 @@ from .formats.base import check_host_offsets, version
 from .formats.nvfp4 import dequantize_nvfp4_grouped, exact_rows
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n, grouped_activation_offsets
+from .gemm import _launch as launch_gemm, kernel_plan  # the gemm_sm90.cu kernels (W4A16 with the tokens on A)
 from .checks import check_options as check_gemm_options
 from .jit import KernelError, KernelSpec, build
 
@@ -680,14 +681,12 @@ def _gemm_weights_decoded(a, b, bias, out, cfg: GemmConfig, epilogue):
     if a.dtype != torch.bfloat16:
         raise ValueError(f"W4A16 with the tokens on A (config {cfg.key()}, swap_ab=False) takes bf16 activations (the "
                          f"weights decode to bf16), got {a.dtype}: pass a swapped config or bf16 activations")
-    from . import gemm as fp8_gemm  # the gemm_sm90.cu kernels' plan and launch
     M, N, K = a.shape[0], b.shape[0], b.shape[1]
     tree = epi.scaled(out.dtype, bias=True, activation=epilogue)
-    leaves, launch, workspace = fp8_gemm.kernel_plan(cfg.compiled(), tree, fast_accum=False, out_dtype=out.dtype,
-                                                     element="bf16")
+    leaves, launch, workspace = kernel_plan(cfg.compiled(), tree, fast_accum=False, out_dtype=out.dtype, element="bf16")
     w = dequantize_rows_bf16(b)
     inputs = {"scale_a": _one(out.device), "scale_b": b.alpha.reshape(-1), "bias": bias}
-    fp8_gemm._launch(cfg, leaves, launch, workspace, a, w, out, inputs, M, N, K, out.device)
+    launch_gemm(cfg, leaves, launch, workspace, a, w, out, inputs, M, N, K, out.device)
     return out
 
 

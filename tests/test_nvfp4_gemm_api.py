@@ -390,6 +390,29 @@ def test_tokens_on_a_configs():
     assert not nvfp4_tokens_on_a(4096, 4096 // r + 16, 4096)
     got = default_nvfp4_tokens_on_a_config(16384, 576, 7168)
     assert got == replace(default_nvfp4_config(576, 16384, 7168), swap_ab=False) and not got.swap_ab
+    # stream-K's last-wave bound from the real token count: 8192 tokens of kv_a are 64 x 3 = 192 tiles of 128x192,
+    # 1.45 waves of 132 SMs (last wave 0.45: above the bound for fewer than 1024 tokens, within the prefill one)
+    sk = default_nvfp4_tokens_on_a_config(8192, 576, 7168)
+    assert (sk.tile_n, sk.stream_k) == (192, True) and not sk.swap_ab
+    assert not default_nvfp4_config(576, 8192, 7168).stream_k  # what reading N as the tokens gave
+    assert not default_nvfp4_tokens_on_a_config(16384, 576, 7168).stream_k  # 2.91 waves: the last one 0.91 full
+    assert default_nvfp4_tokens_on_a_config(12000, 512, 3584).stream_k  # 94 x 2 = 188 tiles: 1.42 waves
+
+
+def test_w4a16_tokens_on_a_kernel_spec():
+    """W4A16 with the tokens on A: the FP8 GEMM's template with bf16 operands (gemm_kernel_spec element "bf16"), a
+    kernel of its own name (tests/test_nvfp4_gemm_gpu.py runs it)."""
+    from scalemm import epilogues as epi
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.gemm import gemm_kernel_spec
+    cfg = GemmConfig(128, 192, 64, 1, 1, "cooperative", swap_ab=False)
+    tree = epi.scaled(torch.float32, bias=True)
+    bf16, _ = gemm_kernel_spec(cfg, fast_accum=False, out_dtype=torch.float32, epilogue=tree, element="bf16")
+    fp8, _ = gemm_kernel_spec(cfg, fast_accum=False, out_dtype=torch.float32, epilogue=tree)
+    p = dict(bf16.params)
+    assert p["ELEMENT_A"] == p["ELEMENT_B"] == "cutlass::bfloat16_t" and "FP8" not in p["MAINLOOP_SCHEDULE"]
+    assert bf16.name.startswith("bf16_gemm_") and fp8.name.startswith("fp8_gemm_")
+    assert dict(fp8.params)["ELEMENT_A"] == "cutlass::float_e4m3_t"
 
 
 def test_w4a4_decode_in_mainloop_rule():

@@ -554,7 +554,7 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
         tile_n = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 or N <= 4096 else 128
         stream_k = -(-N // 128) * -(-M // tile_n) < num_sms
         return _nvfp4_tile(tile_n, stream_k)
-    return _nvfp4_mid_tokens_config(M, N, K, num_sms)
+    return _nvfp4_mid_tokens_config(M, N, K, num_sms, prefill=M >= NVFP4_STREAM_K_PREFILL_TOKENS)
 
 
 # W4A4 with the tokens on A (gemm_nvfp4's activation_decode "registers"): the weights go through the bf16 decode pass
@@ -572,8 +572,17 @@ def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
 
 
 def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
-    """The tokens-on-A kernel's tile: default_nvfp4_config's for N "tokens" on M rows, unswapped."""
-    return replace(default_nvfp4_config(N, M, K, num_sms=num_sms), swap_ab=False)
+    """The tokens-on-A kernel's tile: default_nvfp4_config's for N "tokens" on M rows, unswapped, except that
+    stream-K's last-wave bound is taken from the real token count M (NVFP4_STREAM_K_PREFILL_TOKENS), not from N.
+    Reading it from N left 1.4-1.5 waves of 128x192 / 128x256 tiles without stream-K on layers of fewer than 1024
+    rows: DeepSeek-V3's kv_a (576 x 7168) at 8192 tokens ran 1.148x faster with stream-K, Qwen2.5-7B's k/v
+    (512 x 3584) at 12000 1.067x, the only two points of the fit set that the bound changes (H200,
+    perf/results/h200/nvfp4_tokens_on_a/stream_k_w4a16_on_a.log)."""
+    _check_sms(num_sms)
+    if N <= 128:
+        return replace(default_nvfp4_config(N, M, K, num_sms=num_sms), swap_ab=False)
+    return replace(_nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=M >= NVFP4_STREAM_K_PREFILL_TOKENS),
+                   swap_ab=False)
 
 
 # Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of
@@ -643,14 +652,15 @@ def _one_wave_width(M: int, rows: int, num_sms: int, fill: float) -> int | None:
     return next((w for w in NVFP4_WIDE_TOKEN_WIDTHS if fits(w)), None)
 
 
-def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int) -> GemmConfig:
+def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int, *, prefill: bool) -> GemmConfig:
     """default_nvfp4_config above 128 tokens: the rule in the comments before NVFP4_ONE_WAVE_MAX_K and
-    NVFP4_WIDE_TOKEN_WIDTHS."""
+    NVFP4_WIDE_TOKEN_WIDTHS. prefill: whether the call has NVFP4_STREAM_K_PREFILL_TOKENS tokens or more (stream-K's
+    last-wave bound; M here, or the tokens-on-A kernel's rows)."""
     rows = -(-N // 128)
     wide = rows * -(-M // 256)
     if wide >= num_sms:
         last = wide / num_sms % 1
-        bound = NVFP4_STREAM_K_LAST_WAVE_PREFILL if M >= NVFP4_STREAM_K_PREFILL_TOKENS else NVFP4_STREAM_K_LAST_WAVE
+        bound = NVFP4_STREAM_K_LAST_WAVE_PREFILL if prefill else NVFP4_STREAM_K_LAST_WAVE
         return _nvfp4_tile(_fitted_width(M), 0 < last <= bound and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
     if K <= NVFP4_ONE_WAVE_MAX_K:
         for tile_n in (256, 128, 64):  # the widest tile that busies half the SMs or more in one wave ...
