@@ -397,6 +397,9 @@ def test_tokens_on_a_configs():
     assert not default_nvfp4_config(576, 8192, 7168).stream_k  # what reading N as the tokens gave
     assert not default_nvfp4_tokens_on_a_config(16384, 576, 7168).stream_k  # 2.91 waves: the last one 0.91 full
     assert default_nvfp4_tokens_on_a_config(12000, 512, 3584).stream_k  # 94 x 2 = 188 tiles: 1.42 waves
+    k_min = sm90.NVFP4_TOKENS_ON_A_STREAM_K_MIN_K  # shorter K: no stream-K (its fix-up costs more than the wave)
+    assert not default_nvfp4_tokens_on_a_config(8192, 576, k_min - 512).stream_k
+    assert default_nvfp4_tokens_on_a_config(8192, 576, k_min).stream_k
 
 
 def test_w4a16_tokens_on_a_kernel_spec():

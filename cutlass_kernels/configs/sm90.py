@@ -564,6 +564,7 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
 # weight rows.
 NVFP4_TOKENS_ON_A_MIN_TOKENS = 1024
 NVFP4_TOKENS_ON_A_RATIO = 2
+NVFP4_TOKENS_ON_A_STREAM_K_MIN_K = 2560  # default_nvfp4_tokens_on_a_config
 
 
 def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
@@ -573,16 +574,20 @@ def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
 
 def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """The tokens-on-A kernel's tile: default_nvfp4_config's for N "tokens" on M rows, unswapped, except that
-    stream-K's last-wave bound is taken from the real token count M (NVFP4_STREAM_K_PREFILL_TOKENS), not from N.
-    Reading it from N left 1.4-1.5 waves of 128x192 / 128x256 tiles without stream-K on layers of fewer than 1024
-    rows: DeepSeek-V3's kv_a (576 x 7168) at 8192 tokens ran 1.148x faster with stream-K, Qwen2.5-7B's k/v
-    (512 x 3584) at 12000 1.067x, the only two points of the fit set that the bound changes (H200,
-    perf/results/h200/nvfp4_tokens_on_a/stream_k_w4a16_on_a.log)."""
+    stream-K's last-wave bound is the prefill one (NVFP4_STREAM_K_LAST_WAVE_PREFILL) where the real token count M
+    is NVFP4_STREAM_K_PREFILL_TOKENS or more and K at least NVFP4_TOKENS_ON_A_STREAM_K_MIN_K, else the other one,
+    whatever N (reading N as the tokens left 1.4-1.5 waves without stream-K on layers of fewer than 1024 rows).
+    H200, perf/results/h200/nvfp4_tokens_on_a/ (stream_k_w4a16_on_a.log, changed.log): with the bound from the real
+    token count alone, stream-K ran 1.00-1.17x as fast (geomean 1.071x) at all 11 points it changed with
+    K >= 2560 (four narrow layers at 1.4-3.4 waves: DeepSeek-V3's kv_a, Qwen2.5-7B's and GLM-4-9B's k/v, MiniCPM3's
+    kv_a) and 0.85-0.99x at all 8 with K <= 2048 (DeepSeek-V2-Lite's kv_a, Llama-3.2-1B's k/v, Qwen2-0.5B's q); the
+    K bound was set from those, and is not yet checked on other layers. It also takes stream-K away from layers of
+    1024 rows or more with K < 2560 at 1.3-1.5 waves (not measured either way)."""
     _check_sms(num_sms)
     if N <= 128:
         return replace(default_nvfp4_config(N, M, K, num_sms=num_sms), swap_ab=False)
-    return replace(_nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=M >= NVFP4_STREAM_K_PREFILL_TOKENS),
-                   swap_ab=False)
+    prefill = M >= NVFP4_STREAM_K_PREFILL_TOKENS and K >= NVFP4_TOKENS_ON_A_STREAM_K_MIN_K
+    return replace(_nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=prefill), swap_ab=False)
 
 
 # Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of
