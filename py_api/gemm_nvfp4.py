@@ -40,7 +40,7 @@ from .formats.base import check_host_offsets, version
 from .formats.nvfp4 import dequantize_nvfp4_grouped, exact_rows
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n, grouped_activation_offsets
-from .gemm import _launch as launch_gemm, kernel_plan  # the gemm_sm90.cu kernels (W4A16 with the tokens on A)
+from .gemm import _launch as launch_gemm, gemm_kernel_spec, kernel_plan  # gemm_sm90.cu (W4A16, tokens on A)
 from .checks import check_options as check_gemm_options
 from .jit import KernelError, KernelSpec, build
 
@@ -760,6 +760,13 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
                                      epilogue=epi.scaled(o, activation=act))[0]
               for M, N, K, o, act in [(4096, 576, 7168, bf16, "gelu"), (2048, 1000, 2080, bf16, "gelu"),
                                       (2048, 576, 7168, f32, None)]]
+    # W4A16 with the tokens on A: the gemm_sm90.cu kernels with bf16 operands (tests/test_nvfp4_gemm_gpu.py's configs,
+    # fp32 out; its bias + gelu and graph replay config, bf16 out)
+    w4a16_on_a = [(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=False, stream_k=sk), f32, None)
+                  for n, sk in [(64, False), (128, True), (192, False), (256, False)]]
+    w4a16_on_a.append((GemmConfig(128, 192, 64, 1, 1, "cooperative", swap_ab=False, stream_k=True), bf16, "gelu"))
+    specs += [gemm_kernel_spec(c, fast_accum=False, out_dtype=o, epilogue=epi.scaled(o, activation=act),
+                               element="bf16")[0] for c, o, act in w4a16_on_a]
     grouped_fused = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True) for n in (128, 256)]
     specs += [nvfp4_grouped_kernel_spec(c, act_dtype=act, out_dtype=o, epilogue=epi.scaled(o))[0]
               for c in grouped_fused for act in ("nvfp4", bf16) for o in (f32, bf16)]
