@@ -590,7 +590,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, to 32 where
     N * K <= 2^26, to 64 where N * K <= 2^25 or K <= 12288 and N <= 24576, and above in blocks of tokens on
     small layers (skinny_blocks_config), where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS
-    kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel).
+    kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel; swap_ab=False puts the tokens on A: W4A4 decodes
+    them in registers, W4A16 (bf16 activations only) runs the weights decoded to bf16 by the pass through a
+    bf16 x bf16 GEMM, _gemm_weights_decoded).
 
     a: bf16/fp16 [M, K] contiguous (W4A16, alpha_a = 1) or an NVFP4Tensor with a rowwise copy (W4A4; the
     CUTLASS kernel takes it decoded by a bf16 pass, in its mainloop, or in registers with the tokens on A and the
