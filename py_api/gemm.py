@@ -264,11 +264,11 @@ def gemm(a, b, scale_a=None, scale_b=None, *, bias=None, out_dtype=torch.bfloat1
     kernel_arch(device)  # the capability check (scalemm.arch), with or without config=: a dictionary read
     cfg, leaves, launch, workspace = _plan(M, N, K, bool(fast_accum), out_dtype, epilogue, config, device,
                                            bias is not None)
-    _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
+    launch_planned(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     return out
 
 
-def _launch(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
+def launch_planned(cfg, leaves, launch, workspace, a, b, out, inputs, M, N, K, device) -> None:
     """Launches one planned call on the current stream (arguments: _gemm_args)."""
     args, ws = _gemm_args(cfg, leaves, workspace, a, b, out, inputs, M, N, K, device)  # noqa: F841 (ws: alive)
     with on_device(device):
@@ -322,10 +322,10 @@ def _plan(M, N, K, fast_accum, out_dtype, epilogue, config, device, has_bias=Fal
     return (cfg, *kernel_plan(cfg.compiled(), tree, fast_accum=fast_accum, out_dtype=out_dtype))
 
 
-@functools.lru_cache(maxsize=None)
 def kernel_plan(config: GemmConfig, tree, *, fast_accum: bool, out_dtype, element: str = "e4m3"):
     """(leaf layout, launcher, stream-K workspace query or None) of the gemm_sm90.cu kernel of a compiled config
-    and an epilogue tree (gemm_kernel_spec), what _gemm_args and _launch take."""
+    and an epilogue tree (gemm_kernel_spec), what _gemm_args and launch_planned take. Not cached itself (its spec
+    and launcher are; _plan caches whole calls), so a test that replaces _launcher leaves nothing behind."""
     spec, emitted = gemm_kernel_spec(config, fast_accum=fast_accum, out_dtype=out_dtype, epilogue=tree,
                                      element=element)
     if len(emitted.leaves) > abi.kMaxLeaves:

@@ -40,7 +40,7 @@ from .formats.base import check_host_offsets, version
 from .formats.nvfp4 import dequantize_nvfp4_grouped, exact_rows
 from .reference import dequantize_nvfp4, grouped_gemm_reference
 from .checks import check_aligned, check_n, grouped_activation_offsets
-from .gemm import _launch as launch_gemm, gemm_kernel_spec, kernel_plan  # gemm_sm90.cu (W4A16, tokens on A)
+from .gemm import gemm_kernel_spec, kernel_plan, launch_planned  # gemm_sm90.cu (W4A16, tokens on A)
 from .checks import check_options as check_gemm_options
 from .jit import KernelError, KernelSpec, build
 
@@ -688,7 +688,7 @@ def _gemm_weights_decoded(a, b, bias, out, cfg: GemmConfig, epilogue):
     leaves, launch, workspace = kernel_plan(cfg.compiled(), tree, fast_accum=False, out_dtype=out.dtype, element="bf16")
     w = dequantize_rows_bf16(b)
     inputs = {"scale_a": _one(out.device), "scale_b": b.alpha.reshape(-1), "bias": bias}
-    launch_gemm(cfg, leaves, launch, workspace, a, w, out, inputs, M, N, K, out.device)
+    launch_planned(cfg, leaves, launch, workspace, a, w, out, inputs, M, N, K, out.device)
     return out
 
 

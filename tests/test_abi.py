@@ -432,7 +432,7 @@ def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
     cfg_, leaves, _, workspace = gemm._plan.__wrapped__(M, N, K, False, bf16, None, cfg, device, True)
     assert (workspace is not None) == cfg.stream_k
     launch = _Capture()
-    gemm._launch(cfg_, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
+    gemm.launch_planned(cfg_, leaves, launch, workspace, a, b, out, inputs, M, N, K, device)
     name, args = launch.calls[0]
     assert name == "GemmArgs"
     x, y, m, n = (b, a, N, M) if cfg.swap_ab else (a, b, M, N)

@@ -24,7 +24,7 @@ for name, M, N, K in pts:
         c, leaves, _, ws = g._plan(M, N, K, fast, torch.bfloat16, None, cfg, dev, g.bias_leaf(b is not None, fast))
         launch = g._launcher(ab2.old_spec(cfg, fast, b is not None))
         inputs = {"scale_a": sa, "scale_b": sb, "bias": b}
-        return lambda i: g._launch(c, leaves, launch, ws, a, bs[i], o, inputs, M, N, K, dev)
+        return lambda i: g.launch_planned(c, leaves, launch, ws, a, bs[i], o, inputs, M, N, K, dev)
     fns = {"torch_fast": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2, out_dtype=torch.bfloat16, use_fast_accum=True),
            "torch_full": lambda i: torch._scaled_mm(a, bs[i].T, scale_a=sa2, scale_b=sb2, out_dtype=torch.bfloat16, use_fast_accum=False)}
     eq = {}
