@@ -400,6 +400,12 @@ def test_tokens_on_a_configs():
     k_min = sm90.NVFP4_TOKENS_ON_A_STREAM_K_MIN_K  # shorter K: no stream-K (its fix-up costs more than the wave)
     assert not default_nvfp4_tokens_on_a_config(8192, 576, k_min - 512).stream_k
     assert default_nvfp4_tokens_on_a_config(8192, 576, k_min).stream_k
+    # fewer than NVFP4_TOKENS_ON_A_MIN_WIDTH weight rows: the pass by default; "registers" on a 64-wide tile
+    w = sm90.NVFP4_TOKENS_ON_A_MIN_WIDTH
+    assert nvfp4_tokens_on_a(4096, w, 4096) and not nvfp4_tokens_on_a(4096, w - 16, 4096)
+    for n in (8, 16, 32, 48):
+        small = default_nvfp4_tokens_on_a_config(4096, n, 4096)
+        assert small.tile_n == w and small.stream_k == default_nvfp4_config(n, 4096, 4096).stream_k
 
 
 def test_w4a16_tokens_on_a_kernel_spec():

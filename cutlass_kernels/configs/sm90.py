@@ -561,15 +561,19 @@ def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS
 # (N x K elements) instead of the activations (M x K), and the kernel decodes the tokens in registers. Taken by
 # default from NVFP4_TOKENS_ON_A_MIN_TOKENS tokens where M >= NVFP4_TOKENS_ON_A_RATIO x N (the weights' pass at most
 # 1 / RATIO of the activations'). Its tiles are default_nvfp4_config's with the roles exchanged: 128 tokens x tile_n
-# weight rows.
+# weight rows, at least NVFP4_TOKENS_ON_A_MIN_WIDTH wide: the 16- and 32-wide tiles the swapped rule gives up to 32
+# "tokens" have never run with the tokens on A on a GPU, so layers of fewer than that many rows keep the pass by
+# default (an explicit "registers" runs them on the 64-wide tile, partly empty).
 NVFP4_TOKENS_ON_A_MIN_TOKENS = 1024
 NVFP4_TOKENS_ON_A_RATIO = 2
+NVFP4_TOKENS_ON_A_MIN_WIDTH = 64
 NVFP4_TOKENS_ON_A_STREAM_K_MIN_K = 2560  # default_nvfp4_tokens_on_a_config
 
 
 def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
-    """Whether W4A4 on the CUTLASS kernel runs with the tokens on A by default (NVFP4_TOKENS_ON_A_RATIO)."""
-    return M >= NVFP4_TOKENS_ON_A_MIN_TOKENS and M >= NVFP4_TOKENS_ON_A_RATIO * N
+    """Whether W4A4 on the CUTLASS kernel runs with the tokens on A by default (NVFP4_TOKENS_ON_A_RATIO, from
+    NVFP4_TOKENS_ON_A_MIN_WIDTH weight rows)."""
+    return M >= NVFP4_TOKENS_ON_A_MIN_TOKENS and M >= NVFP4_TOKENS_ON_A_RATIO * N and N >= NVFP4_TOKENS_ON_A_MIN_WIDTH
 
 
 def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
@@ -585,7 +589,8 @@ def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = R
     1024 rows or more with K < 2560 at 1.3-1.5 waves (not measured either way)."""
     _check_sms(num_sms)
     if N <= 128:
-        return replace(default_nvfp4_config(N, M, K, num_sms=num_sms), swap_ab=False)
+        cfg = default_nvfp4_config(N, M, K, num_sms=num_sms)
+        return replace(cfg, tile_n=max(cfg.tile_n, NVFP4_TOKENS_ON_A_MIN_WIDTH), swap_ab=False)
     prefill = M >= NVFP4_STREAM_K_PREFILL_TOKENS and K >= NVFP4_TOKENS_ON_A_STREAM_K_MIN_K
     return replace(_nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=prefill), swap_ab=False)
 
