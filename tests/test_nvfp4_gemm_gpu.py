@@ -263,6 +263,21 @@ def test_w4a4_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, 
     assert _rel_err(out, want.double()) <= TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("N", [16, 48])
+def test_w4a4_tokens_on_a_few_weight_rows(N):
+    """Fewer weight rows than the narrowest tokens-on-A tile (64): "registers" runs them on it, partly empty; the
+    default keeps the pass there (NVFP4_TOKENS_ON_A_MIN_WIDTH)."""
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    from scalemm.cutlass_kernels.configs import sm90
+    M, K = 2048, 1024
+    assert not sm90.nvfp4_tokens_on_a(M, N, K) and sm90.default_nvfp4_tokens_on_a_config(M, N, K).tile_n == 64
+    w = _weights(N, K, "token", seed=56)
+    a = scalemm.quantize_nvfp4(_wide((M, K), seed=57).to(torch.bfloat16), scaling="token")
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode="registers")
+    _assert_rows_and_cols_match(out, _exact(a, w))
+
+
 def _random_tokens_on_a_case(seed):
     """(M, N, K) that the default takes with the tokens on A: odd token counts, N of models and multiples of 16,
     K a multiple of 32 (of models, or not a multiple of 64)."""
