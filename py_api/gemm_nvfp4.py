@@ -633,8 +633,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
             and _tokens_on_a_refusal(a) is None)):
         cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
-    if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab:
-        return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)
+    if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab and activation_decode != "registers":
+        return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)  # ("registers" on bf16: _tokens_on_a refuses)
     x_scales = None
     if _tokens_on_a(a, cfg, activation_decode):
         # the kernel's problem is (M, N, K): the activations' codes and scales take Nvfp4GemmArgs' weight fields,

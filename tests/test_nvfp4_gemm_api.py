@@ -419,9 +419,12 @@ def test_w4a16_tokens_on_a_kernel_spec():
     bf16, _ = gemm_kernel_spec(cfg, fast_accum=False, out_dtype=torch.float32, epilogue=tree, element="bf16")
     fp8, _ = gemm_kernel_spec(cfg, fast_accum=False, out_dtype=torch.float32, epilogue=tree)
     p = dict(bf16.params)
-    assert p["ELEMENT_A"] == p["ELEMENT_B"] == "cutlass::bfloat16_t" and "FP8" not in p["MAINLOOP_SCHEDULE"]
+    assert p["ELEMENT_A"] == p["ELEMENT_B"] == "cutlass::bfloat16_t"
+    assert p["MAINLOOP_SCHEDULE"] == "cutlass::gemm::KernelTmaWarpSpecializedCooperative"
     assert bf16.name.startswith("bf16_gemm_") and fp8.name.startswith("fp8_gemm_")
     assert dict(fp8.params)["ELEMENT_A"] == "cutlass::float_e4m3_t"
+    with pytest.raises(ValueError, match="fast accumulation is an FP8 wgmma mode"):
+        gemm_kernel_spec(cfg, fast_accum=True, out_dtype=torch.float32, epilogue=tree, element="bf16")
 
 
 def test_w4a4_decode_in_mainloop_rule():

@@ -264,18 +264,24 @@ def test_w4a4_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, 
 
 
 @pytest.mark.parametrize("N", [16, 48])
-def test_w4a4_tokens_on_a_few_weight_rows(N):
-    """Fewer weight rows than the narrowest tokens-on-A tile (64): "registers" runs them on it, partly empty; the
-    default keeps the pass there (NVFP4_TOKENS_ON_A_MIN_WIDTH)."""
-    from scalemm.gemm_nvfp4 import gemm_nvfp4
+def test_w4a4_tokens_on_a_few_weight_rows(monkeypatch, N):
+    """Fewer weight rows than the narrowest tokens-on-A tile (64): "registers" runs them on it, partly empty (only
+    the weights through the pass); the default keeps the activations' pass there (NVFP4_TOKENS_ON_A_MIN_WIDTH)."""
+    import scalemm.gemm_nvfp4 as g
     from scalemm.cutlass_kernels.configs import sm90
     M, K = 2048, 1024
     assert not sm90.nvfp4_tokens_on_a(M, N, K) and sm90.default_nvfp4_tokens_on_a_config(M, N, K).tile_n == 64
     w = _weights(N, K, "token", seed=56)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=57).to(torch.bfloat16), scaling="token")
-    out = _poisoned(M, N, torch.float32)
-    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode="registers")
-    _assert_rows_and_cols_match(out, _exact(a, w))
+    decoded = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    for decode, passed in (("registers", (N, K)), ("auto", (M, K))):
+        decoded.clear()
+        out = _poisoned(M, N, torch.float32)
+        g.gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, activation_decode=decode)
+        assert decoded == [passed], (decode, decoded)
+        _assert_rows_and_cols_match(out, _exact(a, w))
 
 
 def _random_tokens_on_a_case(seed):
@@ -353,6 +359,8 @@ def test_w4a4_tokens_on_a_refuses_what_it_cannot_run():
         gemm_nvfp4(a2, w2, config=flipped, activation_decode="mainloop")
     with pytest.raises(ValueError, match="takes bf16 activations"):  # W4A16 on A: the weights decode to bf16
         gemm_nvfp4(_wide((300, 2048), seed=50).to(torch.float16), w2, config=flipped)
+    with pytest.raises(ValueError, match="a is not NVFP4"):  # "registers" decodes NVFP4 activations only
+        gemm_nvfp4(_wide((300, 2048), seed=50).to(torch.bfloat16), w2, config=flipped, activation_decode="registers")
 
 
 # W4A16 with the tokens on A (a swap_ab=False config with bf16 activations): the weights decoded to bf16 by the pass,

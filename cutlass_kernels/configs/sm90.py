@@ -102,6 +102,8 @@ class GemmConfig:
         fp8 = element == "e4m3"
         array = "PtrArray" if grouped else ""
         mainloop = f"cutlass::gemm::Kernel{array}TmaWarpSpecialized" + ("Cooperative" if coop else "Pingpong")
+        if fast_accum and not fp8:
+            raise ValueError(f"fast accumulation is an FP8 wgmma mode; {element} kernels take fast_accum=False")
         if self.promotion_chunks and (fast_accum or not fp8):
             raise ValueError(f"promotion_chunks is for FP8 GEMMs with full accumulation ({self.key()})")
         if fp8 and fast_accum:
@@ -585,8 +587,9 @@ def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = R
     token count alone, stream-K ran 1.00-1.17x as fast (geomean 1.071x) at all 11 points it changed with
     K >= 2560 (four narrow layers at 1.4-3.4 waves: DeepSeek-V3's kv_a, Qwen2.5-7B's and GLM-4-9B's k/v, MiniCPM3's
     kv_a) and 0.85-0.99x at all 8 with K <= 2048 (DeepSeek-V2-Lite's kv_a, Llama-3.2-1B's k/v, Qwen2-0.5B's q); the
-    K bound was set from those, and is not yet checked on other layers. It also takes stream-K away from layers of
-    1024 rows or more with K < 2560 at 1.3-1.5 waves (not measured either way)."""
+    K bound was set from those, and is not yet checked on other layers. It also takes stream-K away (not measured
+    either way) from layers of 1024 rows or more with K < 2560, and from explicit "registers" calls of fewer than 1024
+    tokens, wherever their last wave is 0.3-0.5 full below 8 waves."""
     _check_sms(num_sms)
     if N <= 128:
         cfg = default_nvfp4_config(N, M, K, num_sms=num_sms)

@@ -167,7 +167,8 @@ def main():
         assert all(v < 4e-3 for v in d.values()) and not any(o.isnan().any() for k, o in outs.items() if k != "any"), (name, M, d)
         # --stream-k: the pass is known from the fit and held runs (fit.json, held.json), so only checked
         t = bench({k: f for k, f in fns.items() if not (args.stream_k and k == "w4a4_pass")}, copies)
-        row = {"layer": name, "M": M, "N": N, "K": K, "on_a": on_a.label(), "us": t, "regs_vs_pass": d["regs"]}
+        row = {"layer": name, "M": M, "N": N, "K": K, "on_a": on_a.label(), "us": t, "regs_vs_pass": d["regs"],
+               "vs_reference": d}
         rows.append(row)
         print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} {on_a.label():32s} " +
               " ".join(f"{k}={v:9.1f}" for k, v in t.items()) +
