@@ -21,7 +21,7 @@ import torch
 
 import importlib
 
-from scalemm import abi, epilogues as epi
+from scalemm import abi, epilogues as epi, quantize_nvfp4
 from scalemm.cutlass_kernels import GemmConfig
 from scalemm.cutlass_kernels.configs.sm90 import full_accumulation, full_tile_config
 from scalemm.jit import describe_status, toolchain
@@ -446,6 +446,36 @@ def test_gemm_fills_gemm_args(monkeypatch, fake_stream, cfg):
     assert asked == ([(m, n, K, 0, args.raster, args.swizzle)] if cfg.stream_k else [])
     assert (args.device, args.raster, args.swizzle, args.splits, args.stream) == \
         (0, {"m": 0, "n": 1, "auto": 2}[cfg.raster], cfg.swizzle, 1, STREAM)
+
+
+@pytest.mark.parametrize("stream_k", [False, True])
+def test_w4a16_tokens_on_a_plans_a_bf16_gemm(monkeypatch, stream_k):
+    """W4A16 with the tokens on A (gemm_nvfp4._gemm_weights_decoded): the weights' exact bf16 decode as b, the bf16
+    activations as a, problem (M, N, K) unswapped, the bf16 x bf16 gemm_sm90.cu kernel with alpha_a = one value,
+    alpha_b per column and the bias; the launch itself is test_gemm_fills_gemm_args's."""
+    M, N, K = 48, 64, 128
+    x = torch.randn(M, K).to(bf16)
+    b = quantize_nvfp4(torch.randn(N, K).to(bf16), scaling="token")
+    decoded = torch.randn(N, K).to(bf16)
+    out, bias = torch.empty(M, N, dtype=bf16), torch.randn(N).to(bf16)
+    one = torch.ones(())
+    monkeypatch.setattr(gemm, "_launcher", lambda spec: spec)
+    monkeypatch.setattr(gemm_nvfp4, "dequantize_rows_bf16", lambda q: decoded if q is b else None)
+    monkeypatch.setattr(gemm_nvfp4, "_one", lambda device: one)
+    seen = []
+    monkeypatch.setattr(gemm_nvfp4, "launch_planned", lambda *call: seen.append(call))
+    cfg = GemmConfig(128, 192, 64, 1, 1, "cooperative", swap_ab=False, stream_k=stream_k)
+    assert gemm_nvfp4._gemm_weights_decoded(x, b, bias, out, cfg, "gelu") is out
+    (cfg_, leaves, spec, workspace, a_, w_, out_, inputs, m, n, k, device), = seen
+    assert (cfg_, a_, w_, out_, (m, n, k), device) == (cfg, x, decoded, out, (M, N, K), out.device)
+    p = dict(spec.params)
+    assert spec.name.startswith("bf16_gemm_t128x192x64") and p["ELEMENT_A"] == p["ELEMENT_B"] == "cutlass::bfloat16_t"
+    assert p["LAYOUT_D"] == "cutlass::layout::RowMajor" and "GELU" in p["EVT_TYPE"].upper()
+    assert [leaf.name for leaf, _, _ in leaves] == ["scale_a", "scale_b", "bias"]
+    assert inputs["scale_a"] is one and inputs["bias"] is bias and torch.equal(inputs["scale_b"], b.alpha.reshape(-1))
+    assert (workspace is not None) == stream_k
+    with pytest.raises(ValueError, match="takes bf16 activations"):
+        gemm_nvfp4._gemm_weights_decoded(x.half(), b, None, out, cfg, None)
 
 
 @pytest.mark.parametrize("wgrad", [False, True])
