@@ -425,6 +425,8 @@ def test_w4a16_tokens_on_a_kernel_spec():
     assert dict(fp8.params)["ELEMENT_A"] == "cutlass::float_e4m3_t"
     with pytest.raises(ValueError, match="fast accumulation is an FP8 wgmma mode"):
         gemm_kernel_spec(cfg, fast_accum=True, out_dtype=torch.float32, epilogue=tree, element="bf16")
+    with pytest.raises(ValueError, match="element must be one of"):
+        gemm_kernel_spec(cfg, fast_accum=False, out_dtype=torch.float32, epilogue=tree, element="fp16")
 
 
 def test_w4a4_decode_in_mainloop_rule():

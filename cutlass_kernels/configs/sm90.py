@@ -98,6 +98,8 @@ class GemmConfig:
     def cpp(self, *, fast_accum: bool, out_dtype, epilogue: Emitted, element="e4m3",
             grouped: bool = False, wgrad: bool = False) -> dict[str, str]:
         """Template parameters for cutlass_kernels/templates/gemm_sm90.cu (grouped_gemm_sm90.cu)."""
+        if element not in ELEMENTS:
+            raise ValueError(f"element must be one of {tuple(ELEMENTS)}, got {element!r}")
         coop = self.schedule == "cooperative"
         fp8 = element == "e4m3"
         array = "PtrArray" if grouped else ""
