@@ -534,9 +534,14 @@ def bf16_rows(q, *, offsets=None) -> torch.Tensor:
 ACTIVATION_DECODES = ("auto", "pass", "mainloop", "registers")
 
 
-def _check_activation_decode(activation_decode: str) -> None:
+def _check_activation_decode(activation_decode: str, config=None) -> None:
+    """The name; and a SkinnyConfig takes "auto" only (the skinny kernel decodes NVFP4 activations its own way; an
+    explicit decode names one of the CUTLASS kernel's, and without a config it rules the skinny kernel out)."""
     if activation_decode not in ACTIVATION_DECODES:
         raise ValueError(f"activation_decode must be one of {ACTIVATION_DECODES}, got {activation_decode!r}")
+    if isinstance(config, SkinnyConfig) and activation_decode != "auto":
+        raise ValueError(f"activation_decode={activation_decode!r} names a CUTLASS kernel's decode; config="
+                         f"{config.label()} is the skinny kernel's, which takes activation_decode='auto'")
 
 
 def _decode_in_mainloop(a, cfg: GemmConfig, activation_decode: str) -> bool:
@@ -599,7 +604,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     weights decoded by the pass instead: activation_decode, ACTIVATION_DECODES).
     b: NVFP4Tensor [N, K] with a rowwise copy (nn.Linear weight layout), alpha per tensor or per row.
     Validated by the caller (scalemm.gemm)."""
-    _check_activation_decode(activation_decode)
+    _check_activation_decode(activation_decode, config)
     device = b.qdata.device
     configs = configs_for(device)  # the capability check; the heuristic of the GPU's architecture
     N, K = b.shape
@@ -610,7 +615,7 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
         why = skinny_problem(M, N, K, config, operands)
         if why:
             raise ValueError(f"config={config.label()} cannot run this GEMM: {why}")
-    elif config is None and skinny_by_default():
+    elif config is None and activation_decode == "auto" and skinny_by_default():  # (an explicit decode: CUTLASS)
         # NVFP4 activations with their quantizer's exact rows run as W4A16 on those (bf16_rows); without, the rule
         # for NVFP4 activations (the kernels that decode them in registers, or the pass)
         decodes = isinstance(a, NVFP4Tensor) and exact_rows(a) is None
@@ -844,7 +849,7 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
     tokens on A, so "registers" is refused).
     b: GroupedNVFP4Tensor of stacked expert weights (scalemm.quantize_nvfp4_stacked): G experts of N rows.
     offsets: int32 [G] cumulative row ends on the device. Validated by the caller."""
-    _check_activation_decode(activation_decode)
+    _check_activation_decode(activation_decode, config)
     if activation_decode == "registers":
         raise ValueError("activation_decode='registers' (the tokens on A) is for dense W4A4 GEMMs; grouped ones take "
                          "'auto' / 'pass' or 'mainloop'")
@@ -858,7 +863,8 @@ def grouped_gemm_nvfp4(a, b, offsets, *, bias=None, out_dtype=torch.bfloat16, ep
         why = skinny_problem(T, N, K, config, operands, groups=G)
         if why:
             raise ValueError(f"config={config.label()} cannot run this grouped GEMM: {why}")
-    elif config is None and skinny_by_default():  # decode: few rows per expert (default_nvfp4_grouped_skinny_config)
+    elif config is None and activation_decode == "auto" and skinny_by_default():
+        # decode: few rows per expert (default_nvfp4_grouped_skinny_config); an explicit decode names a CUTLASS kernel's
         skinny = configs.default_nvfp4_grouped_skinny_config(T, G, N, K)
         if skinny is not None and skinny_problem(T, N, K, skinny, operands, groups=G) is None:
             config = skinny

@@ -9,7 +9,7 @@ import scalemm
 from scalemm import abi
 from scalemm import reference as ref
 from scalemm.gemm_nvfp4 import _chunk_permutation, prepare_sm90_weight
-from scalemm.cutlass_kernels.configs import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS
+from scalemm.cutlass_kernels.configs import SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SkinnyConfig
 
 
 def _data(*shape, seed=0):
@@ -579,8 +579,8 @@ def test_exact_rows_are_used_while_their_sources_are_unchanged(monkeypatch):
 
 
 def test_activation_decode_is_checked_first():
-    """A bad activation_decode, or "registers" (tokens on A: dense only) for a grouped GEMM, is refused by name before
-    the operands are looked at."""
+    """A bad activation_decode, "registers" (tokens on A: dense only) for a grouped GEMM, or any decode but "auto"
+    with a skinny config, is refused by name before the operands are looked at."""
     from scalemm.gemm_nvfp4 import grouped_gemm_nvfp4, gemm_nvfp4
     with pytest.raises(ValueError, match="activation_decode must be one of"):
         gemm_nvfp4(None, None, activation_decode="bogus")
@@ -588,3 +588,8 @@ def test_activation_decode_is_checked_first():
         grouped_gemm_nvfp4(None, None, None, activation_decode="bogus")
     with pytest.raises(ValueError, match="'registers' .* is for dense W4A4 GEMMs"):
         grouped_gemm_nvfp4(None, None, None, activation_decode="registers")
+    for decode in ("pass", "mainloop", "registers"):  # the skinny kernel decodes its own way
+        with pytest.raises(ValueError, match=f"activation_decode='{decode}' names a CUTLASS kernel's decode"):
+            gemm_nvfp4(None, None, config=SkinnyConfig(2, 0), activation_decode=decode)
+        with pytest.raises(ValueError, match=f"activation_decode='{decode}' names a CUTLASS kernel's decode"):
+            grouped_gemm_nvfp4(None, None, None, config=SkinnyConfig(2, 0), activation_decode=decode)
