@@ -33,7 +33,7 @@ from .arch import configs_for, gpu_info, on_device
 from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS,
                                       SKINNY_TILE_ROWS, GemmConfig,
                                       SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
-                                      default_nvfp4_tokens_on_a_config, nvfp4_cpp,
+                                      default_nvfp4_tokens_on_a_config, nvfp4_cpp, NVFP4_TOKENS_ON_A_WIDTHS,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
@@ -595,7 +595,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     config: None (the heuristic, default_nvfp4_skinny_config: the skinny kernel up to 16 tokens, to 32 where
     N * K <= 2^26, to 64 where N * K <= 2^25 or K <= 12288 and N <= 24576, and above in blocks of tokens on
     small layers (skinny_blocks_config), where it can run, unless SCALEMM_NVFP4_SKINNY=0; else the CUTLASS
-    kernel), a SkinnyConfig or a GemmConfig (the CUTLASS kernel; swap_ab=False puts the tokens on A: W4A4 decodes
+    kernel, with the tokens on A where nvfp4_tokens_on_a (W4A4) or nvfp4_w4a16_on_a (bf16 activations) says so),
+    a SkinnyConfig or a GemmConfig (the CUTLASS kernel; swap_ab=False puts the tokens on A: W4A4 decodes
     them in registers, W4A16 (bf16 activations only) runs the weights decoded to bf16 by the pass through a
     bf16 x bf16 GEMM, _gemm_weights_decoded).
 
@@ -638,6 +639,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
             activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
             and _tokens_on_a_refusal(a) is None)):
         cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
+    if (config is None and not isinstance(a, NVFP4Tensor) and a.dtype == torch.bfloat16 and activation_decode == "auto"
+            and configs.nvfp4_w4a16_on_a(M, N, K, num_sms=_num_sms(device))):
+        cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))  # W4A16 on A
     if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab and activation_decode != "registers":
         return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)  # ("registers" on bf16: _tokens_on_a refuses)
     x_scales = None
@@ -772,6 +776,14 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     w4a16_on_a = [(GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=False, stream_k=sk), f32, None)
                   for n, sk in [(64, False), (128, True), (192, False), (256, False)]]
     w4a16_on_a.append((GemmConfig(128, 192, 64, 1, 1, "cooperative", swap_ab=False, stream_k=True), bf16, "gelu"))
+    # the fitted weight-tile widths (tests/test_nvfp4_gemm_gpu.py, W4A4 and W4A16, fp32 out) and W4A16's default
+    # on A (bias + gelu, bf16 out)
+    fitted = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=False)
+              for n in NVFP4_TOKENS_ON_A_WIDTHS if n not in (64, 128, 160, 192, 224, 256)]
+    specs += [nvfp4_gemm_kernel_spec(c, act_dtype=bf16, out_dtype=f32, epilogue=epi.scaled(f32))[0] for c in fitted]
+    w4a16_on_a += [(c, f32, None) for c in fitted]
+    w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), bf16, "gelu") for M, N, K in [(4096, 576, 7168),
+                                                                                          (4096, 512, 3584)]]
     specs += [gemm_kernel_spec(c, fast_accum=False, out_dtype=o, epilogue=epi.scaled(o, activation=act),
                                element="bf16")[0] for c, o, act in w4a16_on_a]
     grouped_fused = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True) for n in (128, 256)]

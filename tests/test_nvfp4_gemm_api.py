@@ -406,6 +406,37 @@ def test_tokens_on_a_configs():
     for n in (8, 16, 32, 48):
         small = default_nvfp4_tokens_on_a_config(4096, n, 4096)
         assert small.tile_n == w and small.stream_k == default_nvfp4_config(n, 4096, 4096).stream_k
+    # the weight tile narrowed to NVFP4_TOKENS_ON_A_WIDTHS with as many tiles: kv_a at 4096 tokens 4 x 144 (not 4 x
+    # 160), MiniCPM3's kv_a (288 rows) 3 x 96 (not 3 x 128), gpt-oss o (2880) 12 x 240 (not 12 x 256)
+    for (M, N, K), width in {(4096, 576, 7168): 144, (4096, 288, 2560): 96, (8192, 2880, 4096): 240,
+                             (3000, 1024, 4096): 208, (8192, 1024, 4096): 256}.items():
+        cfg = default_nvfp4_tokens_on_a_config(M, N, K)
+        assert cfg.tile_n == width and cfg.tile_n in sm90.NVFP4_TOKENS_ON_A_WIDTHS, (M, N, K, cfg)
+    for N in range(64, 4096, 16):  # never more weight tiles than the unfitted width, never wider than it
+        for M in (2 * N, 4 * N):
+            cfg = default_nvfp4_tokens_on_a_config(max(M, 1024), N, 4096)
+            base = replace(default_nvfp4_config(N, max(M, 1024), 4096), swap_ab=False)
+            if N > 128:
+                assert -(-N // cfg.tile_n) == -(-N // base.tile_n) and cfg.tile_n <= base.tile_n, (N, cfg, base)
+            assert cfg.tile_n in sm90.NVFP4_TOKENS_ON_A_WIDTHS
+
+
+def test_w4a16_tokens_on_a_rule():
+    """W4A16 goes on A (nvfp4_w4a16_on_a) where W4A4 would (nvfp4_tokens_on_a) and the swapped default is data-parallel
+    with token tiles at most NVFP4_W4A16_ON_A_MAX_TOKEN_TILE wide; not on wide layers, short prompts or stream-K."""
+    from scalemm.cutlass_kernels.configs import default_nvfp4_config, nvfp4_tokens_on_a, nvfp4_w4a16_on_a, sm90
+    assert nvfp4_w4a16_on_a(4096, 576, 7168)  # DeepSeek-V3 kv_a: one wave of 128 x 160
+    assert default_nvfp4_config(4096, 576, 7168).tile_n == 160
+    assert nvfp4_w4a16_on_a(4096, 512, 3584) and nvfp4_w4a16_on_a(2048, 1024, 4096)
+    assert not nvfp4_w4a16_on_a(8192, 576, 7168)  # stream-K over 128 x 192
+    assert not nvfp4_w4a16_on_a(8192, 1024, 4096)  # 256-wide token tiles
+    assert not nvfp4_w4a16_on_a(4096, 4096, 4096) and not nvfp4_tokens_on_a(4096, 4096, 4096)  # M < 2 N
+    assert not nvfp4_w4a16_on_a(512, 64, 4096)  # fewer than NVFP4_TOKENS_ON_A_MIN_TOKENS tokens
+    for M in range(1024, 20000, 999):
+        for N, K in ((576, 7168), (512, 3584), (1024, 4096), (256, 2048)):
+            sw = default_nvfp4_config(M, N, K)
+            want = nvfp4_tokens_on_a(M, N, K) and not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
+            assert nvfp4_w4a16_on_a(M, N, K) == want
 
 
 def test_w4a16_tokens_on_a_kernel_spec():

@@ -13,7 +13,7 @@ import torch
 import scalemm
 from scalemm import reference as ref
 from scalemm.cutlass_kernels import GemmConfig
-from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_tokens
+from scalemm.cutlass_kernels.configs import SkinnyConfig, default_nvfp4_skinny_config, skinny_config_for_tokens, sm90
 from scalemm.gemm_nvfp4 import default_nvfp4_config, prepare_sm90_weight, dequantize_rows_bf16
 
 pytestmark = pytest.mark.gpu
@@ -400,6 +400,51 @@ def test_w4a16_tokens_on_a_bias_gelu_and_graph_replay():
     graph.replay()
     torch.cuda.synchronize()
     assert _rel_err(out, _exact(x, w, bias, "gelu")) <= TOL[torch.bfloat16]
+
+
+# The weight-tile widths the tokens-on-A rule narrows to (sm90.NVFP4_TOKENS_ON_A_WIDTHS) beyond the configs above:
+# CUTLASS's extended wgmma shapes 144 / 208 / 240 and 96; N ends in a partial weight tile, K % 64 == 32.
+FITTED_WIDTHS = [w for w in sm90.NVFP4_TOKENS_ON_A_WIDTHS if w not in (64, 128, 160, 192, 224, 256)]
+
+
+@pytest.mark.parametrize("width", FITTED_WIDTHS)
+@pytest.mark.parametrize("M,N,K", [(300, 576, 2080), (2500, 1000, 1024)])
+@pytest.mark.parametrize("kind", ["w4a4", "w4a16"])
+def test_tokens_on_a_fitted_widths_match_exact_dequant(width, M, N, K, kind):
+    from scalemm.gemm_nvfp4 import gemm_nvfp4
+    config = GemmConfig(128, width, 64, 1, 1, "cooperative", swap_ab=False)
+    w = _weights(N, K, "token", seed=57)
+    x = _wide((M, K), seed=58).to(torch.bfloat16)
+    a = scalemm.quantize_nvfp4(x, scaling="token") if kind == "w4a4" else x
+    out = _poisoned(M, N, torch.float32)
+    gemm_nvfp4(a, w, out_dtype=torch.float32, out=out, config=config,
+               **({"activation_decode": "registers"} if kind == "w4a4" else {}))
+    _assert_rows_and_cols_match(out, _exact(a, w))
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 576, 7168), (4096, 512, 3584)])
+def test_w4a16_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, K):
+    """No config, bf16 activations: where sm90.nvfp4_w4a16_on_a holds, the weights go through the pass and a bf16 x
+    bf16 GEMM runs on the tokens-on-A tile (144 and 128 weight rows wide here); bias, gelu, bf16 out, against the exact
+    product and within accumulation order of the swapped kernel (an explicit swapped config)."""
+    import scalemm.gemm_nvfp4 as g
+    assert sm90.nvfp4_w4a16_on_a(M, N, K)
+    w = _weights(N, K, "token", seed=59)
+    x = _wide((M, K), seed=60).to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    decoded = []
+    real = g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    out = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(x, w, bias=bias, epilogue="gelu", out=out)
+    assert decoded == [(N, K)], "the weights go through the pass"
+    assert not out.isnan().any()
+    want = _exact(x, w, bias, "gelu")
+    assert _rel_err(out, want) <= TOL[torch.bfloat16]
+    swapped = _poisoned(M, N, torch.bfloat16)
+    scalemm.gemm(x, w, bias=bias, epilogue="gelu", out=swapped, config=sm90.default_nvfp4_config(M, N, K))
+    assert decoded == [(N, K)], "the swapped kernel decodes the weights in registers"
+    assert _rel_err(swapped, want) <= TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("K", [2064, 4096])  # a word at a time (K % 32 != 0), four words at a time

@@ -23,10 +23,11 @@ from .shapes import (DECODE_M, MODEL_LINEAR_SHAPES, MODEL_PRESETS, PREFILL_M, lo
 from .sm90 import (ELEMENTS, GROUPED_TUNING_CANDIDATES, TUNING_CANDIDATES, GemmConfig, bias_free_full_kernel,
                    default_build_set,
                    default_config, default_grouped_config, default_nvfp4_config, default_nvfp4_grouped_config,
-                   default_nvfp4_tokens_on_a_config, nvfp4_tokens_on_a,
+                   default_nvfp4_tokens_on_a_config, nvfp4_tokens_on_a, nvfp4_w4a16_on_a,
                    default_wgrad_config, grouped_tuning_candidates, nvfp4_cpp, nvfp4_decodes_activations, sweep_configs,
                    tuning_candidates,
                    SkinnyConfig, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS, SKINNY_TILE_ROWS, NVFP4_WIDE_TOKEN_WIDTHS,
+                   NVFP4_TOKENS_ON_A_WIDTHS,
                    default_nvfp4_skinny_config,
                    default_nvfp4_grouped_skinny_config, skinny_config_for_groups, skinny_config_for_tokens, skinny_cpp)
 

@@ -572,6 +572,18 @@ NVFP4_TOKENS_ON_A_MIN_TOKENS = 1024
 NVFP4_TOKENS_ON_A_RATIO = 2
 NVFP4_TOKENS_ON_A_MIN_WIDTH = 64
 NVFP4_TOKENS_ON_A_STREAM_K_MIN_K = 2560  # default_nvfp4_tokens_on_a_config
+# The weight-tile widths the tokens-on-A tile narrows to (_fitted_weight_width): the narrowest of these that tiles N
+# weight rows in as many tiles as the rule's width (576 rows: 4 x 144, not 4 x 160 with the last one 96 rows full).
+# Only widths that have run on a GPU (tests/test_nvfp4_gemm_gpu.py's fitted-width tests); 144 / 208 / 240 are CUTLASS's
+# extended wgmma shapes (mma_prelude). H200, perf/results/h200/nvfp4_tokens_on_a/: W4A4 1.025x the unfitted tile's
+# speed (1.002-1.086x) at all 15 points it changed of 6 layers at 3000-16384 tokens (widths.log), and 1.022x
+# (1.004-1.038x) at all 6 held-out points of 5 other layers (rule.log).
+NVFP4_TOKENS_ON_A_WIDTHS = (64, 96, 128, 144, 160, 192, 208, 224, 240, 256)
+# W4A16 with the tokens on A (nvfp4_w4a16_on_a): the weights decoded exactly to bf16 by the pass (N x K, a temporary),
+# then a bf16 x bf16 GEMM on the tokens-on-A tile, where the tokens-on-A rule holds and the swapped kernel's default is
+# data-parallel with token tiles at most this wide: there the swapped kernel decodes each 128-row weight tile for
+# few tokens (0.52-0.81x of bf16 at the measured points) or pads the weight rows.
+NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
 
 
 def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
@@ -595,9 +607,30 @@ def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = R
     _check_sms(num_sms)
     if N <= 128:
         cfg = default_nvfp4_config(N, M, K, num_sms=num_sms)
-        return replace(cfg, tile_n=max(cfg.tile_n, NVFP4_TOKENS_ON_A_MIN_WIDTH), swap_ab=False)
-    prefill = M >= NVFP4_STREAM_K_PREFILL_TOKENS and K >= NVFP4_TOKENS_ON_A_STREAM_K_MIN_K
-    return replace(_nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=prefill), swap_ab=False)
+    else:
+        prefill = M >= NVFP4_STREAM_K_PREFILL_TOKENS and K >= NVFP4_TOKENS_ON_A_STREAM_K_MIN_K
+        cfg = _nvfp4_mid_tokens_config(N, M, K, num_sms, prefill=prefill)
+    return replace(cfg, tile_n=_fitted_weight_width(N, max(cfg.tile_n, NVFP4_TOKENS_ON_A_MIN_WIDTH)), swap_ab=False)
+
+
+def _fitted_weight_width(N: int, tile_n: int) -> int:
+    """The narrowest of NVFP4_TOKENS_ON_A_WIDTHS, up to tile_n, that tiles N weight rows in as many tiles as tile_n."""
+    return next(w for w in NVFP4_TOKENS_ON_A_WIDTHS if w == tile_n or (w < tile_n and -(-N // w) == -(-N // tile_n)))
+
+
+def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> bool:
+    """Whether W4A16 (bf16 activations) on the CUTLASS kernel runs with the tokens on A by default: the weights'
+    exact bf16 decode, then a bf16 x bf16 GEMM on default_nvfp4_tokens_on_a_config's tile (NVFP4_W4A16_ON_A_MAX_TOKEN_TILE).
+    H200 (perf/results/h200/nvfp4_tokens_on_a/, stream_k_w4a16_on_a.log and widths.log): at the 11 points of the two
+    runs where this holds, 1.15x the swapped kernel's speed (0.98-1.45x: DeepSeek-V3 kv_a at 4096 tokens 0.77x ->
+    0.88x of bf16, Qwen2.5-7B k/v at 2048-4096 tokens, MiniCPM3 kv_a); where the swapped kernel ran wider or
+    stream-K tiles the tokens on A lost at 35 of 45 points. Held out (rule.log: 18 points of 12 other narrow layers at
+    2048-8192 tokens): 1.066x (0.93-1.36x, below 1.0x at 4: MiniCPM3 q_a at 3000 tokens, Qwen2-0.5B q at 2048,
+    0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x)."""
+    if not nvfp4_tokens_on_a(M, N, K):
+        return False
+    swapped = default_nvfp4_config(M, N, K, num_sms=num_sms)
+    return not swapped.stream_k and swapped.tile_n <= NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
 
 
 # Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of

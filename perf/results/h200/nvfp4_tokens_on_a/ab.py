@@ -1,7 +1,8 @@
 """W4A4 prefill: the activations' bf16 pass + the swapped kernel (activation_decode="pass", the previous default,
 config None) against the tokens on A (activation_decode="registers": the weights' pass + the unswapped kernel that
 decodes the tokens in registers), with W4A16 and bf16 torch.matmul in the same process; CUDA graphs, inputs rotated
-past L2. Prints one line per point and writes --out JSON. The kernels are prebuilt in parallel (a recording dry run,
+past L2 (--stream-k / --widths / --rule: other candidates, see their functions). Prints one line per point and writes
+--out JSON. The kernels are prebuilt in parallel (a recording dry run,
 jit.prebuild_calls)."""
 import argparse
 import json
@@ -42,6 +43,15 @@ CHANGED = {
 K_BOUND = {"gpt-oss.kv": (512, 2880), "qwen3-1.7b.kv": (1024, 2048)}
 LAYERS.update(K_BOUND)
 LAYERS.update(CHANGED)
+# Held out from the W4A16-on-A rule and the fitted weight widths (sm90.nvfp4_w4a16_on_a, NVFP4_TOKENS_ON_A_WIDTHS: set
+# from stream_k_w4a16_on_a.log and widths.log before these ran); with CHANGED's llama3.2-1b.kv, glm4-9b.kv and
+# qwen2-0.5b.q, which neither run timed as W4A16 on A. --rule times them.
+RULE = {
+    "llama3.2-3b.kv": (1024, 3072), "qwen2.5-14b.kv": (1024, 5120), "dsv2.kv_a": (576, 5120),
+    "minicpm3.q_a": (768, 2560), "qwen2-1.5b.kv": (256, 1536), "qwen2.5-3b.kv": (256, 2048),
+    "qwen3-8b.kv": (1024, 4096), "phi3-medium.kv": (1280, 5120), "yi-34b.kv": (1024, 7168),
+}
+LAYERS.update(RULE)
 
 
 def previous_rule(M, N, K):
@@ -92,6 +102,42 @@ def stream_k_extra(M, N, K):
 W4A16_ON_A = True  # --no-w4a16-on-a: the W4A4 candidates only
 
 
+def fitted_weight_width(N, tile_n):
+    """The narrowest multiple of 16 that tiles N weight rows in as many tiles as tile_n does (576 rows in 4 x 144
+    instead of 4 x 160, the last one 96 rows full)."""
+    tiles = -(-N // tile_n)
+    return -(-(-(-N // tiles)) // 16) * 16
+
+
+def unfitted_width(M, N, K):
+    """The tokens-on-A tile's width before NVFP4_TOKENS_ON_A_WIDTHS (the forty-fourth session's rule)."""
+    if N <= 128:
+        return max(sm90.default_nvfp4_config(N, M, K).tile_n, sm90.NVFP4_TOKENS_ON_A_MIN_WIDTH)
+    prefill = M >= sm90.NVFP4_STREAM_K_PREFILL_TOKENS and K >= sm90.NVFP4_TOKENS_ON_A_STREAM_K_MIN_K
+    return sm90._nvfp4_mid_tokens_config(N, M, K, sm90.REFERENCE_SMS, prefill=prefill).tile_n
+
+
+def rule_extra(M, N, K):
+    """--rule: the swapped W4A16 kernel ("w4a16_swapped"; "w4a16" is the default, on A where nvfp4_w4a16_on_a holds)
+    and W4A4 on the unfitted width ("unfit") where NVFP4_TOKENS_ON_A_WIDTHS changes it."""
+    cfg = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
+    out = [("w4a16_swapped", sm90.default_nvfp4_config(M, N, K))]
+    if unfitted_width(M, N, K) != cfg.tile_n:
+        out.append(("unfit", replace(cfg, tile_n=unfitted_width(M, N, K))))
+    return out
+
+
+def width_extra(M, N, K):
+    """--widths: the default tokens-on-A tile at fitted_weight_width ("fit", W4A4 in registers) where that differs,
+    and W4A16 with the tokens on A on the default tile and the fitted one ("w4a16_on_a", "w4a16_on_a_fit")."""
+    cfg = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
+    fit = replace(cfg, tile_n=fitted_weight_width(N, cfg.tile_n))
+    out = [("w4a16_on_a", cfg)] if W4A16_ON_A else []
+    if fit != cfg:
+        out = [("fit", fit)] + out + ([("w4a16_on_a_fit", fit)] if W4A16_ON_A else [])
+    return out
+
+
 def waves(M, N, K):
     """Waves of the default tokens-on-A tile on the reference GPU."""
     cfg = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
@@ -131,10 +177,15 @@ def main():
     p.add_argument("--max-waves", type=float, default=None, help="only points of fewer waves of the default tile")
     p.add_argument("--changed", action="store_true", help="only points whose tile previous_rule gave otherwise")
     p.add_argument("--no-w4a16-on-a", action="store_true", help="--stream-k without the W4A16-on-A candidates")
+    p.add_argument("--widths", action="store_true", help="time fitted weight-tile widths (width_extra)")
+    p.add_argument("--fitted", action="store_true", help="only points where fitted_weight_width changes the tile")
+    p.add_argument("--rule", action="store_true", help="points where nvfp4_w4a16_on_a holds or the fitted width "
+                   "changes the tile, with rule_extra's candidates")
     args = p.parse_args()
     fit = [l for l in LAYERS if l not in HELD]
-    fit = [l for l in fit if l not in CHANGED and l not in K_BOUND]
-    args.layers = {"held": ",".join(HELD), "all": ",".join(LAYERS), "changed": ",".join(CHANGED)}.get(
+    fit = [l for l in fit if l not in CHANGED and l not in K_BOUND and l not in RULE]
+    rule = ",".join(list(RULE) + ["llama3.2-1b.kv", "glm4-9b.kv", "qwen2-0.5b.q"])
+    args.layers = {"held": ",".join(HELD), "all": ",".join(LAYERS), "changed": ",".join(CHANGED), "rule": rule}.get(
         args.layers, args.layers or ",".join(fit))
     global W4A16_ON_A
     W4A16_ON_A = not args.no_w4a16_on_a
@@ -147,7 +198,15 @@ def main():
     if args.changed:
         names, points = zip(*[(n, p) for n, p in zip(names, points)
                               if previous_rule(*p) != sm90.default_nvfp4_tokens_on_a_config(*p)])
-    extra = stream_k_extra if args.stream_k else no_extra
+    if args.fitted:
+        names, points = zip(*[(n, p) for n, p in zip(names, points) if sm90.nvfp4_tokens_on_a(*p) and (
+            lambda c: fitted_weight_width(p[1], c.tile_n) != c.tile_n)(sm90.default_nvfp4_tokens_on_a_config(*p))])
+    if args.rule:
+        names, points = zip(*[(n, p) for n, p in zip(names, points) if (sm90.nvfp4_w4a16_on_a(*p) or (
+            sm90.nvfp4_tokens_on_a(*p) and unfitted_width(*p) != sm90.default_nvfp4_tokens_on_a_config(*p).tile_n))
+            and sm90.default_nvfp4_skinny_config(*p, nvfp4_activations=False) is None])  # (skinny: W4A16 default)
+    extra = (stream_k_extra if args.stream_k else width_extra if args.widths else rule_extra if args.rule
+             else no_extra)
     prebuild(points, extra)
     if args.prebuild_only:
         return
