@@ -321,6 +321,35 @@ def test_w4a4_tokens_on_a_random_shapes(seed):
     assert (err.norm(dim=0)[nz_cols] / exact.norm(dim=0)[nz_cols]).max() <= 10 * tol, (M, N, K)
 
 
+def _random_w4a16_on_a_case(seed):
+    """(M, N, K) where W4A16 runs with the tokens on A by default (sm90.nvfp4_w4a16_on_a) and the skinny kernel does
+    not take it: odd token counts, narrow layers of models and multiples of 16, K a multiple of 32."""
+    import random
+    r = random.Random(seed)
+    while True:
+        M = r.randint(sm90.NVFP4_TOKENS_ON_A_MIN_TOKENS, 9000)
+        N = r.choice([256, 288, 512, 576, 768, 1024]) if r.random() < 0.6 else 16 * r.randint(4, 100)
+        K = r.choice([896, 2048, 3584, 4096, 7168]) if r.random() < 0.6 else 32 * r.randint(8, 160)
+        if sm90.nvfp4_w4a16_on_a(M, N, K) and default_nvfp4_skinny_config(M, N, K, nvfp4_activations=False) is None:
+            return M, N, K
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_w4a16_tokens_on_a_random_shapes(seed):
+    """W4A16's default on random shapes it takes with the tokens on A, against the exact product: fp32 or bf16 out,
+    with or without bias, every row and column."""
+    import random
+    M, N, K = _random_w4a16_on_a_case(seed)
+    r = random.Random(seed + 2000)
+    out_dtype = r.choice([torch.float32, torch.bfloat16])
+    w = _weights(N, K, r.choice(["tensor", "token"]), seed=seed + 70)
+    x = _wide((M, K), seed=seed + 71).to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda").to(out_dtype) if r.random() < 0.5 else None
+    out = _poisoned(M, N, out_dtype)
+    scalemm.gemm(x, w, bias=bias, out_dtype=out_dtype, out=out)
+    _assert_rows_and_cols_match(out, _exact(x, w, bias), tol=TOL[out_dtype])
+
+
 def test_w4a4_tokens_on_a_graph_replay():
     """Captured with its weights' pass and temporary inside the graph; replayed on new activations."""
     from scalemm.gemm_nvfp4 import gemm_nvfp4
