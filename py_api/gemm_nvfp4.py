@@ -34,6 +34,7 @@ from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MA
                                       SKINNY_TILE_ROWS, GemmConfig,
                                       SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
                                       default_nvfp4_tokens_on_a_config, nvfp4_cpp, NVFP4_TOKENS_ON_A_WIDTHS,
+                                      nvfp4_w4a16_on_a,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
@@ -784,6 +785,8 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     w4a16_on_a += [(c, f32, None) for c in fitted]
     w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), bf16, "gelu") for M, N, K in [(4096, 576, 7168),
                                                                                           (4096, 512, 3584)]]
+    w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), f32, None) for M in (2048, 4096) for N, K in  # defaults
+                   ((576, 7168), (1000, 2064)) if nvfp4_w4a16_on_a(M, N, K)]
     specs += [gemm_kernel_spec(c, fast_accum=False, out_dtype=o, epilogue=epi.scaled(o, activation=act),
                                element="bf16")[0] for c, o, act in w4a16_on_a]
     grouped_fused = [GemmConfig(128, n, 64, 1, 1, "cooperative", swap_ab=True) for n in (128, 256)]

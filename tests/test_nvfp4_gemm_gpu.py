@@ -125,14 +125,15 @@ def test_mid_token_defaults_match_exact_dequant(M, N, K, tile, w4a4):
     128x256 tiles (from 1024 tokens up to half a wave) and over 128-token tiles where 128x256 ones would be few, and
     its token tiles of 160 / 192 / 224 (CUTLASS's extended wgmma shapes for 160 and 224; a last token tile partly
     empty, data-parallel and stream-K) (each pick checked), with a bias, bf16 out (K = 2080: the last k-tile half
-    past K)."""
-    assert default_nvfp4_config(M, N, K).key() == tile
+    past K). The config is passed: without it narrow layers at prefill put the tokens on A."""
+    config = default_nvfp4_config(M, N, K)
+    assert config.key() == tile
     w = _weights(N, K, "token", seed=M)
     x = _wide((M, K), seed=M + 1).to(torch.bfloat16)
     a = scalemm.quantize_nvfp4(x, scaling="token") if w4a4 else x
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
     out = _poisoned(M, N, torch.bfloat16)
-    scalemm.gemm(a, w, bias=bias, out=out)
+    scalemm.gemm(a, w, bias=bias, out=out, config=config)
     assert not out.isnan().any()
     assert _rel_err(out, _exact(a, w, bias)) <= TOL[torch.bfloat16]
 
