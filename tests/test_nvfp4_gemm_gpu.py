@@ -80,6 +80,14 @@ def _poisoned(M, N, dtype):
     return torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
 
 
+def _record_passes(monkeypatch) -> list:
+    """The shapes the bf16 decode pass (gemm_nvfp4.dequantize_rows_bf16) runs on from now on, in call order."""
+    import scalemm.gemm_nvfp4 as g
+    seen, real = [], g.dequantize_rows_bf16
+    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: seen.append(tuple(q.shape)) or real(q, **kw))
+    return seen
+
+
 @pytest.mark.parametrize("M", [1, 7, 100, 129, 4096])  # 100: two 64-token tiles where N <= 4096
 @pytest.mark.parametrize("N,K", SHAPES_NK)
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
@@ -249,9 +257,7 @@ def test_w4a4_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, 
     w = _weights(N, K, "token", seed=43)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=44).to(torch.bfloat16), scaling="token")
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
-    decoded = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    decoded = _record_passes(monkeypatch)
     out = _poisoned(M, N, torch.bfloat16)
     g.gemm_nvfp4(a, w, bias=bias, epilogue="gelu", out=out)
     assert decoded == [(N, K)], "only the weights go through the pass"
@@ -274,9 +280,7 @@ def test_w4a4_tokens_on_a_few_weight_rows(monkeypatch, N):
     assert not sm90.nvfp4_tokens_on_a(M, N, K) and sm90.default_nvfp4_tokens_on_a_config(M, N, K).tile_n == 64
     w = _weights(N, K, "token", seed=56)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=57).to(torch.bfloat16), scaling="token")
-    decoded = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    decoded = _record_passes(monkeypatch)
     for decode, passed in (("registers", (N, K)), ("auto", (M, K))):
         decoded.clear()
         out = _poisoned(M, N, torch.float32)
@@ -457,14 +461,11 @@ def test_w4a16_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N,
     """No config, bf16 activations: where sm90.nvfp4_w4a16_on_a holds, the weights go through the pass and a bf16 x
     bf16 GEMM runs on the tokens-on-A tile (144 and 128 weight rows wide here); bias, gelu, bf16 out, against the exact
     product and within accumulation order of the swapped kernel (an explicit swapped config)."""
-    import scalemm.gemm_nvfp4 as g
     assert sm90.nvfp4_w4a16_on_a(M, N, K)
     w = _weights(N, K, "token", seed=59)
     x = _wide((M, K), seed=60).to(torch.bfloat16)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
-    decoded = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda q, **kw: decoded.append(tuple(q.shape)) or real(q, **kw))
+    decoded = _record_passes(monkeypatch)
     out = _poisoned(M, N, torch.bfloat16)
     scalemm.gemm(x, w, bias=bias, epilogue="gelu", out=out)
     assert decoded == [(N, K)], "the weights go through the pass"
@@ -493,13 +494,10 @@ def test_w4a4_exact_rows_same_bits(monkeypatch, M, N, K, a_scaling):
     (skinny wgmma loop, skinny blocks, CUTLASS kernel): no decode pass, and the bits of the W4A16 call on the same
     bf16 values with alpha_a folded in the epilogue, i.e. of the call on the pass's output where the W4A4 rule picks
     the same kernel."""
-    import scalemm.gemm_nvfp4 as g
     w = _weights(N, K, "token", seed=M + N)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=M + K).to(torch.bfloat16), scaling=a_scaling)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
-    passes = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    passes = _record_passes(monkeypatch)
     with_rows = _poisoned(M, N, torch.bfloat16)
     scalemm.gemm(a, w, bias=bias, out=with_rows)
     assert passes == []
@@ -515,17 +513,14 @@ def test_w4a4_exact_rows_same_bits(monkeypatch, M, N, K, a_scaling):
 
 def test_w4a4_exact_rows_dropped_after_in_place_change(monkeypatch):
     """Codes changed in place after quantization: the GEMM decodes the changed codes (the pass), not the stale rows."""
-    import scalemm.gemm_nvfp4 as g
-    passes = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    passes = _record_passes(monkeypatch)
     M, N, K = 32, 1024, 1024
     w = _weights(N, K, "token", seed=5)
     a = scalemm.quantize_nvfp4(_wide((M, K), seed=6).to(torch.bfloat16), scaling="token")
     a.qdata[:, :16] = 0x77  # every one of those codes now 6.0 * its block scale
     out = _poisoned(M, N, torch.float32)
     scalemm.gemm(a, w, out_dtype=torch.float32, out=out)
-    assert passes == [1]
+    assert len(passes) == 1
     assert _rel_err(out, _exact(a, w)) <= 1e-5
 
 
@@ -814,9 +809,7 @@ def test_skinny_w4a4_matches_exact_dequant(monkeypatch, M, a_scaling, w_scaling,
     out = _poisoned(M, N, torch.float32)
     config = (default_nvfp4_skinny_config(M, N, K, nvfp4_activations=True) if via == "default" else
               skinny_config_for_tokens(M) if via == "config" else replace(skinny_config_for_tokens(M), mainloop=via))
-    passes = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    passes = _record_passes(monkeypatch)
     if via == "default":  # up to 16 NVFP4 tokens the default is the skinny kernel
         assert config is not None
     has_rows = g.exact_rows(a) is not None
@@ -1116,14 +1109,11 @@ def test_grouped_w4a4_exact_rows_same_bits(monkeypatch, sizes, a_scaling):
     """Grouped W4A4 by the default dispatch on activations with the quantizer's exact rows (rows past the last
     group: zeros, as the pass writes them): no decode pass, the bits of the same call after the pass or of the
     kernel's own decode (decode-8-rows: 8 rows, fewer than the dense quantizer's bound, carry rows too)."""
-    import scalemm.gemm_nvfp4 as g
     G, N, K = len(sizes), 512, 1024
     w = scalemm.quantize_nvfp4_stacked(_wide((G * N, K), seed=7).reshape(G, N, K).to(torch.bfloat16), scaling="token")
     T = sum(sizes) + 5  # 5 rows past the last group
     a = scalemm.quantize_nvfp4_grouped(_wide((T, K), seed=8).to(torch.bfloat16), _offsets(sizes), scaling=a_scaling)
-    passes = []
-    real = g.dequantize_rows_bf16
-    monkeypatch.setattr(g, "dequantize_rows_bf16", lambda *x, **kw: passes.append(1) or real(*x, **kw))
+    passes = _record_passes(monkeypatch)
     outs = [torch.zeros(T, N, device="cuda") for _ in range(2)]
     scalemm.grouped_gemm(a, w, None, out_dtype=torch.float32, out=outs[0])
     assert passes == []
