@@ -589,6 +589,18 @@ def _tokens_on_a(a, cfg: GemmConfig, activation_decode: str) -> bool:
     return True
 
 
+def _tokens_on_a_by_default(a, M: int, N: int, K: int, activation_decode: str, configs, num_sms: int) -> bool:
+    """Whether a call without a config runs with the tokens on A: W4A4 where activation_decode is "registers", or
+    "auto" and the configs' rule (nvfp4_tokens_on_a) holds and nothing refuses it (no exact rows to run W4A16 on);
+    W4A16 (bf16 activations, "auto") where nvfp4_w4a16_on_a holds."""
+    if isinstance(a, NVFP4Tensor):
+        return activation_decode == "registers" or (
+            activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
+            and _tokens_on_a_refusal(a) is None)
+    return (activation_decode == "auto" and a.dtype == torch.bfloat16
+            and configs.nvfp4_w4a16_on_a(M, N, K, num_sms=num_sms))
+
+
 def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=None,
                config: GemmConfig | SkinnyConfig | None = None, activation_decode: str = "auto") -> torch.Tensor:
     """y [M, N] = epilogue(alpha_a[m] * alpha_b[n] * (A @ dequant(b)^T) + bias[n]) on CUDA.
@@ -636,13 +648,8 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     cfg = config or configs.default_nvfp4_config(M, N, K, num_sms=_num_sms(device))
     if config is None and activation_decode == "mainloop" and isinstance(a, NVFP4Tensor):
         cfg = configs.nvfp4_mainloop_decode_config(cfg)
-    if config is None and isinstance(a, NVFP4Tensor) and (activation_decode == "registers" or (
-            activation_decode == "auto" and exact_rows(a) is None and configs.nvfp4_tokens_on_a(M, N, K)
-            and _tokens_on_a_refusal(a) is None)):
+    if config is None and _tokens_on_a_by_default(a, M, N, K, activation_decode, configs, _num_sms(device)):
         cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
-    if (config is None and not isinstance(a, NVFP4Tensor) and a.dtype == torch.bfloat16 and activation_decode == "auto"
-            and configs.nvfp4_w4a16_on_a(M, N, K, num_sms=_num_sms(device))):
-        cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))  # W4A16 on A
     if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab and activation_decode != "registers":
         return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)  # ("registers" on bf16: _tokens_on_a refuses)
     x_scales = None

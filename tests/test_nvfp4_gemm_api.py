@@ -421,6 +421,28 @@ def test_tokens_on_a_configs():
             assert cfg.tile_n in sm90.NVFP4_TOKENS_ON_A_WIDTHS
 
 
+def test_tokens_on_a_by_default_dispatch():
+    """gemm_nvfp4's choice without a config (_tokens_on_a_by_default; CPU containers, the sm90 rules): W4A4 by
+    nvfp4_tokens_on_a under "auto" or always under "registers", never with exact rows or K % 32 != 0 under "auto";
+    W4A16 by nvfp4_w4a16_on_a, bf16 activations and "auto" only."""
+    from scalemm.cutlass_kernels.configs import sm90
+    from scalemm.formats.nvfp4 import attach_exact_rows
+    from scalemm.gemm_nvfp4 import _tokens_on_a_by_default as on_a
+    x = torch.zeros(1024, 64, dtype=torch.bfloat16)
+    q = scalemm.quantize_nvfp4(x)
+    for M, N, K in [(4096, 576, 7168), (8192, 576, 7168), (4096, 4096, 4096), (2048, 1024, 4096), (1024, 16, 1024)]:
+        assert on_a(q, M, N, K, "auto", sm90, 132) == sm90.nvfp4_tokens_on_a(M, N, K), (M, N, K)
+        assert on_a(q, M, N, K, "registers", sm90, 132) and not on_a(q, M, N, K, "pass", sm90, 132)
+        assert not on_a(q, M, N, K, "mainloop", sm90, 132)
+        assert on_a(x, M, N, K, "auto", sm90, 132) == sm90.nvfp4_w4a16_on_a(M, N, K), (M, N, K)
+        assert not on_a(x.half(), M, N, K, "auto", sm90, 132) and not on_a(x, M, N, K, "pass", sm90, 132)
+    assert sm90.nvfp4_tokens_on_a(4096, 576, 7168) and sm90.nvfp4_w4a16_on_a(4096, 576, 7168)
+    rows = attach_exact_rows(scalemm.quantize_nvfp4(x), x.clone())  # W4A16 on the rows instead
+    assert not on_a(rows, 4096, 576, 7168, "auto", sm90, 132)
+    odd = scalemm.quantize_nvfp4(torch.zeros(4, 48, dtype=torch.bfloat16))  # K % 32 != 0: the pass
+    assert not on_a(odd, 4096, 576, 7168, "auto", sm90, 132)
+
+
 def test_w4a16_tokens_on_a_rule():
     """W4A16 goes on A (nvfp4_w4a16_on_a) where W4A4 would (nvfp4_tokens_on_a) and the swapped default is data-parallel
     with token tiles at most NVFP4_W4A16_ON_A_MAX_TOKEN_TILE wide; not on wide layers, short prompts or stream-K."""
