@@ -1,0 +1,38 @@
+#!/bin/bash
+# Issue 13's training bars on an H200, in one or two device calls: install, then STAGES of
+#   build   python -m scalemm build --set train (the training kernels, 16 jobs)
+#   layers  the expert layers alone, micro-step (--only moe-layers --graphs --cache-weight --fuse-wgrad-accumulation)
+#   moe     the expert block, micro-step (same flags)
+#   mlp     the Llama-3-8B MLP block, micro-step (same flags), torchao's Float8Linear beside it
+#   compile the MLP block with every contender under torch.compile (torchao's Float8Linear is meant to be compiled)
+#   step    both blocks, one optimizer step's work per call (--graphs, weights quantized every call)
+#   tests   tests/test_train_gpu.py (convergence included)
+#   curves  scripts/train_convergence.py (the loss curves' plot)
+# Results under $OUT (default /tmp/out). The JIT cache stays in .jitcache between warm calls.
+set -uo pipefail
+cd "$(dirname "$0")/../../../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=/tmp/scalemm-site
+if [ ! -d "$SITE/scalemm" ] || [ "${REINSTALL:-1}" = 1 ]; then
+  rm -rf "$SITE"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
+fi
+export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=$PWD/.jitcache
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+micro="--graphs --cache-weight --fuse-wgrad-accumulation"
+for stage in ${STAGES:-build layers moe mlp}; do
+  t0=$(date +%s)
+  case $stage in
+    build)  python3 -m scalemm build --set train --jobs "$(nproc)" 2>&1 | tail -n 3;;
+    layers) python3 perf/train_bench.py --only moe-layers $micro --out "$OUT/layers" 2>&1 | tee "$OUT/layers.log" | grep -v '^ \|^{\|^}';;
+    moe)    python3 perf/train_bench.py --only moe $micro --out "$OUT/moe" 2>&1 | tee "$OUT/moe.log" | grep -v '^ \|^{\|^}';;
+    mlp)    python3 perf/train_bench.py --only mlp $micro --out "$OUT/mlp" 2>&1 | tee "$OUT/mlp.log" | grep -v '^ \|^{\|^}';;
+    compile) python3 perf/train_bench.py --only mlp --compile $micro --contenders 'tensorwise|rowwise' --out "$OUT/compile" 2>&1 | tee "$OUT/compile.log" | grep -v '^ \|^{\|^}';;
+    step)   python3 perf/train_bench.py --graphs --contenders "${STEP_CONTENDERS:-fp8}" --out "$OUT/step" 2>&1 | tee "$OUT/step.log" | grep -v '^ \|^{\|^}';;
+    tests)  timeout 500 python3 -m pytest -m gpu tests/test_train_gpu.py -q -rfE -p no:cacheprovider > "$OUT/tests.log" 2>&1
+            echo "tests rc=$?"; tail -n 8 "$OUT/tests.log";;
+    curves) timeout 300 python3 scripts/train_convergence.py --out "$OUT/curves" 2>&1 | tail -n 15;;
+  esac
+  echo "== stage $stage: $(( $(date +%s) - t0 )) s"
+done
