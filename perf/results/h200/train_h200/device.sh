@@ -30,8 +30,9 @@ for stage in ${STAGES:-build layers moe mlp}; do
     mlp)    python3 perf/train_bench.py --only mlp $micro --out "$OUT/mlp" 2>&1 | tee "$OUT/mlp.log" | grep -v '^ \|^{\|^}';;
     compile) python3 perf/train_bench.py --only mlp --compile $micro --contenders 'tensorwise|rowwise' --out "$OUT/compile" 2>&1 | tee "$OUT/compile.log" | grep -v '^ \|^{\|^}';;
     step)   python3 perf/train_bench.py --graphs --contenders "${STEP_CONTENDERS:-fp8}" --out "$OUT/step" 2>&1 | tee "$OUT/step.log" | grep -v '^ \|^{\|^}';;
-    tests)  timeout 500 python3 -m pytest -m gpu tests/test_train_gpu.py -q -rfE -p no:cacheprovider > "$OUT/tests.log" 2>&1
-            echo "tests rc=$?"; tail -n 8 "$OUT/tests.log";;
+    tests)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout 500 --rerun-failed --log-dir /tmp/shards \
+              tests/test_train_gpu.py > "$OUT/tests.log" 2>&1  # call 2 ran one pytest process: see README.txt
+            echo "tests rc=$?"; tail -n 8 "$OUT/tests.log"; cp /tmp/shards/shards.log "$OUT/" 2>/dev/null;;
     curves) timeout 300 python3 scripts/train_convergence.py --out "$OUT/curves" 2>&1 | tail -n 15;;
   esac
   echo "== stage $stage: $(( $(date +%s) - t0 )) s"
