@@ -455,10 +455,19 @@ def test_w4a16_tokens_on_a_rule():
     assert not nvfp4_w4a16_on_a(4096, 4096, 4096) and not nvfp4_tokens_on_a(4096, 4096, 4096)  # M < 2 N
     assert not nvfp4_w4a16_on_a(512, 64, 4096)  # fewer than NVFP4_TOKENS_ON_A_MIN_TOKENS tokens
     for M in range(1024, 20000, 999):
-        for N, K in ((576, 7168), (512, 3584), (1024, 4096), (256, 2048)):
+        for N, K in ((576, 7168), (512, 3584), (1024, 4096), (256, 2048), (160, 2560)):  # (160: padded, too few rows)
             sw = default_nvfp4_config(M, N, K)
             want = nvfp4_tokens_on_a(M, N, K) and not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
             assert nvfp4_w4a16_on_a(M, N, K) == want
+    # weight rows the swapped kernel pads by a quarter or more (MiniCPM3 kv_a, 288 -> 384): on A whatever its tile
+    assert not sm90.nvfp4_tokens_on_a(500, 288, 2560) and not nvfp4_w4a16_on_a(500, 288, 2560)
+    for M in (1024, 8192, 12000, 16384, 40000):
+        assert nvfp4_w4a16_on_a(M, 288, 2560) and nvfp4_w4a16_on_a(M, 400, 4096), M
+    assert default_nvfp4_config(16384, 288, 2560).stream_k  # what the padding term overrides
+    for N in (256, 320, 384, 576):  # padded by less than a quarter: the tile condition alone
+        for M in (8192, 16384):
+            assert not nvfp4_w4a16_on_a(M, N, 2560) or not default_nvfp4_config(M, N, 2560).stream_k, (M, N)
+    assert nvfp4_w4a16_on_a(4096, 576, 7168) and not nvfp4_w4a16_on_a(8192, 576, 7168)
 
 
 def test_w4a16_tokens_on_a_kernel_spec():

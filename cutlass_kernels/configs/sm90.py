@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from ... import abi
 from ...epilogues import CPP_TYPES, Emitted, dtype_name
+from ...formats.layout import SF_TILE_ROWS, round_up
 from .shapes import sweep_points
 
 ARCH = "sm90"          # the name scalemm.arch.kernel_arch gives a compute capability 9.0 GPU
@@ -584,6 +585,15 @@ NVFP4_TOKENS_ON_A_WIDTHS = (64, 96, 128, 144, 160, 192, 208, 224, 240, 256)
 # data-parallel with token tiles at most this wide: there the swapped kernel decodes each 128-row weight tile for
 # few tokens (0.52-0.81x of bf16 at the measured points) or pads the weight rows.
 NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
+# ... or, whatever the swapped tile, where the swapped kernel's 128-row weight tiles pad the weight rows by this much
+# or more (ceil(N / 128) x 128 / N, from NVFP4_W4A16_ON_A_PADDED_MIN_ROWS rows: 256-511 rows can pad that much): the
+# fitted tokens-on-A tile does not pad them. Set from one layer (H200, widths.log: MiniCPM3's kv_a, 288 rows padded to
+# 384, ran 1.06-1.51x faster on A at all 6 of its points, among them 8192-16384 tokens on 192- / 256-wide or stream-K
+# swapped tiles); DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens
+# (stream_k_w4a16_on_a.log), hence the bound above it. Layers of fewer than 256 rows were never timed on A with bf16
+# activations (the weights' pass is then a launch of its own for a few microseconds of GEMM): not taken there.
+NVFP4_W4A16_ON_A_MIN_ROW_PADDING = 1.25
+NVFP4_W4A16_ON_A_PADDED_MIN_ROWS = 256
 
 
 def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
@@ -626,11 +636,21 @@ def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) ->
     0.88x of bf16, Qwen2.5-7B k/v at 2048-4096 tokens, MiniCPM3 kv_a); where the swapped kernel ran wider or
     stream-K tiles the tokens on A lost at 35 of 45 points. Held out (rule.log: 18 points of 12 other narrow layers at
     2048-8192 tokens): 1.066x (0.93-1.36x, below 1.0x at 4: MiniCPM3 q_a at 3000 tokens, Qwen2-0.5B q at 2048,
-    0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x)."""
+    0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x). Also on A wherever the rule holds and the swapped
+    kernel would pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or more (MiniCPM3 kv_a at 8192-16384 tokens:
+    1.06-1.51x, 0.59-0.73x -> 0.66-0.90x of bf16)."""
     if not nvfp4_tokens_on_a(M, N, K):
         return False
+    if N >= NVFP4_W4A16_ON_A_PADDED_MIN_ROWS and _weight_row_padding(N) >= NVFP4_W4A16_ON_A_MIN_ROW_PADDING:
+        return True
     swapped = default_nvfp4_config(M, N, K, num_sms=num_sms)
     return not swapped.stream_k and swapped.tile_n <= NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
+
+
+def _weight_row_padding(N: int) -> float:
+    """How much the swapped kernel's weight tiles, one scale tile of SF_TILE_ROWS = 128 rows each (the mainloop's
+    kScaleAtomRows), pad N weight rows: ceil(N / 128) x 128 / N."""
+    return round_up(N, SF_TILE_ROWS) / N
 
 
 # Above 128 tokens (perf/results/h100/nvfp4_mid_tokens/, H100, 48 points of 8 layer shapes at 192-1024 tokens): a wave of
