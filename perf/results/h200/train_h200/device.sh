@@ -8,6 +8,7 @@
 #   step    both blocks, one optimizer step's work per call (--graphs, weights quantized every call)
 #   tests   tests/test_train_gpu.py (convergence included)
 #   curves  scripts/train_convergence.py (the loss curves' plot)
+#   nvfp4   tests/test_nvfp4_gemm_gpu.py -k "$NVFP4_K" (default: the W4A16 tokens-on-A defaults)
 # Results under $OUT (default /tmp/out). The JIT cache stays in .jitcache between warm calls.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
@@ -17,6 +18,11 @@ if [ ! -d "$SITE/scalemm" ] || [ "${REINSTALL:-1}" = 1 ]; then
   rm -rf "$SITE"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
+fi
+# A JIT cache prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz (a tar of one cache folder):
+# unpacked into .jitcache on a fresh machine.
+if [ -f .jitcache-pack/cache.tgz ] && [ ! -d .jitcache ]; then
+  mkdir -p .jitcache && tar xzf .jitcache-pack/cache.tgz -C .jitcache --strip-components=1 && echo "unpacked the carried JIT cache"
 fi
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=$PWD/.jitcache
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
@@ -33,6 +39,9 @@ for stage in ${STAGES:-build layers moe mlp}; do
     tests)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout 500 --rerun-failed --log-dir /tmp/shards \
               tests/test_train_gpu.py > "$OUT/tests.log" 2>&1  # call 2 ran one pytest process: see README.txt
             echo "tests rc=$?"; tail -n 8 "$OUT/tests.log"; cp /tmp/shards/shards.log "$OUT/" 2>/dev/null;;
+    nvfp4)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout 400 --rerun-failed --log-dir /tmp/nshards \
+              tests/test_nvfp4_gemm_gpu.py -k "${NVFP4_K:-w4a16_tokens_on_a_is_the_default}" > "$OUT/nvfp4_tests.log" 2>&1
+            echo "nvfp4 tests rc=$?"; tail -n 6 "$OUT/nvfp4_tests.log";;
     curves) timeout 300 python3 scripts/train_convergence.py --out "$OUT/curves" 2>&1 | tail -n 15;;
   esac
   echo "== stage $stage: $(( $(date +%s) - t0 )) s"
