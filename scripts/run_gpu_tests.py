@@ -12,7 +12,9 @@ cache's file locks keep two shards from building the same kernel twice (the seco
 
 Shards share the GPU's memory: tests with large tensors in several shards at once can run out of it
 (torch.OutOfMemoryError) where each passes alone. --rerun-failed runs the tests that failed in the shards once more,
-in one process after the shards, and reports them apart. Exit status: 0 when every test passed, in its shard or
+in one process after the shards, and reports them apart. A shard still running at --timeout is stopped; what its
+tests did until then is read from pytest's progress characters (a stopped pytest prints no summary), and the test
+running at the limit and those after it are listed by name. Exit status: 0 when every test passed, in its shard or
 (with --rerun-failed) in the rerun.
 """
 from __future__ import annotations
@@ -33,6 +35,27 @@ def collect(pytest_args: list[str]) -> list[str]:
     if out.returncode not in (0, 5) or not ids:  # 5: nothing collected
         sys.stdout.write(out.stdout[-4000:] + out.stderr[-4000:])
     return ids
+
+
+PROGRESS = {".": "passed", "F": "failed", "E": "error", "s": "skipped", "x": "xfailed", "X": "xpassed"}
+
+
+def progress(lines: list[str]) -> list[str]:
+    """The outcomes, in order, of a `pytest -q` run from its progress lines ("..F.s   [ 40%]", the last one maybe
+    cut short), one per test that ended (an error in a passed test's teardown would add one more)."""
+    out = []
+    for line in lines:
+        m = re.fullmatch(r"([.FEsxX]+)\s*(\[\s*\d+%\])?", line.strip())
+        if m:
+            out += [PROGRESS[c] for c in m.group(1)]
+    return out
+
+
+def count(outcomes: list[str]) -> dict:
+    totals = {}
+    for o in outcomes:
+        totals[o] = totals.get(o, 0) + 1
+    return totals
 
 
 def main(argv=None) -> int:
@@ -78,9 +101,21 @@ def main(argv=None) -> int:
         lines = text.strip().splitlines()
         summary = lines[-1] if lines else "(no output)"
         if rc == "timeout":
-            summary = f"stopped at the time limit ({args.timeout:.0f} s); its output ends: {summary[-120:]}"
+            outcomes = progress(lines)  # a stopped pytest prints no summary: read its progress characters
+            summary = (f"stopped at the time limit ({args.timeout:.0f} s) after " +
+                       (", ".join(f"{n} {w}" for w, n in count(outcomes).items()) or "no test ended"))
             totals["timed out (shards)"] = totals.get("timed out (shards)", 0) + 1
+            for w, n in count(outcomes).items():
+                totals[w] = totals.get(w, 0) + n
+            left = shards[i][len(outcomes):]
+            totals["not run (stopped)"] = totals.get("not run (stopped)", 0) + len(left)
         print(f"shard {i}: {summary}  [{log.name}]")
+        if rc == "timeout":
+            for test, outcome in zip(shards[i], outcomes):
+                if outcome not in ("passed", "skipped", "xfailed"):
+                    print(f"  {outcome.upper()} {test}")
+            for j, test in enumerate(left):
+                print(f"  {'RUNNING AT THE LIMIT' if j == 0 else 'NOT RUN'} {test}")
         named = 0
         for line in lines:
             if line.startswith(("FAILED", "ERROR")):
@@ -88,12 +123,13 @@ def main(argv=None) -> int:
                 failed_ids.append(line.split(" ", 1)[1].split(" - ", 1)[0])
                 named += 1
         unexplained |= rc not in (0, 5) and (rc != 1 or not named)  # pytest's 1: tests failed, and said which
-        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary):
+        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary) if rc != "timeout" else ():
             totals[what] = totals.get(what, 0) + int(n)
         failed |= rc not in (0, 5)
     with open(os.path.join(log_dir, "shards.log"), "w") as f:
         f.write("\n".join(texts))
-    order = ("passed", "failed", "error", "errors", "skipped", "deselected", "timed out (shards)")
+    order = ("passed", "failed", "error", "errors", "skipped", "xfailed", "xpassed", "deselected", "timed out (shards)",
+             "not run (stopped)")
     print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if w in totals))
     if not (failed and args.rerun_failed and failed_ids and not unexplained):
         return 1 if failed else 0  # (a shard stopped at the time limit counts as unexplained: its rc is not 1)

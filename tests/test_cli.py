@@ -106,4 +106,14 @@ def test_run_gpu_tests_time_limit(tmp_path):
     got = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=50)
     assert got.returncode == 1, got.stdout + got.stderr
     assert "stopped at the time limit" in got.stdout
-    assert "2 tests in 2 shards: 1 passed, 1 timed out (shards)" in got.stdout, got.stdout
+    assert "2 tests in 2 shards: 1 passed, 1 timed out (shards), 1 not run (stopped)" in got.stdout, got.stdout
+    # one shard: what ended before the limit counts (a stopped pytest prints no summary: its progress is read), the
+    # failure is named, and the test running at the limit and those after it are listed
+    case.write_text("import time\n\ndef test_a():\n    pass\n\ndef test_b():\n    assert False\n\n"
+                    "def test_c():\n    pass\n\ndef test_slow():\n    time.sleep(60)\n\ndef test_z():\n    pass\n")
+    got = subprocess.run([*run[:3], "1", *run[4:]], capture_output=True, text=True, cwd=tmp_path, timeout=50)
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "stopped at the time limit (8 s) after 2 passed, 1 failed" in got.stdout, got.stdout
+    assert "5 tests in 1 shards: 2 passed, 1 failed, 1 timed out (shards), 2 not run (stopped)" in got.stdout, got.stdout
+    assert "FAILED test_slow.py::test_b" in got.stdout and "RUNNING AT THE LIMIT test_slow.py::test_slow" in got.stdout
+    assert "NOT RUN test_slow.py::test_z" in got.stdout, got.stdout
