@@ -20,6 +20,7 @@ running at the limit and those after it are listed by name. Exit status: 0 when 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import subprocess
@@ -51,13 +52,6 @@ def progress(lines: list[str]) -> list[str]:
     return out
 
 
-def count(outcomes: list[str]) -> dict:
-    totals = {}
-    for o in outcomes:
-        totals[o] = totals.get(o, 0) + 1
-    return totals
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=os.cpu_count() or 1)
@@ -85,7 +79,7 @@ def main(argv=None) -> int:
     for i, shard in enumerate(shards):
         log = open(os.path.join(log_dir, f"shard-{i}.log"), "w")
         procs.append((subprocess.Popen([*pytest, *shard], stdout=log, stderr=subprocess.STDOUT, env=env), log))
-    totals, failed, failed_ids, texts = {}, False, [], []
+    totals, failed, failed_ids, texts = collections.Counter(), False, [], []
     unexplained = False  # a shard that ended badly without naming its failures (a crash, an internal error)
     deadline = time.monotonic() + args.timeout
     for i, (proc, log) in enumerate(procs):
@@ -102,13 +96,15 @@ def main(argv=None) -> int:
         summary = lines[-1] if lines else "(no output)"
         if rc == "timeout":
             outcomes = progress(lines)  # a stopped pytest prints no summary: read its progress characters
-            summary = (f"stopped at the time limit ({args.timeout:.0f} s) after " +
-                       (", ".join(f"{n} {w}" for w, n in count(outcomes).items()) or "no test ended"))
-            totals["timed out (shards)"] = totals.get("timed out (shards)", 0) + 1
-            for w, n in count(outcomes).items():
-                totals[w] = totals.get(w, 0) + n
+            found = collections.Counter(outcomes)
             left = shards[i][len(outcomes):]
-            totals["not run (stopped)"] = totals.get("not run (stopped)", 0) + len(left)
+            summary = (f"stopped at the time limit ({args.timeout:.0f} s) after " +
+                       (", ".join(f"{n} {w}" for w, n in found.items()) or "no test ended"))
+            found.update({"timed out (shards)": 1, "not run (stopped)": len(left)})
+        else:
+            found = collections.Counter({w: int(n) for n, w in
+                                         re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)})
+        totals.update(found)
         print(f"shard {i}: {summary}  [{log.name}]")
         if rc == "timeout":
             for test, outcome in zip(shards[i], outcomes):
@@ -123,14 +119,12 @@ def main(argv=None) -> int:
                 failed_ids.append(line.split(" ", 1)[1].split(" - ", 1)[0])
                 named += 1
         unexplained |= rc not in (0, 5) and (rc != 1 or not named)  # pytest's 1: tests failed, and said which
-        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary) if rc != "timeout" else ():
-            totals[what] = totals.get(what, 0) + int(n)
         failed |= rc not in (0, 5)
     with open(os.path.join(log_dir, "shards.log"), "w") as f:
         f.write("\n".join(texts))
     order = ("passed", "failed", "error", "errors", "skipped", "xfailed", "xpassed", "deselected", "timed out (shards)",
              "not run (stopped)")
-    print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if w in totals))
+    print(f"{len(ids)} tests in {len(shards)} shards: " + ", ".join(f"{totals[w]} {w}" for w in order if totals[w]))
     if not (failed and args.rerun_failed and failed_ids and not unexplained):
         return 1 if failed else 0  # (a shard stopped at the time limit counts as unexplained: its rc is not 1)
     # the failures once more, alone (nothing else on the GPU): what passes here failed for want of shared resources
