@@ -9,6 +9,7 @@
 #   tests   tests/test_train_gpu.py (convergence included)
 #   curves  scripts/train_convergence.py (the loss curves' plot)
 #   nvfp4   tests/test_nvfp4_gemm_gpu.py -k "$NVFP4_K" (default: the W4A16 tokens-on-A defaults)
+#   pack    the kernels built on this machine (not in the carried cache) as $OUT/new_kernels.tgz, to carry next time
 # Results under $OUT (default /tmp/out). The JIT cache stays in .jitcache between warm calls.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
@@ -23,6 +24,8 @@ fi
 # unpacked into .jitcache on a fresh machine.
 if [ -f .jitcache-pack/cache.tgz ] && [ ! -d .jitcache ]; then
   mkdir -p .jitcache && tar xzf .jitcache-pack/cache.tgz -C .jitcache --strip-components=1 && echo "unpacked the carried JIT cache"
+  for extra in .jitcache-pack/extra-*.tgz; do [ -f "$extra" ] && tar xzf "$extra" -C .jitcache --strip-components=1; done
+  touch .jitcache/.unpacked
 fi
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=$PWD/.jitcache
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
@@ -36,12 +39,15 @@ for stage in ${STAGES:-build layers moe mlp}; do
     mlp)    python3 perf/train_bench.py --only mlp $micro --out "$OUT/mlp" 2>&1 | tee "$OUT/mlp.log" | grep -v '^ \|^{\|^}';;
     compile) python3 perf/train_bench.py --only mlp --compile $micro --contenders 'tensorwise|rowwise' --out "$OUT/compile" 2>&1 | tee "$OUT/compile.log" | grep -v '^ \|^{\|^}';;
     step)   python3 perf/train_bench.py --graphs --contenders "${STEP_CONTENDERS:-fp8}" --out "$OUT/step" 2>&1 | tee "$OUT/step.log" | grep -v '^ \|^{\|^}';;
-    tests)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout 500 --rerun-failed --log-dir /tmp/shards \
+    tests)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout "${TESTS_TIMEOUT:-500}" --rerun-failed --log-dir /tmp/shards \
               tests/test_train_gpu.py > "$OUT/tests.log" 2>&1  # call 2 ran one pytest process: see README.txt
             echo "tests rc=$?"; tail -n 8 "$OUT/tests.log"; cp /tmp/shards/shards.log "$OUT/" 2>/dev/null;;
-    nvfp4)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout 400 --rerun-failed --log-dir /tmp/nshards \
+    nvfp4)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout "${NVFP4_TIMEOUT:-400}" --rerun-failed --log-dir /tmp/nshards \
               tests/test_nvfp4_gemm_gpu.py -k "${NVFP4_K:-w4a16_tokens_on_a_is_the_default}" > "$OUT/nvfp4_tests.log" 2>&1
             echo "nvfp4 tests rc=$?"; tail -n 6 "$OUT/nvfp4_tests.log";;
+    pack)   new=$(cd .jitcache && find kernels -mindepth 1 -maxdepth 1 -type d -newer .unpacked 2>/dev/null)
+            if [ -n "$new" ]; then tar czf "$OUT/new_kernels.tgz" -C .jitcache --transform 's,^,cache/,' $new
+              echo "packed $(echo "$new" | wc -l) new kernels: $(du -h "$OUT/new_kernels.tgz" | cut -f1)"; fi;;
     curves) timeout 300 python3 scripts/train_convergence.py --out "$OUT/curves" 2>&1 | tail -n 15;;
   esac
   echo "== stage $stage: $(( $(date +%s) - t0 )) s"
