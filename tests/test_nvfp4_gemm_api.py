@@ -459,12 +459,15 @@ def test_w4a16_tokens_on_a_rule():
             sw = default_nvfp4_config(M, N, K)
             want = nvfp4_tokens_on_a(M, N, K) and not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
             assert nvfp4_w4a16_on_a(M, N, K) == want
-    # weight rows the swapped kernel pads by a quarter or more (MiniCPM3 kv_a, 288 -> 384): on A whatever its tile
+    # weight rows the swapped kernel pads by a fifth or more (MiniCPM3 kv_a, 288 -> 384; 320 -> 384): on A whatever
+    # its tile
     assert not sm90.nvfp4_tokens_on_a(500, 288, 2560) and not nvfp4_w4a16_on_a(500, 288, 2560)
     for M in (1024, 8192, 12000, 16384, 40000):
         assert nvfp4_w4a16_on_a(M, 288, 2560) and nvfp4_w4a16_on_a(M, 400, 4096), M
+        assert nvfp4_w4a16_on_a(M, 320, 960) and nvfp4_w4a16_on_a(M, 416, 2560), M  # padded 1.20 / 1.23
     assert default_nvfp4_config(16384, 288, 2560).stream_k  # what the padding term overrides
-    for N in (256, 320, 384, 576):  # padded by less than a quarter: the tile condition alone
+    assert default_nvfp4_config(16384, 320, 960).stream_k
+    for N in (256, 336, 352, 384, 432, 576):  # padded by less than a fifth: the tile condition alone
         for M in (8192, 16384):
             assert not nvfp4_w4a16_on_a(M, N, 2560) or not default_nvfp4_config(M, N, 2560).stream_k, (M, N)
     assert nvfp4_w4a16_on_a(4096, 576, 7168) and not nvfp4_w4a16_on_a(8192, 576, 7168)

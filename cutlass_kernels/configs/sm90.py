@@ -587,12 +587,15 @@ NVFP4_TOKENS_ON_A_WIDTHS = (64, 96, 128, 144, 160, 192, 208, 224, 240, 256)
 NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
 # ... or, whatever the swapped tile, where the swapped kernel's 128-row weight tiles pad the weight rows by this much
 # or more (ceil(N / 128) x 128 / N, from NVFP4_W4A16_ON_A_PADDED_MIN_ROWS rows: 256-511 rows can pad that much): the
-# fitted tokens-on-A tile does not pad them. Set from one layer (H200, widths.log: MiniCPM3's kv_a, 288 rows padded to
-# 384, ran 1.06-1.51x faster on A at all 6 of its points, among them 8192-16384 tokens on 192- / 256-wide or stream-K
-# swapped tiles); DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens
-# (stream_k_w4a16_on_a.log), hence the bound above it. Layers of fewer than 256 rows were never timed on A with bf16
-# activations (the weights' pass is then a launch of its own for a few microseconds of GEMM): not taken there.
-NVFP4_W4A16_ON_A_MIN_ROW_PADDING = 1.25
+# fitted tokens-on-A tile does not pad them. First set to 1.25 from one layer (H200, widths.log: MiniCPM3's kv_a, 288
+# rows padded to 384, 1.06-1.51x faster on A at all 6 of its points). Timed as the default (padded.log, H200, 8
+# layers of 272-400 rows at 2048-16384 tokens): on A 1.04-1.49x at all 15 points the 1.25 term took (MiniCPM3 kv_a
+# and synthetic 272 / 304 / 400-row layers at 8192-16384 tokens); below it, 320 rows (padded 1.20: SmolLM2-360M's
+# k/v, 320 x 960, and 320 x 2560) won on A at all 6 of their points (1.02-1.51x), 352 rows (1.09) at 1 of 3 (0.95-1.17x),
+# hence 1.2. DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens (stream_k_w4a16_on_a.log),
+# hence the bound above it. Layers of fewer than 256 rows were never timed on A with bf16 activations (the weights'
+# pass is then a launch of its own for a few microseconds of GEMM): not taken there.
+NVFP4_W4A16_ON_A_MIN_ROW_PADDING = 1.2
 NVFP4_W4A16_ON_A_PADDED_MIN_ROWS = 256
 
 
@@ -637,8 +640,8 @@ def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) ->
     stream-K tiles the tokens on A lost at 35 of 45 points. Held out (rule.log: 18 points of 12 other narrow layers at
     2048-8192 tokens): 1.066x (0.93-1.36x, below 1.0x at 4: MiniCPM3 q_a at 3000 tokens, Qwen2-0.5B q at 2048,
     0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x). Also on A wherever the rule holds and the swapped
-    kernel would pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or more (MiniCPM3 kv_a at 8192-16384 tokens:
-    1.06-1.51x, 0.59-0.73x -> 0.66-0.90x of bf16)."""
+    kernel would pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or more (padded.log: 1.02-1.51x at all 21
+    such points of 7 layers of 272-400 rows at 8192-16384 tokens; MiniCPM3 kv_a 0.61-0.74x -> 0.66-0.89x of bf16)."""
     if not nvfp4_tokens_on_a(M, N, K):
         return False
     if N >= NVFP4_W4A16_ON_A_PADDED_MIN_ROWS and _weight_row_padding(N) >= NVFP4_W4A16_ON_A_MIN_ROW_PADDING:

@@ -52,6 +52,16 @@ RULE = {
     "qwen3-8b.kv": (1024, 4096), "phi3-medium.kv": (1280, 5120), "yi-34b.kv": (1024, 7168),
 }
 LAYERS.update(RULE)
+# The weight-row padding term of nvfp4_w4a16_on_a (NVFP4_W4A16_ON_A_MIN_ROW_PADDING, set from MiniCPM3's kv_a alone
+# before these ran): --padded times W4A16 swapped and on A at every point where the tokens-on-A rule holds. Few real
+# layers have 256-511 rows padded by a quarter (MiniCPM3 kv_a, 288 = 256 + 32); "rows-" layers are synthetic widths
+# on both sides of the bound (272 / 304 / 400 rows: padded 1.41 / 1.26 / 1.28; 320 / 352: 1.20 / 1.09, not taken).
+PADDED = {
+    "minicpm3.kv_a": (288, 2560), "smollm2-360m.kv": (320, 960), "rows-272.k4096": (272, 4096),
+    "rows-304.k3072": (304, 3072), "rows-400.k2048": (400, 2048), "rows-400.k5120": (400, 5120),
+    "rows-320.k2560": (320, 2560), "rows-352.k4096": (352, 4096),
+}
+LAYERS.update(PADDED)
 
 
 def previous_rule(M, N, K):
@@ -74,6 +84,8 @@ def contenders(M, N, K, extra):
         "w4a4_pass": lambda i: gemm_nvfp4(qs[i], w, out=outs["pass"], activation_decode="pass"),
         "w4a4_regs": lambda i: gemm_nvfp4(qs[i], w, out=outs["regs"], config=on_a, activation_decode="registers"),
     }
+    if not W4A4:
+        del fns["w4a4_pass"], fns["w4a4_regs"], outs["pass"], outs["regs"]
     for label, cfg in extra(M, N, K):
         outs[label] = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         if label.startswith("w4a16"):  # W4A16 with the tokens on A: the weights decoded, a bf16 x bf16 kernel
@@ -100,6 +112,7 @@ def stream_k_extra(M, N, K):
 
 
 W4A16_ON_A = True  # --no-w4a16-on-a: the W4A4 candidates only
+W4A4 = True  # --padded: the W4A16 contenders only
 
 
 def fitted_weight_width(N, tile_n):
@@ -125,6 +138,13 @@ def rule_extra(M, N, K):
     if unfitted_width(M, N, K) != cfg.tile_n:
         out.append(("unfit", replace(cfg, tile_n=unfitted_width(M, N, K))))
     return out
+
+
+def padded_extra(M, N, K):
+    """--padded: W4A16 on the swapped kernel ("w4a16_swapped") and with the tokens on A ("w4a16_on_a"), whichever
+    the default ("w4a16") is."""
+    return [("w4a16_swapped", sm90.default_nvfp4_config(M, N, K)),
+            ("w4a16_on_a", sm90.default_nvfp4_tokens_on_a_config(M, N, K))]
 
 
 def width_extra(M, N, K):
@@ -179,16 +199,22 @@ def main():
     p.add_argument("--no-w4a16-on-a", action="store_true", help="--stream-k without the W4A16-on-A candidates")
     p.add_argument("--widths", action="store_true", help="time fitted weight-tile widths (width_extra)")
     p.add_argument("--fitted", action="store_true", help="only points where fitted_weight_width changes the tile")
+    p.add_argument("--padded", action="store_true", help="PADDED's layers where the tokens-on-A rule holds, W4A16 "
+                   "only, with padded_extra's candidates")
     p.add_argument("--rule", action="store_true", help="points where nvfp4_w4a16_on_a holds or the fitted width "
                    "changes the tile, with rule_extra's candidates")
     args = p.parse_args()
     fit = [l for l in LAYERS if l not in HELD]
     fit = [l for l in fit if l not in CHANGED and l not in K_BOUND and l not in RULE]
     rule = ",".join(list(RULE) + ["llama3.2-1b.kv", "glm4-9b.kv", "qwen2-0.5b.q"])
+    fit = [l for l in fit if l not in PADDED]
+    if args.padded and args.layers is None:
+        args.layers = ",".join(PADDED)
     args.layers = {"held": ",".join(HELD), "all": ",".join(LAYERS), "changed": ",".join(CHANGED), "rule": rule}.get(
         args.layers, args.layers or ",".join(fit))
-    global W4A16_ON_A
+    global W4A16_ON_A, W4A4
     W4A16_ON_A = not args.no_w4a16_on_a
+    W4A4 = not args.padded
     points = [(M, *LAYERS[l]) for l in args.layers.split(",") for M in map(int, args.ms.split(","))]
     names = [l for l in args.layers.split(",") for _ in args.ms.split(",")]
     if args.taken:
@@ -205,7 +231,10 @@ def main():
         names, points = zip(*[(n, p) for n, p in zip(names, points) if (sm90.nvfp4_w4a16_on_a(*p) or (
             sm90.nvfp4_tokens_on_a(*p) and unfitted_width(*p) != sm90.default_nvfp4_tokens_on_a_config(*p).tile_n))
             and sm90.default_nvfp4_skinny_config(*p, nvfp4_activations=False) is None])  # (skinny: W4A16 default)
-    extra = (stream_k_extra if args.stream_k else width_extra if args.widths else rule_extra if args.rule
+    if args.padded:
+        names, points = zip(*[(n, p) for n, p in zip(names, points) if sm90.nvfp4_tokens_on_a(*p)
+                              and sm90.default_nvfp4_skinny_config(*p, nvfp4_activations=False) is None])
+    extra = (padded_extra if args.padded else stream_k_extra if args.stream_k else width_extra if args.widths else rule_extra if args.rule
              else no_extra)
     prebuild(points, extra)
     if args.prebuild_only:
@@ -226,13 +255,22 @@ def main():
         assert all(v < 4e-3 for v in d.values()) and not any(o.isnan().any() for k, o in outs.items() if k != "any"), (name, M, d)
         # --stream-k: the pass is known from the fit and held runs (fit.json, held.json), so only checked
         t = bench({k: f for k, f in fns.items() if not (args.stream_k and k == "w4a4_pass")}, copies)
-        row = {"layer": name, "M": M, "N": N, "K": K, "on_a": on_a.label(), "us": t, "regs_vs_pass": d["regs"],
-               "vs_reference": d}
+        row = {"layer": name, "M": M, "N": N, "K": K, "on_a": on_a.label(), "us": t, "regs_vs_pass": d.get("regs"),
+               "vs_reference": d, "w4a16_default_on_a": sm90.nvfp4_w4a16_on_a(M, N, K),
+               "swapped": sm90.default_nvfp4_config(M, N, K).label()}
         rows.append(row)
-        print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} {on_a.label():32s} " +
-              " ".join(f"{k}={v:9.1f}" for k, v in t.items()) +
-              f"  regs/bf16={t['bf16'] / t['w4a4_regs']:.3f}x" + (f"  regs/pass={t['w4a4_pass'] / t['w4a4_regs']:.3f}x"
-              f"  pass/bf16={t['bf16'] / t['w4a4_pass']:.3f}x" if "w4a4_pass" in t else "") + best_extra(t), flush=True)
+        if args.padded:
+            print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} default {'on A' if row['w4a16_default_on_a'] else 'swapped'}"
+                  f" (on A {on_a.label()}, swapped {row['swapped']}) " + " ".join(f"{k}={v:9.1f}" for k, v in t.items())
+                  + f"  on_a/swapped={t['w4a16_swapped'] / t['w4a16_on_a']:.3f}x  default/bf16={t['bf16'] / t['w4a16']:.3f}x"
+                  + f"  on_a/bf16={t['bf16'] / t['w4a16_on_a']:.3f}x  swapped/bf16={t['bf16'] / t['w4a16_swapped']:.3f}x",
+                  flush=True)
+        else:
+            print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} {on_a.label():32s} " +
+                  " ".join(f"{k}={v:9.1f}" for k, v in t.items()) +
+                  f"  regs/bf16={t['bf16'] / t['w4a4_regs']:.3f}x" + (f"  regs/pass={t['w4a4_pass'] / t['w4a4_regs']:.3f}x"
+                  f"  pass/bf16={t['bf16'] / t['w4a4_pass']:.3f}x" if "w4a4_pass" in t else "") + best_extra(t),
+                  flush=True)
         del fns
         torch.cuda.empty_cache()
         if args.out:  # after every point: a run cut short keeps what it timed
