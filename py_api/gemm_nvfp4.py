@@ -792,7 +792,8 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
     w4a16_on_a += [(c, f32, None) for c in fitted]
     w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), bf16, "gelu") for M, N, K in [(4096, 576, 7168),
                                                                                           (4096, 512, 3584),
-                                                                                          (12000, 288, 2560)]]
+                                                                                          (12000, 288, 2560),
+                                                                                          (8192, 320, 960)]]
     w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), f32, None) for M in (2048, 4096) for N, K in  # defaults
                    ((576, 7168), (1000, 2064)) if nvfp4_w4a16_on_a(M, N, K)]
     specs += [gemm_kernel_spec(c, fast_accum=False, out_dtype=o, epilogue=epi.scaled(o, activation=act),

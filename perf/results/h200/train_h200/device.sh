@@ -5,6 +5,7 @@
 #   moe     the expert block, micro-step (same flags)
 #   mlp     the Llama-3-8B MLP block, micro-step (same flags), torchao's Float8Linear beside it
 #   compile the MLP block with every contender under torch.compile (torchao's Float8Linear is meant to be compiled)
+#   compile_step  the same, one optimizer step's work per call (every contender quantizes its weights every call)
 #   step    both blocks, one optimizer step's work per call (--graphs, weights quantized every call)
 #   tests   tests/test_train_gpu.py (convergence included)
 #   curves  scripts/train_convergence.py (the loss curves' plot)
@@ -38,6 +39,7 @@ for stage in ${STAGES:-build layers moe mlp}; do
     moe)    python3 perf/train_bench.py --only moe $micro --out "$OUT/moe" 2>&1 | tee "$OUT/moe.log" | grep -v '^ \|^{\|^}';;
     mlp)    python3 perf/train_bench.py --only mlp $micro --out "$OUT/mlp" 2>&1 | tee "$OUT/mlp.log" | grep -v '^ \|^{\|^}';;
     compile) python3 perf/train_bench.py --only mlp --compile $micro --contenders 'tensorwise|rowwise' --out "$OUT/compile" 2>&1 | tee "$OUT/compile.log" | grep -v '^ \|^{\|^}';;
+    compile_step) python3 perf/train_bench.py --only mlp --compile --graphs --contenders 'tensorwise|rowwise' --out "$OUT/compile_step" 2>&1 | tee "$OUT/compile_step.log" | grep -v '^ \|^{\|^}';;
     step)   python3 perf/train_bench.py --graphs --contenders "${STEP_CONTENDERS:-fp8}" --out "$OUT/step" 2>&1 | tee "$OUT/step.log" | grep -v '^ \|^{\|^}';;
     tests)  python3 scripts/run_gpu_tests.py --shards "$(nproc)" --timeout "${TESTS_TIMEOUT:-500}" --rerun-failed --log-dir /tmp/shards \
               tests/test_train_gpu.py > "$OUT/tests.log" 2>&1  # call 2 ran one pytest process: see README.txt
