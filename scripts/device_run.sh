@@ -40,7 +40,10 @@ mkdir -p "$OUT"
 if [ -z "${SCALEMM_CACHE_DIR:-}" ] && [ -f .jitcache-pack/cache.tgz ]; then
   rm -rf /tmp/scalemm-pack && mkdir -p /tmp/scalemm-pack && tar xzf .jitcache-pack/cache.tgz -C /tmp/scalemm-pack &&
     SCALEMM_CACHE_DIR=$(find /tmp/scalemm-pack -mindepth 1 -maxdepth 1 -type d | head -n 1)
-  echo "JIT cache unpacked from .jitcache-pack/cache.tgz: $SCALEMM_CACHE_DIR"
+  for extra in .jitcache-pack/extra-*.tgz; do  # more kernels, packed as one cache folder each
+    [ -f "$extra" ] && tar xzf "$extra" -C "$SCALEMM_CACHE_DIR" --strip-components=1
+  done
+  echo "JIT cache unpacked from .jitcache-pack/cache.tgz (and extra-*.tgz): $SCALEMM_CACHE_DIR"
 fi
 export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
 stages=${*:-build test sweep grouped quant}
@@ -130,22 +133,25 @@ if has loops; then
   timeout 300 python3 perf/nvfp4_explore.py --ms 1,8,16 --candidates loops --out "$OUT/loops" || status=1
 fi
 if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware counters: Firecracker machines)
-  for kernel in ${PROFILE_KERNELS:-skinny lean cutlass bf16}; do
+  kernels=${PROFILE_KERNELS:-skinny lean cutlass bf16}
+  python3 perf/profile_nvfp4.py --prebuild --kernel "${kernels// /,}" ${PROFILE_ARGS:-} 2>&1 | tail -n 2 || status=1
+  for kernel in $kernels; do
     timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats python3 perf/profile_nvfp4.py --kernel $kernel ${PROFILE_ARGS:-} > "$OUT/ncu-$kernel.txt" 2>&1 \
+      --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats python3 perf/profile_nvfp4.py --kernel $kernel ${PROFILE_ARGS:-} > "$OUT/ncu-$kernel.txt" 2>&1 \
       || status=1
     echo "== ncu $kernel (full report: $OUT/ncu-$kernel.txt)"
     grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Stall" "$OUT/ncu-$kernel.txt" | head -n 30
   done
-  # where the default skinny kernel's warps stall, per SASS instruction (stall samples by reason):
-  # a report with source counters, then its source page as CSV (the section totals say only "long
+  # where one kernel's warps stall (PROFILE_SOURCE, default skinny), per SASS instruction (stall samples by
+  # reason): a report with source counters, then its source page as CSV (the section totals say only "long
   # scoreboard", not which load)
+  src=${PROFILE_SOURCE:-skinny}
   timeout 200 ncu --clock-control none --nvtx --nvtx-include "measure/" --section SourceCounters \
-    --section WarpStateStats -f -o "$OUT/ncu-skinny-source" python3 perf/profile_nvfp4.py --kernel skinny \
+    --section WarpStateStats -f -o "$OUT/ncu-$src-source" python3 perf/profile_nvfp4.py --kernel $src \
     ${PROFILE_ARGS:-} > /dev/null 2>&1 || status=1
-  ncu -i "$OUT/ncu-skinny-source.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-skinny-sass.csv" 2>&1 \
-    || echo "ncu could not print the source page (see $OUT/ncu-skinny-sass.csv)"
+  ncu -i "$OUT/ncu-$src-source.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$src-sass.csv" 2>&1 \
+    || echo "ncu could not print the source page (see $OUT/ncu-$src-sass.csv)"
 fi
 if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
