@@ -113,6 +113,7 @@ def stream_k_extra(M, N, K):
 
 W4A16_ON_A = True  # --no-w4a16-on-a: the W4A4 candidates only
 W4A4 = True  # --padded: the W4A16 contenders only
+FLIP = False  # --flip-stream-k (with --padded)
 
 
 def fitted_weight_width(N, tile_n):
@@ -142,9 +143,13 @@ def rule_extra(M, N, K):
 
 def padded_extra(M, N, K):
     """--padded: W4A16 on the swapped kernel ("w4a16_swapped") and with the tokens on A ("w4a16_on_a"), whichever
-    the default ("w4a16") is."""
-    return [("w4a16_swapped", sm90.default_nvfp4_config(M, N, K)),
-            ("w4a16_on_a", sm90.default_nvfp4_tokens_on_a_config(M, N, K))]
+    the default ("w4a16") is; with --flip-stream-k also the tokens-on-A tile with stream-K flipped
+    ("w4a16_on_a_flip")."""
+    on_a = sm90.default_nvfp4_tokens_on_a_config(M, N, K)
+    out = [("w4a16_swapped", sm90.default_nvfp4_config(M, N, K)), ("w4a16_on_a", on_a)]
+    if FLIP:
+        out.append(("w4a16_on_a_flip", replace(on_a, stream_k=not on_a.stream_k, raster="auto" if on_a.stream_k else "m")))
+    return out
 
 
 def width_extra(M, N, K):
@@ -201,6 +206,8 @@ def main():
     p.add_argument("--fitted", action="store_true", help="only points where fitted_weight_width changes the tile")
     p.add_argument("--padded", action="store_true", help="PADDED's layers where the tokens-on-A rule holds, W4A16 "
                    "only, with padded_extra's candidates")
+    p.add_argument("--flip-stream-k", action="store_true", help="with --padded: also the tokens-on-A tile with "
+                   "stream-K flipped")
     p.add_argument("--rule", action="store_true", help="points where nvfp4_w4a16_on_a holds or the fitted width "
                    "changes the tile, with rule_extra's candidates")
     args = p.parse_args()
@@ -212,9 +219,10 @@ def main():
         args.layers = ",".join(PADDED)
     args.layers = {"held": ",".join(HELD), "all": ",".join(LAYERS), "changed": ",".join(CHANGED), "rule": rule}.get(
         args.layers, args.layers or ",".join(fit))
-    global W4A16_ON_A, W4A4
+    global W4A16_ON_A, W4A4, FLIP
     W4A16_ON_A = not args.no_w4a16_on_a
     W4A4 = not args.padded
+    FLIP = args.flip_stream_k
     points = [(M, *LAYERS[l]) for l in args.layers.split(",") for M in map(int, args.ms.split(","))]
     names = [l for l in args.layers.split(",") for _ in args.ms.split(",")]
     if args.taken:
@@ -263,8 +271,8 @@ def main():
             print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} default {'on A' if row['w4a16_default_on_a'] else 'swapped'}"
                   f" (on A {on_a.label()}, swapped {row['swapped']}) " + " ".join(f"{k}={v:9.1f}" for k, v in t.items())
                   + f"  on_a/swapped={t['w4a16_swapped'] / t['w4a16_on_a']:.3f}x  default/bf16={t['bf16'] / t['w4a16']:.3f}x"
-                  + f"  on_a/bf16={t['bf16'] / t['w4a16_on_a']:.3f}x  swapped/bf16={t['bf16'] / t['w4a16_swapped']:.3f}x",
-                  flush=True)
+                  + f"  on_a/bf16={t['bf16'] / t['w4a16_on_a']:.3f}x  swapped/bf16={t['bf16'] / t['w4a16_swapped']:.3f}x"
+                  + (f"  flip/on_a={t['w4a16_on_a'] / t['w4a16_on_a_flip']:.3f}x" if FLIP else ""), flush=True)
         else:
             print(f"{name:18s} M={M:6d} N={N:6d} K={K:6d} {on_a.label():32s} " +
                   " ".join(f"{k}={v:9.1f}" for k, v in t.items()) +
