@@ -459,18 +459,38 @@ def test_w4a16_tokens_on_a_rule():
             sw = default_nvfp4_config(M, N, K)
             want = nvfp4_tokens_on_a(M, N, K) and not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
             assert nvfp4_w4a16_on_a(M, N, K) == want
-    # weight rows the swapped kernel pads by a fifth or more (MiniCPM3 kv_a, 288 -> 384; 320 -> 384): on A whatever
-    # its tile
+    # weight rows the swapped kernel pads by a fifth or more (MiniCPM3 kv_a, 288 -> 384; 320 -> 384), where the waves
+    # model says the tokens on A cost less: on A whatever the swapped tile
     assert not sm90.nvfp4_tokens_on_a(500, 288, 2560) and not nvfp4_w4a16_on_a(500, 288, 2560)
-    for M in (1024, 8192, 12000, 16384, 40000):
-        assert nvfp4_w4a16_on_a(M, 288, 2560) and nvfp4_w4a16_on_a(M, 400, 4096), M
-        assert nvfp4_w4a16_on_a(M, 320, 960) and nvfp4_w4a16_on_a(M, 416, 2560), M  # padded 1.20 / 1.23
-    assert default_nvfp4_config(16384, 288, 2560).stream_k  # what the padding term overrides
-    assert default_nvfp4_config(16384, 320, 960).stream_k
+    for M in (12000, 16384, 40000):
+        for N, K in ((288, 2560), (400, 4096), (320, 960), (416, 2560)):  # padded 1.33 / 1.28 / 1.20 / 1.23
+            assert default_nvfp4_config(M, N, K).tile_n > sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE  # not the tile rule
+            assert nvfp4_w4a16_on_a(M, N, K), (M, N, K)
+    assert default_nvfp4_config(16384, 288, 2560).stream_k and default_nvfp4_config(16384, 320, 960).stream_k
+    # ... but not where the swapped kernel's 128 x 256 tiles fill one whole wave without stream-K (11008 tokens: 3 x 43
+    # tiles; timed 0.76-0.89x on A) while the tokens on A would need stream-K over 1.3 waves
+    for N, K in ((288, 2560), (272, 4096), (320, 960)):
+        sw = default_nvfp4_config(11008, N, K)
+        assert not sw.stream_k and sw.tile_n == 256 and not nvfp4_w4a16_on_a(11008, N, K), N
+    assert nvfp4_w4a16_on_a(11008, 400, 4096)  # there the swapped kernel's 4 x 43 tiles need stream-K
     for N in (256, 336, 352, 384, 432, 576):  # padded by less than a fifth: the tile condition alone
-        for M in (8192, 16384):
+        for M in (8192, 11008, 16384):
             assert not nvfp4_w4a16_on_a(M, N, 2560) or not default_nvfp4_config(M, N, 2560).stream_k, (M, N)
     assert nvfp4_w4a16_on_a(4096, 576, 7168) and not nvfp4_w4a16_on_a(8192, 576, 7168)
+
+
+def test_w4a16_waves_cost():
+    """The waves model of nvfp4_w4a16_on_a: whole waves x tile area; stream-K's fractional waves plus
+    NVFP4_W4A16_STREAM_K_WAVE_COST."""
+    from scalemm.cutlass_kernels import GemmConfig
+    from scalemm.cutlass_kernels.configs import sm90
+    dp, sk = GemmConfig(128, 144, 64, 1, 1, "cooperative"), GemmConfig(128, 144, 64, 1, 1, "cooperative", stream_k=True)
+    assert sm90._w4a16_waves_cost(132, dp, 132) == sm90._w4a16_waves_cost(1, dp, 132) == 128 * 144
+    assert sm90._w4a16_waves_cost(133, dp, 132) == 2 * 128 * 144
+    assert sm90._w4a16_waves_cost(198, sk, 132) == (1.5 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
+    assert sm90._w4a16_waves_cost(198, sk, 66) == (3 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
+
+
 
 
 def test_w4a16_tokens_on_a_kernel_spec():

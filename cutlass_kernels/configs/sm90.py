@@ -585,17 +585,23 @@ NVFP4_TOKENS_ON_A_WIDTHS = (64, 96, 128, 144, 160, 192, 208, 224, 240, 256)
 # data-parallel with token tiles at most this wide: there the swapped kernel decodes each 128-row weight tile for
 # few tokens (0.52-0.81x of bf16 at the measured points) or pads the weight rows.
 NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
-# ... or, whatever the swapped tile, where the swapped kernel's 128-row weight tiles pad the weight rows by this much
-# or more (ceil(N / 128) x 128 / N, from NVFP4_W4A16_ON_A_PADDED_MIN_ROWS rows: 256-511 rows can pad that much): the
-# fitted tokens-on-A tile does not pad them. First set to 1.25 from one layer (H200, widths.log: MiniCPM3's kv_a, 288
-# rows padded to 384, 1.06-1.51x faster on A at all 6 of its points). Timed as the default (padded.log, H200, 8
-# layers of 272-400 rows at 2048-16384 tokens): on A 1.04-1.49x at all 15 points the 1.25 term took (MiniCPM3 kv_a
-# and synthetic 272 / 304 / 400-row layers at 8192-16384 tokens); below it, 320 rows (padded 1.20: SmolLM2-360M's
-# k/v, 320 x 960, and 320 x 2560) won on A at all 6 of their points (1.02-1.51x), 352 rows (1.09) at 1 of 3 (0.95-1.17x),
-# hence 1.2. DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens (stream_k_w4a16_on_a.log),
-# hence the bound above it. Layers of fewer than 256 rows were never timed on A with bf16 activations (the weights'
-# pass is then a launch of its own for a few microseconds of GEMM): not taken there.
+# ... or where the swapped kernel's 128-row weight tiles pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or
+# more (ceil(N / 128) x 128 / N, from NVFP4_W4A16_ON_A_PADDED_MIN_ROWS rows: 256-511 rows can pad that much; the
+# fitted tokens-on-A tile pads nothing there, 288 rows in 2 x 144) and a waves model says the tokens on A cost less
+# (_w4a16_waves_cost: waves x tile area, a stream-K launch's waves fractional plus
+# NVFP4_W4A16_STREAM_K_WAVE_COST). H200, perf/results/h200/nvfp4_tokens_on_a/ (padded.log, flip.log, flip2.log:
+# 97 points of 14 layers of 256-511 rows at 2048-24064 tokens, both W4A16 kernels timed in one process):
+# - the padding term alone (1.25 from MiniCPM3's kv_a in widths.log, then 1.2 from padded.log: 272-400 rows won
+#   on A at all 21 points of 8192-16384 tokens) lost at 11008 and 20480 tokens on 272-320 rows (0.76-0.97x), where
+#   the swapped kernel's 128 x 256 tiles fill one or two whole waves without stream-K;
+# - with the waves model as its gate: 1.113x the swapped kernel's speed over the 97 points (geomean, the rule's
+#   picks), against 1.098x for the term alone and 1.123x for the faster of the two at every point; its wrong picks
+#   were 3-12% (the model takes the stream-K penalty from these points: 0.5 wave).
+# DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens (stream_k_w4a16_on_a.log), hence the
+# row bound above it. Layers of fewer than 256 rows were never timed on A with bf16 activations (the weights' pass is
+# then a launch of its own for a few microseconds of GEMM): not taken there.
 NVFP4_W4A16_ON_A_MIN_ROW_PADDING = 1.2
+NVFP4_W4A16_STREAM_K_WAVE_COST = 0.5
 NVFP4_W4A16_ON_A_PADDED_MIN_ROWS = 256
 
 
@@ -639,15 +645,26 @@ def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) ->
     0.88x of bf16, Qwen2.5-7B k/v at 2048-4096 tokens, MiniCPM3 kv_a); where the swapped kernel ran wider or
     stream-K tiles the tokens on A lost at 35 of 45 points. Held out (rule.log: 18 points of 12 other narrow layers at
     2048-8192 tokens): 1.066x (0.93-1.36x, below 1.0x at 4: MiniCPM3 q_a at 3000 tokens, Qwen2-0.5B q at 2048,
-    0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x). Also on A wherever the rule holds and the swapped
-    kernel would pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or more (padded.log: 1.02-1.51x at all 21
-    such points of 7 layers of 272-400 rows at 8192-16384 tokens; MiniCPM3 kv_a 0.61-0.74x -> 0.66-0.89x of bf16)."""
+    0.93x; two layers of 256 rows at 8192 tokens, 0.98x / 1.00x). Also on A where the rule holds, the swapped kernel
+    would pad the weight rows by NVFP4_W4A16_ON_A_MIN_ROW_PADDING or more and _w4a16_waves_cost says the tokens on A
+    cost less (see the constants: MiniCPM3 kv_a at 8192-16384 tokens 0.61-0.74x -> 0.66-0.89x of bf16)."""
     if not nvfp4_tokens_on_a(M, N, K):
         return False
-    if N >= NVFP4_W4A16_ON_A_PADDED_MIN_ROWS and _weight_row_padding(N) >= NVFP4_W4A16_ON_A_MIN_ROW_PADDING:
-        return True
     swapped = default_nvfp4_config(M, N, K, num_sms=num_sms)
-    return not swapped.stream_k and swapped.tile_n <= NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
+    if not swapped.stream_k and swapped.tile_n <= NVFP4_W4A16_ON_A_MAX_TOKEN_TILE:
+        return True
+    if N < NVFP4_W4A16_ON_A_PADDED_MIN_ROWS or _weight_row_padding(N) < NVFP4_W4A16_ON_A_MIN_ROW_PADDING:
+        return False
+    on_a = default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
+    return (_w4a16_waves_cost(-(-M // on_a.tile_m) * -(-N // on_a.tile_n), on_a, num_sms)
+            < _w4a16_waves_cost(-(-N // swapped.tile_m) * -(-M // swapped.tile_n), swapped, num_sms))
+
+
+def _w4a16_waves_cost(tiles: int, cfg: GemmConfig, num_sms: int) -> float:
+    """nvfp4_w4a16_on_a's model of a launch's time: its waves (whole ones; a stream-K launch's fractional, plus
+    NVFP4_W4A16_STREAM_K_WAVE_COST) x its tile's area."""
+    waves = tiles / num_sms + NVFP4_W4A16_STREAM_K_WAVE_COST if cfg.stream_k else -(-tiles // num_sms)
+    return waves * cfg.tile_m * cfg.tile_n
 
 
 def _weight_row_padding(N: int) -> float:

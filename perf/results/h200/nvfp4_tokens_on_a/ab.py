@@ -62,6 +62,14 @@ PADDED = {
     "rows-320.k2560": (320, 2560), "rows-352.k4096": (352, 4096),
 }
 LAYERS.update(PADDED)
+# Held out from the waves model that gates the padding term (_w4a16_waves_cost, NVFP4_W4A16_STREAM_K_WAVE_COST: set
+# from padded.log, flip.log and flip2.log before these ran): other widths and depths of 256-511 rows (synthetic), and
+# MiniCPM3's kv_a, at other token counts (--ms 9000,10240,11264,14000,18000,22528,28000).
+HELD_PADDED = {
+    "rows-264.k3072": (264, 3072), "rows-296.k2048": (296, 2048), "rows-416.k3584": (416, 3584),
+    "rows-288.k5120": (288, 5120), "rows-320.k4096": (320, 4096), "rows-408.k2560": (408, 2560),
+}
+LAYERS.update(HELD_PADDED)
 
 
 def previous_rule(M, N, K):
@@ -214,7 +222,7 @@ def main():
     fit = [l for l in LAYERS if l not in HELD]
     fit = [l for l in fit if l not in CHANGED and l not in K_BOUND and l not in RULE]
     rule = ",".join(list(RULE) + ["llama3.2-1b.kv", "glm4-9b.kv", "qwen2-0.5b.q"])
-    fit = [l for l in fit if l not in PADDED]
+    fit = [l for l in fit if l not in PADDED and l not in HELD_PADDED]
     if args.padded and args.layers is None:
         args.layers = ",".join(PADDED)
     args.layers = {"held": ",".join(HELD), "all": ",".join(LAYERS), "changed": ",".join(CHANGED), "rule": rule}.get(
