@@ -595,8 +595,13 @@ NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
 #   on A at all 21 points of 8192-16384 tokens) lost at 11008 and 20480 tokens on 272-320 rows (0.76-0.97x), where
 #   the swapped kernel's 128 x 256 tiles fill one or two whole waves without stream-K;
 # - with the waves model as its gate: 1.113x the swapped kernel's speed over the 97 points (geomean, the rule's
-#   picks), against 1.098x for the term alone and 1.123x for the faster of the two at every point; its wrong picks
-#   were 3-12% (the model takes the stream-K penalty from these points: 0.5 wave).
+#   picks), against 1.098x for the term alone and 1.123x for the faster of the two at every point (the model takes
+#   the stream-K penalty, 0.5 wave, from these points).
+# Held out (held_padded.log: 6 other layers of 264-416 rows and MiniCPM3's kv_a at 9000-28000 tokens, 49 points):
+# 1.043x the swapped kernel, the term alone 0.992x, the tile condition alone 1.000x, the faster at every point
+# 1.059x; the model overruled the term at 12 points, rightly at all 12 (the swapped kernel 1.00-1.34x faster there);
+# it still loses 5-19% at 10240 and 18000 tokens on 264-296 rows, where the tokens on A run stream-K over 1.2 / 2.1
+# waves (stream-K on that tile costs more than half a wave there).
 # DeepSeek-V3's kv_a (576 rows, 1.11) lost on A at 3000, 6144 and 8192 tokens (stream_k_w4a16_on_a.log), hence the
 # row bound above it. Layers of fewer than 256 rows were never timed on A with bf16 activations (the weights' pass is
 # then a launch of its own for a few microseconds of GEMM): not taken there.

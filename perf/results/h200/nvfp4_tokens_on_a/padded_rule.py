@@ -21,14 +21,15 @@ def main():
             if lo <= r["N"] <= hi:
                 points[(r["M"], r["N"], r["K"])] = (r["layer"], r["us"]["w4a16_swapped"] / r["us"]["w4a16_on_a"])
 
-    def term_alone(M, N, K):  # the forty-sixth session's rule: the tile condition or the padding alone
+    def tile_rule(M, N, K):  # the forty-fifth session's rule: the swapped tile's condition alone
         sw = sm90.default_nvfp4_config(M, N, K)
-        return sm90.nvfp4_tokens_on_a(M, N, K) and (
-            (not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE)
-            or (N >= sm90.NVFP4_W4A16_ON_A_PADDED_MIN_ROWS
-                and sm90._weight_row_padding(N) >= sm90.NVFP4_W4A16_ON_A_MIN_ROW_PADDING))
+        return sm90.nvfp4_tokens_on_a(M, N, K) and not sw.stream_k and sw.tile_n <= sm90.NVFP4_W4A16_ON_A_MAX_TOKEN_TILE
 
-    rules = {"nvfp4_w4a16_on_a": sm90.nvfp4_w4a16_on_a, "padding term alone": term_alone,
+    def term_alone(M, N, K):  # the forty-sixth session's: the tile condition or the padding alone
+        return tile_rule(M, N, K) or (sm90.nvfp4_tokens_on_a(M, N, K) and N >= sm90.NVFP4_W4A16_ON_A_PADDED_MIN_ROWS
+                                      and sm90._weight_row_padding(N) >= sm90.NVFP4_W4A16_ON_A_MIN_ROW_PADDING)
+
+    rules = {"nvfp4_w4a16_on_a": sm90.nvfp4_w4a16_on_a, "padding term alone": term_alone, "tile rule alone": tile_rule,
              "the faster at every point": lambda M, N, K: points[(M, N, K)][1] > 1}
     for name, rule in rules.items():
         picks = [(k, v) for k, v in points.items()]
