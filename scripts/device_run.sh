@@ -36,7 +36,8 @@ OUT=${OUT:-$PWD/results}
 mkdir -p "$OUT"
 # A JIT cache built on a CPU machine may also travel compressed (CUTLASS kernels shrink about 3x, so more of
 # them fit in a carry): `tar czf .jitcache-pack/cache.tgz .jitcache` in the repo root (/.jitcache*/ is
-# git-ignored). Without SCALEMM_CACHE_DIR set, such a pack is unpacked to /tmp and used by the stages below.
+# git-ignored). Without SCALEMM_CACHE_DIR set, such a pack is unpacked to /tmp and used by the stages below, with
+# any .jitcache-pack/extra-*.tgz (each a tar of one cache folder) unpacked into it.
 if [ -z "${SCALEMM_CACHE_DIR:-}" ] && [ -f .jitcache-pack/cache.tgz ]; then
   rm -rf /tmp/scalemm-pack && mkdir -p /tmp/scalemm-pack && tar xzf .jitcache-pack/cache.tgz -C /tmp/scalemm-pack &&
     SCALEMM_CACHE_DIR=$(find /tmp/scalemm-pack -mindepth 1 -maxdepth 1 -type d | head -n 1)
@@ -153,10 +154,11 @@ if has profile; then  # Nsight Compute on one decode GEMM per kernel (hardware c
   ncu -i "$OUT/ncu-$src-source.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$src-sass.csv" 2>&1 \
     || echo "ncu could not print the source page (see $OUT/ncu-$src-sass.csv)"
 fi
-if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT
+if has pack; then  # kernels built here (not carried), in parts under the 16 MiB per-file limit of $OUT:
+  # `cat extra-kernels.tgz.part-* > .jitcache-pack/extra-NAME.tgz` makes a pack the next call unpacks (above)
   new=$(cd "$SCALEMM_CACHE_DIR" && find kernels -mindepth 1 -maxdepth 1 -type d -newer /tmp/scalemm-start ! -name '.*')
   if [ -n "$new" ]; then
-    (cd "$SCALEMM_CACHE_DIR" && tar -cf - $new) | split -b 15m - "$OUT/jitcache.tar.part-"
+    (cd "$SCALEMM_CACHE_DIR" && tar -czf - --transform 's,^,cache/,' $new) | split -b 15m - "$OUT/extra-kernels.tgz.part-"
     echo "packed $(echo "$new" | wc -l) new kernels"
   fi
 fi
