@@ -36,15 +36,10 @@ OUT=${OUT:-$PWD/results}
 mkdir -p "$OUT"
 # A JIT cache built on a CPU machine may also travel compressed (CUTLASS kernels shrink about 3x, so more of
 # them fit in a carry): `tar czf .jitcache-pack/cache.tgz .jitcache` in the repo root (/.jitcache*/ is
-# git-ignored). Without SCALEMM_CACHE_DIR set, such a pack is unpacked to /tmp and used by the stages below, with
-# any .jitcache-pack/extra-*.tgz (each a tar of one cache folder) unpacked into it.
-if [ -z "${SCALEMM_CACHE_DIR:-}" ] && [ -f .jitcache-pack/cache.tgz ]; then
-  rm -rf /tmp/scalemm-pack && mkdir -p /tmp/scalemm-pack && tar xzf .jitcache-pack/cache.tgz -C /tmp/scalemm-pack &&
-    SCALEMM_CACHE_DIR=$(find /tmp/scalemm-pack -mindepth 1 -maxdepth 1 -type d | head -n 1)
-  for extra in .jitcache-pack/extra-*.tgz; do  # more kernels, packed as one cache folder each
-    [ -f "$extra" ] && tar xzf "$extra" -C "$SCALEMM_CACHE_DIR" --strip-components=1
-  done
-  echo "JIT cache unpacked from .jitcache-pack/cache.tgz (and extra-*.tgz): $SCALEMM_CACHE_DIR"
+# git-ignored). Without SCALEMM_CACHE_DIR set, such a pack and any .jitcache-pack/extra-*.tgz are unpacked to /tmp
+# (scripts/unpack_jitcache.sh) and used by the stages below.
+if [ -z "${SCALEMM_CACHE_DIR:-}" ] && ls .jitcache-pack/*.tgz > /dev/null 2>&1; then
+  rm -rf /tmp/scalemm-pack && bash scripts/unpack_jitcache.sh /tmp/scalemm-pack && SCALEMM_CACHE_DIR=/tmp/scalemm-pack
 fi
 export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
 stages=${*:-build test sweep grouped quant}

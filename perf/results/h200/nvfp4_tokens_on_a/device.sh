@@ -10,13 +10,9 @@ if [ ! -d "$SITE/scalemm" ] || [ "${REINSTALL:-1}" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/nvidia_cutlass*.whl || exit 1
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
 fi
-# Kernels prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz and extra-*.tgz (each a tar of one
-# cache folder): unpacked into .jitcache on a fresh machine.
-if [ ! -d .jitcache ]; then
-  for pack in .jitcache-pack/cache.tgz .jitcache-pack/extra-*.tgz; do
-    [ -f "$pack" ] && mkdir -p .jitcache && tar xzf "$pack" -C .jitcache --strip-components=1 && echo "unpacked $pack"
-  done
-fi
+# A JIT cache prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz and extra-*.tgz: unpacked into
+# .jitcache on a fresh machine (scripts/unpack_jitcache.sh).
+[ -d .jitcache ] || bash scripts/unpack_jitcache.sh .jitcache
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=$PWD/.jitcache
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 here=perf/results/h200/nvfp4_tokens_on_a

@@ -21,13 +21,9 @@ if [ ! -d "$SITE/scalemm" ] || [ "${REINSTALL:-1}" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
 fi
-# A JIT cache prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz (a tar of one cache folder):
-# unpacked into .jitcache on a fresh machine.
-if [ -f .jitcache-pack/cache.tgz ] && [ ! -d .jitcache ]; then
-  mkdir -p .jitcache && tar xzf .jitcache-pack/cache.tgz -C .jitcache --strip-components=1 && echo "unpacked the carried JIT cache"
-  for extra in .jitcache-pack/extra-*.tgz; do [ -f "$extra" ] && tar xzf "$extra" -C .jitcache --strip-components=1; done
-  touch .jitcache/.unpacked
-fi
+# A JIT cache prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz and extra-*.tgz: unpacked into
+# .jitcache on a fresh machine (scripts/unpack_jitcache.sh).
+[ -d .jitcache ] || bash scripts/unpack_jitcache.sh .jitcache
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=$PWD/.jitcache
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 micro="--graphs --cache-weight --fuse-wgrad-accumulation"
