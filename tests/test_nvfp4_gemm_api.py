@@ -479,6 +479,21 @@ def test_w4a16_tokens_on_a_rule():
     assert nvfp4_w4a16_on_a(4096, 576, 7168) and not nvfp4_w4a16_on_a(8192, 576, 7168)
 
 
+def test_dispatch_rules_are_cached_per_shape(monkeypatch):
+    """The NVFP4 dispatch rules are cached per shape; clear_dispatch_caches() makes an edited constant count."""
+    from scalemm.cutlass_kernels.configs import sm90
+    assert sm90.nvfp4_w4a16_on_a(12000, 288, 2560)
+    assert sm90.nvfp4_w4a16_on_a.cache_info().currsize > 0
+    monkeypatch.setattr(sm90, "NVFP4_W4A16_ON_A_MIN_ROW_PADDING", 2.0)
+    try:
+        sm90.clear_dispatch_caches()
+        assert not sm90.nvfp4_w4a16_on_a(12000, 288, 2560)  # the padding term no longer holds
+    finally:
+        monkeypatch.undo()
+        sm90.clear_dispatch_caches()
+    assert sm90.nvfp4_w4a16_on_a(12000, 288, 2560)
+
+
 def test_w4a16_waves_cost():
     """The waves model of nvfp4_w4a16_on_a: whole waves x tile area; stream-K's fractional waves plus
     NVFP4_W4A16_STREAM_K_WAVE_COST."""

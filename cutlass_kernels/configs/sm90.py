@@ -10,6 +10,7 @@ the winners it stores (scalemm/tuning.py) take precedence over the heuristic, an
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from ... import abi
@@ -542,6 +543,20 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
     return mid_pingpong or GemmConfig(128, _tile_n_by_waves(M, N, num_sms, (128, 192, 256)), 128, 2, 1, "cooperative")
 
 
+# The NVFP4 dispatch rules that every call without a config asks (default_nvfp4_skinny_config, default_nvfp4_config,
+# nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config) are pure functions of the shape and this module's constants:
+# cached per shape, as an eager call on a narrow layer asked them for ~60 us of host time (2-core CPU machine) before.
+# Code that edits one of the constants at run time must call clear_dispatch_caches() (rule A/B scripts).
+_per_shape = functools.lru_cache(maxsize=4096)
+
+
+def clear_dispatch_caches() -> None:
+    """Forget the cached NVFP4 dispatch decisions (_per_shape), after this module's constants were edited."""
+    for f in (default_nvfp4_config, default_nvfp4_tokens_on_a_config, nvfp4_w4a16_on_a, default_nvfp4_skinny_config):
+        f.cache_clear()
+
+
+@_per_shape
 def default_nvfp4_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """Tiles for the swapped NVFP4 kernel: 128 weight rows x tile_n tokens x 64, cooperative.
     Few tokens get a narrow tile_n (up to 128 tokens: one token tile, but see below); more tokens take 256-wide
@@ -616,6 +631,7 @@ def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
     return M >= NVFP4_TOKENS_ON_A_MIN_TOKENS and M >= NVFP4_TOKENS_ON_A_RATIO * N and N >= NVFP4_TOKENS_ON_A_MIN_WIDTH
 
 
+@_per_shape
 def default_nvfp4_tokens_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
     """The tokens-on-A kernel's tile: default_nvfp4_config's for N "tokens" on M rows, unswapped, except that
     stream-K's last-wave bound is the prefill one (NVFP4_STREAM_K_LAST_WAVE_PREFILL) where the real token count M
@@ -642,6 +658,7 @@ def _fitted_weight_width(N: int, tile_n: int) -> int:
     return next(w for w in NVFP4_TOKENS_ON_A_WIDTHS if w == tile_n or (w < tile_n and -(-N // w) == -(-N // tile_n)))
 
 
+@_per_shape
 def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> bool:
     """Whether W4A16 (bf16 activations) on the CUTLASS kernel runs with the tokens on A by default: the weights'
     exact bf16 decode, then a bf16 x bf16 GEMM on default_nvfp4_tokens_on_a_config's tile (NVFP4_W4A16_ON_A_MAX_TOKEN_TILE).
@@ -889,6 +906,7 @@ def skinny_blocks_config(M: int, N: int, K: int, num_sms: int = REFERENCE_SMS) -
     return None
 
 
+@_per_shape
 def default_nvfp4_skinny_config(M: int, N: int, K: int, nvfp4_activations: bool = False,
                                 num_sms: int = REFERENCE_SMS) -> SkinnyConfig | None:
     """What a dense NVFP4 GEMM without a config runs: the skinny kernel, or None (the CUTLASS kernel's tiles).

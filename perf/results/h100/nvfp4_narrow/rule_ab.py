@@ -45,10 +45,12 @@ SETS = ("sweep", "fit", "check", "other", "held")
 def previous_rule():
     saved = sm90.NVFP4_STREAM_K_LAST_WAVE_PREFILL, sm90.NVFP4_STREAM_K_NARROW
     sm90.NVFP4_STREAM_K_LAST_WAVE_PREFILL, sm90.NVFP4_STREAM_K_NARROW = sm90.NVFP4_STREAM_K_LAST_WAVE, math.inf
+    sm90.clear_dispatch_caches()  # the rules are cached per shape
     try:
         yield
     finally:
         sm90.NVFP4_STREAM_K_LAST_WAVE_PREFILL, sm90.NVFP4_STREAM_K_NARROW = saved
+        sm90.clear_dispatch_caches()
 
 
 def changed_points(sets=SETS):
