@@ -45,9 +45,7 @@ export PYTHONUNBUFFERED=1 SCALEMM_CACHE_DIR=${SCALEMM_CACHE_DIR:-$PWD/.jitcache}
 stages=${*:-build test sweep grouped quant}
 has() { [[ " $stages " == *" $1 "* ]]; }
 SITE=/tmp/scalemm-site
-rm -rf "$SITE"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
+bash scripts/install_site.sh "$SITE" || exit 1
 export PYTHONPATH=$SITE
 # Everything printed goes to $OUT/run.log too (the results travel as few files: the log, JSON, PNG).
 exec > >(tee -a "$OUT/run.log") 2>&1

@@ -500,11 +500,13 @@ def test_w4a16_waves_cost():
     from scalemm.cutlass_kernels import GemmConfig
     from scalemm.cutlass_kernels.configs import sm90
     dp, sk = GemmConfig(128, 144, 64, 1, 1, "cooperative"), GemmConfig(128, 144, 64, 1, 1, "cooperative", stream_k=True)
-    assert sm90._w4a16_waves_cost(132, dp, 132) == sm90._w4a16_waves_cost(1, dp, 132) == 128 * 144
-    assert sm90._w4a16_waves_cost(133, dp, 132) == 2 * 128 * 144
-    assert sm90._w4a16_waves_cost(198, sk, 132) == (1.5 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
-    assert sm90._w4a16_waves_cost(198, sk, 66) == (3 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
-
+    tiles = lambda n: (128 * n, 144)  # noqa: E731 (an output of n tiles of 128 x 144)
+    assert sm90._w4a16_waves_cost(dp, *tiles(132), 132) == sm90._w4a16_waves_cost(dp, *tiles(1), 132) == 128 * 144
+    assert sm90._w4a16_waves_cost(dp, *tiles(133), 132) == 2 * 128 * 144
+    assert sm90._w4a16_waves_cost(sk, *tiles(198), 132) == (1.5 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
+    assert sm90._w4a16_waves_cost(sk, *tiles(198), 66) == (3 + sm90.NVFP4_W4A16_STREAM_K_WAVE_COST) * 128 * 144
+    swapped = GemmConfig(128, 256, 64, 1, 1, "cooperative", swap_ab=True)  # N on the tile's M side: 3 x 43 tiles
+    assert sm90._w4a16_waves_cost(swapped, 11008, 288, 132) == 128 * 256
 
 
 

@@ -678,14 +678,16 @@ def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) ->
     if N < NVFP4_W4A16_ON_A_PADDED_MIN_ROWS or _weight_row_padding(N) < NVFP4_W4A16_ON_A_MIN_ROW_PADDING:
         return False
     on_a = default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
-    return (_w4a16_waves_cost(-(-M // on_a.tile_m) * -(-N // on_a.tile_n), on_a, num_sms)
-            < _w4a16_waves_cost(-(-N // swapped.tile_m) * -(-M // swapped.tile_n), swapped, num_sms))
+    return _w4a16_waves_cost(on_a, M, N, num_sms) < _w4a16_waves_cost(swapped, M, N, num_sms)
 
 
-def _w4a16_waves_cost(tiles: int, cfg: GemmConfig, num_sms: int) -> float:
-    """nvfp4_w4a16_on_a's model of a launch's time: its waves (whole ones; a stream-K launch's fractional, plus
-    NVFP4_W4A16_STREAM_K_WAVE_COST) x its tile's area."""
-    waves = tiles / num_sms + NVFP4_W4A16_STREAM_K_WAVE_COST if cfg.stream_k else -(-tiles // num_sms)
+def _w4a16_waves_cost(cfg: GemmConfig, M: int, N: int, num_sms: int) -> float:
+    """nvfp4_w4a16_on_a's model of a launch's time for an M x N output under `cfg`: its waves (tile_waves; a stream-K
+    launch's fractional ones plus NVFP4_W4A16_STREAM_K_WAVE_COST) x its tile's area."""
+    if cfg.stream_k:
+        waves = tile_count(cfg, M, N) / num_sms + NVFP4_W4A16_STREAM_K_WAVE_COST
+    else:
+        waves = tile_waves(cfg, M, N, num_sms)
     return waves * cfg.tile_m * cfg.tile_n
 
 

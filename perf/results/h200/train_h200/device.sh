@@ -17,9 +17,7 @@ cd "$(dirname "$0")/../../../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=/tmp/scalemm-site
 if [ ! -d "$SITE/scalemm" ] || [ "${REINSTALL:-1}" = 1 ]; then
-  rm -rf "$SITE"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . || exit 1
+  bash scripts/install_site.sh "$SITE" || exit 1
 fi
 # A JIT cache prebuilt elsewhere (same nvcc) may travel as .jitcache-pack/cache.tgz and extra-*.tgz: unpacked into
 # .jitcache on a fresh machine (scripts/unpack_jitcache.sh).
