@@ -509,7 +509,6 @@ def test_w4a16_waves_cost():
     assert sm90._w4a16_waves_cost(swapped, 11008, 288, 132) == 128 * 256
 
 
-
 def test_w4a16_tokens_on_a_kernel_spec():
     """W4A16 with the tokens on A: the FP8 GEMM's template with bf16 operands (gemm_kernel_spec element "bf16"), a
     kernel of its own name (tests/test_nvfp4_gemm_gpu.py runs it)."""
