@@ -149,6 +149,18 @@ def test_fp8_grouped_edges(monkeypatch, sizes, scaling):
     check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling)  # per token: the one-kernel rows path
 
 
+# Larger and odder than ROUTINGS: one group of most of the rows, many groups per stats tile (128 rows), empty groups
+# (also last), K not a multiple of the stats tile (256 columns), rows past the last group.
+@pytest.mark.parametrize("sizes,K", [([40000] + [97] * 127, 512), ([1, 2, 3, 0, 5] * 200, 272),
+                                     ([3000] * 16 + [0] * 4, 2048 + 64)])
+@pytest.mark.parametrize("scaling", ["tensor", "token"])
+@pytest.mark.parametrize("rowwise,columnwise", [(True, True), (False, True), (True, False)])
+def test_fp8_grouped_skewed_and_many_groups(monkeypatch, sizes, K, scaling, rowwise, columnwise):
+    counts = torch.tensor(sizes)
+    x = make_input(int(counts.sum()) + 37, K, seed=K)
+    check_fp8(monkeypatch, x, offsets_of(counts), scaling=scaling, rowwise=rowwise, columnwise=columnwise)
+
+
 @pytest.mark.parametrize("sizes", [[0, 1, 0, 3, 1], [70, 0, 62], [70, 0, 63]])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_token_rows_few_rows_long_k(monkeypatch, sizes, dtype):
