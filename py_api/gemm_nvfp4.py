@@ -33,8 +33,8 @@ from .arch import configs_for, gpu_info, on_device
 from .cutlass_kernels.configs import (NVFP4_WIDE_TOKEN_WIDTHS, SKINNY_DEFAULT_MAINLOOP, SKINNY_MAINLOOPS,
                                       SKINNY_TILE_ROWS, GemmConfig,
                                       SkinnyConfig, default_nvfp4_config, default_nvfp4_grouped_config,
-                                      default_nvfp4_tokens_on_a_config, nvfp4_cpp, NVFP4_TOKENS_ON_A_WIDTHS,
-                                      nvfp4_w4a16_on_a,
+                                      default_nvfp4_tokens_on_a_config, default_nvfp4_w4a16_on_a_config, nvfp4_cpp,
+                                      NVFP4_TOKENS_ON_A_WIDTHS, nvfp4_w4a16_on_a,
                                       nvfp4_decodes_activations, skinny_cpp)
 from .formats import GroupedNVFP4Tensor, NVFP4Tensor, layout
 from .formats.base import check_host_offsets, version
@@ -649,7 +649,9 @@ def gemm_nvfp4(a, b, *, bias=None, out_dtype=torch.bfloat16, epilogue=None, out=
     if config is None and activation_decode == "mainloop" and isinstance(a, NVFP4Tensor):
         cfg = configs.nvfp4_mainloop_decode_config(cfg)
     if config is None and _tokens_on_a_by_default(a, M, N, K, activation_decode, configs, _num_sms(device)):
-        cfg = configs.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=_num_sms(device))
+        on_a = (configs.default_nvfp4_tokens_on_a_config if isinstance(a, NVFP4Tensor)
+                else configs.default_nvfp4_w4a16_on_a_config)
+        cfg = on_a(M, N, K, num_sms=_num_sms(device))
     if not isinstance(a, NVFP4Tensor) and not cfg.swap_ab and activation_decode != "registers":
         return _gemm_weights_decoded(a, b, bias, out, cfg, epilogue)  # ("registers" on bf16: _tokens_on_a refuses)
     x_scales = None
@@ -790,11 +792,11 @@ def build_set(name: str = "tests") -> list[KernelSpec]:
               for n in NVFP4_TOKENS_ON_A_WIDTHS if n not in (64, 128, 160, 192, 224, 256)]
     specs += [nvfp4_gemm_kernel_spec(c, act_dtype=bf16, out_dtype=f32, epilogue=epi.scaled(f32))[0] for c in fitted]
     w4a16_on_a += [(c, f32, None) for c in fitted]
-    w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), bf16, "gelu") for M, N, K in [(4096, 576, 7168),
+    w4a16_on_a += [(default_nvfp4_w4a16_on_a_config(M, N, K), bf16, "gelu") for M, N, K in [(4096, 576, 7168),
                                                                                           (4096, 512, 3584),
                                                                                           (12000, 288, 2560),
                                                                                           (8192, 320, 960)]]
-    w4a16_on_a += [(default_nvfp4_tokens_on_a_config(M, N, K), f32, None) for M in (2048, 4096) for N, K in  # defaults
+    w4a16_on_a += [(default_nvfp4_w4a16_on_a_config(M, N, K), f32, None) for M in (2048, 4096) for N, K in  # defaults
                    ((576, 7168), (1000, 2064)) if nvfp4_w4a16_on_a(M, N, K)]
     specs += [gemm_kernel_spec(c, fast_accum=False, out_dtype=o, epilogue=epi.scaled(o, activation=act),
                                element="bf16")[0] for c, o, act in w4a16_on_a]

@@ -479,6 +479,31 @@ def test_w4a16_tokens_on_a_rule():
     assert nvfp4_w4a16_on_a(4096, 576, 7168) and not nvfp4_w4a16_on_a(8192, 576, 7168)
 
 
+def test_w4a16_on_a_tile_drops_stream_k_on_narrow_tiles():
+    """W4A16's tokens-on-A tile (default_nvfp4_w4a16_on_a_config) is W4A4's, data-parallel where that takes stream-K on
+    weight tiles at most NVFP4_W4A16_ON_A_DP_MAX_WIDTH wide and a data-parallel last wave more than
+    NVFP4_W4A16_ON_A_DP_LAST_WAVE full; gemm_nvfp4 runs it for bf16 activations (W4A4 keeps the shared tile)."""
+    from dataclasses import replace
+    from scalemm.cutlass_kernels.configs import sm90
+    from scalemm.cutlass_kernels.configs.sm90 import default_nvfp4_tokens_on_a_config as shared
+    from scalemm.cutlass_kernels.configs.sm90 import default_nvfp4_w4a16_on_a_config as w4a16
+    for M in (12000, 12288, 12672, 20480):  # 2 x 144 / 160 weight tiles: last waves 0.42-0.50 full
+        for N, K in ((288, 2560), (272, 4096), (304, 3072), (320, 2560)):
+            cfg = shared(M, N, K)
+            assert cfg.stream_k and cfg.tile_n <= sm90.NVFP4_W4A16_ON_A_DP_MAX_WIDTH, (M, N)
+            assert w4a16(M, N, K) == replace(cfg, stream_k=False, raster="auto"), (M, N)
+    for M, N, K in ((11008, 288, 2560), (10240, 288, 2560), (18000, 288, 2560),  # last waves 0.30 / 0.21 / 0.14 full
+                    (12000, 400, 5120), (11008, 400, 5120),  # 208-wide weight tiles
+                    (4096, 576, 7168), (8192, 576, 7168), (16384, 288, 2560)):  # data-parallel already / 192 wide
+        assert w4a16(M, N, K) == shared(M, N, K), (M, N, K)
+    assert shared(11008, 288, 2560).stream_k and shared(12000, 400, 5120).stream_k
+    for M in range(1024, 40000, 997):  # only ever stream-K taken away, from tiles at most 160 wide
+        for N, K in ((288, 2560), (320, 960), (400, 4096), (576, 7168), (512, 3584), (256, 2048)):
+            a, b = shared(M, N, K), w4a16(M, N, K)
+            assert a == b or (a.stream_k and not b.stream_k and a.tile_n <= 160 and b == replace(a, stream_k=False,
+                                                                                               raster="auto"))
+
+
 def test_dispatch_rules_are_cached_per_shape(monkeypatch):
     """The NVFP4 dispatch rules are cached per shape; clear_dispatch_caches() makes an edited constant count."""
     from scalemm.cutlass_kernels.configs import sm90

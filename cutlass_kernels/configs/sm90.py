@@ -544,7 +544,7 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
 
 
 # The NVFP4 dispatch rules that every call without a config asks (default_nvfp4_skinny_config, default_nvfp4_config,
-# nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config) are pure functions of the shape and this module's constants:
+# nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config, default_nvfp4_w4a16_on_a_config) are pure functions of the shape and this module's constants:
 # cached per shape, as an eager call on a narrow layer asked them for ~60 us of host time (2-core CPU machine) before.
 # Code that edits one of the constants at run time must call clear_dispatch_caches() (rule A/B scripts).
 _per_shape = functools.lru_cache(maxsize=4096)
@@ -552,7 +552,8 @@ _per_shape = functools.lru_cache(maxsize=4096)
 
 def clear_dispatch_caches() -> None:
     """Forget the cached NVFP4 dispatch decisions (_per_shape), after this module's constants were edited."""
-    for f in (default_nvfp4_config, default_nvfp4_tokens_on_a_config, nvfp4_w4a16_on_a, default_nvfp4_skinny_config):
+    for f in (default_nvfp4_config, default_nvfp4_tokens_on_a_config, nvfp4_w4a16_on_a, default_nvfp4_w4a16_on_a_config,
+              default_nvfp4_skinny_config):
         f.cache_clear()
 
 
@@ -623,6 +624,18 @@ NVFP4_W4A16_ON_A_MAX_TOKEN_TILE = 160
 NVFP4_W4A16_ON_A_MIN_ROW_PADDING = 1.2
 NVFP4_W4A16_STREAM_K_WAVE_COST = 0.5
 NVFP4_W4A16_ON_A_PADDED_MIN_ROWS = 256
+# W4A16's tokens-on-A tile (default_nvfp4_w4a16_on_a_config) drops the stream-K that default_nvfp4_tokens_on_a_config
+# takes where its weight tiles are at most NVFP4_W4A16_ON_A_DP_MAX_WIDTH wide and its data-parallel last wave would be
+# more than NVFP4_W4A16_ON_A_DP_LAST_WAVE full. H200, perf/results/h200/nvfp4_tokens_on_a/ (flip.log, flip2.log: the
+# same tile with stream-K flipped, W4A16 on A, one process): on 272-320 rows (two weight tiles of 144 / 160) data-
+# parallel was 1.02-1.21x faster at all 16 points of 1.42-2.42 waves (last wave 0.42-0.50 full: 12000, 12288, 12672
+# and 20480 tokens) and 0.92-0.95x at three of four at 1.30 waves (0.30 full, 11008 tokens); on 400 rows (208-wide
+# tiles) stream-K stayed faster at 4 of 5 (0.83-0.92x). Held out (held_dp.log: 4 other widths and depths of 264-320
+# rows at 11520-28672 tokens, last waves 0.36-0.50 full): 1.125x at the 20 points it changed, faster at 17 (1.02-1.30x;
+# 0.89-0.99x at three of the four at 1.36 waves). W4A4 shares the tile and keeps its stream-K (flip.log's W4A4
+# timings were not taken; W4A4's longer per-tile k-loop, decoding the tokens, was not re-measured without it).
+NVFP4_W4A16_ON_A_DP_MAX_WIDTH = 160
+NVFP4_W4A16_ON_A_DP_LAST_WAVE = 0.35
 
 
 def nvfp4_tokens_on_a(M: int, N: int, K: int) -> bool:
@@ -677,8 +690,21 @@ def nvfp4_w4a16_on_a(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) ->
         return True
     if N < NVFP4_W4A16_ON_A_PADDED_MIN_ROWS or _weight_row_padding(N) < NVFP4_W4A16_ON_A_MIN_ROW_PADDING:
         return False
-    on_a = default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
+    on_a = default_nvfp4_w4a16_on_a_config(M, N, K, num_sms=num_sms)
     return _w4a16_waves_cost(on_a, M, N, num_sms) < _w4a16_waves_cost(swapped, M, N, num_sms)
+
+
+@_per_shape
+def default_nvfp4_w4a16_on_a_config(M: int, N: int, K: int, *, num_sms: int = REFERENCE_SMS) -> GemmConfig:
+    """W4A16's tile with the tokens on A: default_nvfp4_tokens_on_a_config's, data-parallel where that takes stream-K
+    on weight tiles at most NVFP4_W4A16_ON_A_DP_MAX_WIDTH wide whose data-parallel last wave would be more than
+    NVFP4_W4A16_ON_A_DP_LAST_WAVE full (see the constants)."""
+    cfg = default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
+    if cfg.stream_k and cfg.tile_n <= NVFP4_W4A16_ON_A_DP_MAX_WIDTH:
+        last = tile_count(cfg, M, N) % num_sms
+        if last == 0 or last / num_sms > NVFP4_W4A16_ON_A_DP_LAST_WAVE:
+            return replace(cfg, stream_k=False, raster="auto")
+    return cfg
 
 
 def _w4a16_waves_cost(cfg: GemmConfig, M: int, N: int, num_sms: int) -> float:

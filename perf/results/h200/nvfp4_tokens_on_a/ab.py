@@ -70,6 +70,11 @@ HELD_PADDED = {
     "rows-288.k5120": (288, 5120), "rows-320.k4096": (320, 4096), "rows-408.k2560": (408, 2560),
 }
 LAYERS.update(HELD_PADDED)
+# Held out from W4A16's data-parallel tile on A (sm90.default_nvfp4_w4a16_on_a_config, NVFP4_W4A16_ON_A_DP_LAST_WAVE:
+# set from flip.log and flip2.log before these ran), with HELD_PADDED's layers of at most 320 rows, at last waves
+# 0.33-0.5 full (--ms 11264,11520,11904,19968,21000,28672).
+HELD_DP = {"rows-280.k3584": (280, 3584), "rows-312.k2048": (312, 2048)}
+LAYERS.update(HELD_DP)
 
 
 def previous_rule(M, N, K):
