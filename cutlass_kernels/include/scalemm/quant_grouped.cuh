@@ -199,8 +199,9 @@ struct GStatsParams {
   float* gcol_amax;  // [G, K] max |x| per column within each group, or nullptr
 };
 
-// Rows per thread and the CTAs per SM it is compiled for: 16 rows in 128 registers keep two CTAs per SM (with the
-// 139 registers the compiler took unbounded, one).
+// Rows per thread and the CTAs per SM it is compiled for: 16 rows in at most 128 registers keep two CTAs per SM (bf16:
+// 119 with the maxima on the raw bits; with fp32 conversions the compiler took 139 unbounded, one CTA). 8 rows at
+// three CTAs per SM ran 0.94-1.0x as fast (H200, perf/results/h200/grouped_stats_bits/).
 constexpr int kGroupedStatsRows = 16;
 constexpr int kGroupedStatsTileM = kGroupedStatsRows * (kThreads / 32);
 constexpr int kGroupedStatsMinBlocks = 2;
@@ -233,23 +234,18 @@ __global__ void __launch_bounds__(kThreads, kGroupedStatsMinBlocks) grouped_stat
       __syncthreads();
     }
 
-    float rowmax[kGroupedStatsRows];
+    // max |x| on the raw bits (quant_numerics.cuh, MagCols): fp32 bits, reduced by integer maxima
+    uint32_t rowmax[kGroupedStatsRows];
 #pragma unroll
-    for (int i = 0; i < kGroupedStatsRows; ++i) {
-      float v[8];
-      to_float8(raw[i], v);
-      rowmax[i] = absmax_nan<8>(v);  // rows outside x or any group loaded as zeros
-    }
+    for (int i = 0; i < kGroupedStatsRows; ++i) rowmax[i] = mag_row_bits(raw[i]);  // rows outside: zeros
     if (want_rows) {  // lane i ends up owning row r0 + i (as in quant.cuh)
-      float mine = 0.0f;
+      uint32_t mine = 0u;
 #pragma unroll
       for (int i = 0; i < kGroupedStatsRows; ++i) {
-        float m = rowmax[i];
-#pragma unroll
-        for (int s = 16; s > 0; s >>= 1) m = max_nan(m, __shfl_xor_sync(kFullMask, m, s));
+        const uint32_t m = __reduce_max_sync(kFullMask, rowmax[i]);
         if (lane == i) mine = m;
       }
-      if (lane < kGroupedStatsRows && r0 + lane < last) atomic_max_nonneg(p.row_amax + r0 + lane, mine);
+      if (lane < kGroupedStatsRows && r0 + lane < last) atomic_max_bits(p.row_amax + r0 + lane, mine);
     }
 
     if (p.g_amax != nullptr || want_cols) {
@@ -259,35 +255,27 @@ __global__ void __launch_bounds__(kThreads, kGroupedStatsMinBlocks) grouped_stat
         const int64_t e = __ldg(p.tb.ends + g);
         const int64_t hi = min(r0 + kGroupedStatsRows, e);
         if (lo < hi) {
-          float seg = 0.0f, colmax[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) colmax[j] = 0.0f;
+          uint32_t seg = 0u;
+          MagCols<T> colmax{};
 #pragma unroll
           for (int i = 0; i < kGroupedStatsRows; ++i) {
             if (r0 + i >= lo && r0 + i < hi) {
-              seg = max_nan(seg, rowmax[i]);
-              if (want_cols) {
-                float v[8];
-                to_float8(raw[i], v);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) colmax[j] = max_nan(colmax[j], fabsf(v[j]));
-              }
+              seg = max(seg, rowmax[i]);
+              if (want_cols) mag_cols_max(colmax, raw[i]);
             }
           }
           if (p.g_amax != nullptr) {
-#pragma unroll
-            for (int s = 16; s > 0; s >>= 1) seg = max_nan(seg, __shfl_xor_sync(kFullMask, seg, s));
-            if (lane == 0) atomic_max_nonneg(p.g_amax + g, seg);
+            seg = __reduce_max_sync(kFullMask, seg);
+            if (lane == 0) atomic_max_bits(p.g_amax + g, seg);
           }
           if (want_cols && col_ok) {
             if (g - g_lo < kSlots) {
 #pragma unroll
-              for (int j = 0; j < 8; ++j)
-                atomicMax(&col_red[g - g_lo][8 * lane + j], __float_as_uint(colmax[j]) & 0x7fffffffu);
+              for (int j = 0; j < 8; ++j) atomicMax(&col_red[g - g_lo][8 * lane + j], mag_col_bits(colmax, j));
             } else {  // many small groups in one tile: straight to global
 #pragma unroll
               for (int j = 0; j < 8; ++j)
-                if (col + j < p.K) atomic_max_nonneg(p.gcol_amax + g * p.K + col + j, colmax[j]);
+                if (col + j < p.K) atomic_max_bits(p.gcol_amax + g * p.K + col + j, mag_col_bits(colmax, j));
             }
           }
         }

@@ -91,6 +91,55 @@ __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
   atomicMax(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v) & 0x7fffffffu);
 }
 
+// Maxima of |x| on the raw bits (the grouped amax pass): with the sign cleared, an element's bits order as its
+// magnitude and every NaN's lie above +Inf's, in bf16 and fp16 (two to a word, compared by __vmaxu2) as in fp32. The
+// maxima come out as the fp32 bits of max|x|, a NaN as max.NaN.f32 gives it (0x7fffffff), so they equal
+// absmax_nan's bit for bit and feed atomicMax on float bits.
+template <typename T>
+struct MagCols {  // per-column running maxima of the 8 columns of a Raw8, on the sign-cleared bits
+  static constexpr int kWords = sizeof(T) == 4 ? 8 : 4;
+  uint32_t w[kWords];
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t mag_f32_bits(uint32_t key) {  // a sign-cleared element -> fp32 bits
+  uint32_t b = key;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) b = key << 16;
+  else if constexpr (sizeof(T) == 2) b = __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(key))));
+  return b > 0x7f800000u ? 0x7fffffffu : b;
+}
+
+template <typename T>
+__device__ __forceinline__ void mag_cols_max(MagCols<T>& acc, const Raw8<T>& r) {
+  const uint32_t* u = reinterpret_cast<const uint32_t*>(r.w);
+#pragma unroll
+  for (int i = 0; i < MagCols<T>::kWords; ++i) {
+    if constexpr (sizeof(T) == 4) acc.w[i] = max(acc.w[i], u[i] & 0x7fffffffu);
+    else acc.w[i] = __vmaxu2(acc.w[i], u[i] & 0x7fff7fffu);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t mag_col_bits(const MagCols<T>& acc, int j) {  // column j's max |x|, fp32 bits
+  if constexpr (sizeof(T) == 4) return mag_f32_bits<T>(acc.w[j]);
+  else return mag_f32_bits<T>((acc.w[j >> 1] >> (16 * (j & 1))) & 0xffffu);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t mag_row_bits(const Raw8<T>& r) {  // max |x| of the 8 elements, fp32 bits
+  MagCols<T> a{};
+  mag_cols_max(a, r);
+  uint32_t m = 0u;
+#pragma unroll
+  for (int i = 0; i < MagCols<T>::kWords; ++i) m = sizeof(T) == 4 ? max(m, a.w[i]) : __vmaxu2(m, a.w[i]);
+  if constexpr (sizeof(T) == 2) m = max(m & 0xffffu, m >> 16);
+  return mag_f32_bits<T>(m);
+}
+
+__device__ __forceinline__ void atomic_max_bits(float* addr, uint32_t bits) {  // bits: a non-negative float's
+  atomicMax(reinterpret_cast<unsigned int*>(addr), bits);
+}
+
 __device__ __forceinline__ uint32_t e4m3_satfinite(float v) {  // cvt.rn.satfinite.e4m3x2.f32
   return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
