@@ -1,163 +1,23 @@
 """Same-process A/B of the grouped FP8 quantizer with current scaling: the stats pass and the quantize pass fused in
-one launch (grouped_fp8_fused_kernel, the default) against the two launches (grouped_stats_kernel then
-grouped_quantize_kernel: the library built with -DSCALEMM_FP8_GROUPED_FUSED=0), and the quantize pass alone (delayed
-scaling, a given amax: the floor the fusion aims at). (1) The Qwen3-30B-A3B expert operands (65536 rows over 128
-experts, perf/train_bench.py's MoE block), a ragged case and a skewed one (one group of half the rows); per-group
-("tensor") and per-token ("token") scaling, both copies; outputs of both builds compared bit for bit. (2) Unless
---no-steps, the expert block's and layers' micro-steps (weights cached, dW added into .grad) against bf16.
-CUDA graphs (scalemm.timing.bench). Needs experiment.diff applied (the fused kernel and its macros; scalemm kept
-none of it: README.txt).
+one launch (grouped_fp8_fused_kernel, the default of experiment.diff) against the two launches (grouped_stats_kernel
+then grouped_quantize_kernel: the library built with -DSCALEMM_FP8_GROUPED_FUSED=0), and the quantize pass alone
+(delayed scaling, a given amax: the floor the fusion aims at). Needs experiment.diff applied (the fused kernel and
+its macros; scalemm kept none of it: README.txt). The harness: perf/grouped_quant_builds.py.
 
   git apply perf/results/h200/fp8_grouped_fused/experiment.diff
-  python3 perf/results/h200/fp8_grouped_fused/ab.py --build      # the builds (bf16)
+  python3 perf/results/h200/fp8_grouped_fused/ab.py --build
   python3 perf/results/h200/fp8_grouped_fused/ab.py --out OUT
 """
-import argparse
-import contextlib
-import dataclasses
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
-from grouped_sweep import routed_sizes  # noqa: E402
-import train_bench as tb  # noqa: E402
+from grouped_quant_builds import Experiment, main  # noqa: E402
 
-import scalemm  # noqa: E402
-from scalemm import quantize_grouped as qg  # noqa: E402
-from scalemm.timing import bench  # noqa: E402
-
-_SPEC = qg._spec
-FUSED, TWO = "fused", "two launches"
-# the other builds: name -> macros (quant_grouped.cuh); FUSED is the default build
-BUILDS = {TWO: ("SCALEMM_FP8_GROUPED_FUSED=0",),
-          "fused r4b3": ("SCALEMM_FUSED_STATS_ROWS=4", "SCALEMM_FUSED_MIN_BLOCKS=3"),
-          "fused r8b4": ("SCALEMM_FUSED_STATS_ROWS=8", "SCALEMM_FUSED_MIN_BLOCKS=4")}
-OTHERS = [b for b in BUILDS if b != TWO]
-
-
-def build_spec(which):
-    def spec(dtype):
-        s = _SPEC(dtype)
-        tag = "_".join(m.split("=")[0].split("_")[-1].lower() + m.split("=")[1] for m in BUILDS[which])
-        return dataclasses.replace(s, name=f"{s.name}_{tag}",
-                                   extra_flags=tuple(s.extra_flags) + tuple(f"-D{m}" for m in BUILDS[which]))
-    return spec
-
-
-@contextlib.contextmanager
-def build(which):
-    if which != FUSED:
-        qg._spec = build_spec(which)
-        qg._launcher.cache_clear()
-    try:
-        yield
-    finally:
-        qg._spec = _SPEC
-        qg._launcher.cache_clear()
-
-
-def bits(t):
-    return t.reshape(-1).contiguous().view(torch.uint8)
-
-
-def fields(q):
-    out = [q.data, q.scale_inv]
-    if q.columnwise is not None:
-        out += [q.columnwise.data, q.columnwise.scale_inv]
-    return [f for f in out if f is not None]
-
-
-def quantizers(lines, offsets, T):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    G = offsets.numel()
-    skew = torch.full((G,), (T // 2) // (G - 1), dtype=torch.int64)
-    skew[0] = T - int(skew[1:].sum())
-    cases = [("x / dy [T, 2048]", T, 2048, offsets), ("h [T, 768]", T, 768, offsets),
-             ("dh [T, 1536]", T, 1536, offsets),
-             ("skewed [T, 2048]", T, 2048, torch.cumsum(skew, 0).to(torch.int32).cuda()),
-             ("ragged [1100, 512]", 1100, 512,
-              torch.tensor([0, 3, 3, 40, 41, 200, 200, 999], dtype=torch.int32, device="cuda"))]
-    lines.append(f"the grouped FP8 quantizer, both copies unless said, {T} rows over {G} experts (CUDA graphs, us):")
-    for name, rows, K, offs in cases:
-        x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16, generator=g)
-        x[5, 7] = float("nan")
-        x[rows // 2, 3] = float("inf")
-        amax = torch.rand(offs.numel(), device="cuda", generator=g) * 8
-        for scaling, col in (("tensor", True), ("token", True), ("tensor", False)):
-            def q(i, which, scaling=scaling, col=col, x=x, offs=offs):
-                with build(which):
-                    return scalemm.quantize_fp8_grouped(x, offs, scaling=scaling, columnwise=col)
-            names = [FUSED, TWO, *OTHERS]
-            got = {w: [f.clone() for f in fields(q(0, w))] for w in names}
-            ok = all(torch.equal(bits(a), bits(b)) for w in names[1:] for a, b in zip(got[FUSED], got[w]))
-            fns = {w: (lambda i, q=q, w=w: q(i, w)) for w in names}
-            if scaling == "tensor":
-                fns["delayed"] = lambda i, x=x, offs=offs, col=col, amax=amax: scalemm.quantize_fp8_grouped(
-                    x, offs, columnwise=col, amax=amax)
-            t = bench(fns, 1)
-            moved = x.numel() * (2 + 1 + (1 if col else 0))  # one read of x, the copies written
-            extra = "".join(f"  {w} {t[w]:7.1f}" for w in OTHERS)
-            extra += f"  delayed {t['delayed']:7.1f}" if "delayed" in t else ""
-            lines.append(f"  {name:<20}{scaling:<7}{'both' if col else 'rows':<5} fused {t[FUSED]:7.1f}  two "
-                         f"{t[TWO]:7.1f}{extra}  {t[TWO] / t[FUSED]:.3f}x  fused {moved / t[FUSED] / 1e6:.2f} TB/s  "
-                         f"{'bit-identical' if ok else 'DIFFERS'}")
-            print(lines[-1], flush=True)
-
-
-def steps(lines, offsets, T):
-    E, hidden, inter = offsets.numel(), 2048, 768
-    moe = tb.moe_contenders(E, hidden, inter, True, True)
-    blocks = [("experts block", moe, hidden, hidden)]
-    for n, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
-        blocks.append((f"{n} layer", tb.expert_layers(moe, n), K, N))
-    g = torch.Generator(device="cuda").manual_seed(3)
-    for label, models, K, N in blocks:
-        x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
-        dy = torch.randn(T, N, device="cuda", dtype=torch.bfloat16, generator=g) * 1e-2
-
-        def make(m, which=FUSED):
-            def f(i):
-                with build(which):
-                    m(x, offsets).backward(dy)
-            return f
-        fns = {"bf16": make(models["bf16"]), "scalemm_fp8_delayed": make(models["scalemm_fp8_delayed"])}
-        for r in ("scalemm_fp8_tensorwise", "scalemm_fp8_rowwise"):
-            fns[f"{r} | {FUSED}"] = make(models[r], FUSED)
-            fns[f"{r} | {TWO}"] = make(models[r], TWO)
-        us = bench(fns, copies=1)
-        lines.append(f"micro-step, qwen3-30b-a3b {label} ({T} rows; weights cached, dW added into .grad), CUDA graphs:")
-        for n, t in us.items():
-            lines.append(f"  {n:<40}{t / 1e3:>8.3f} ms  {us['bf16'] / t:.3f}x of bf16")
-        print("\n".join(lines[-len(us) - 1:]), flush=True)
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--builds", default=None, help="comma-separated subset of the other builds to time")
-    ap.add_argument("--build", action="store_true")
-    ap.add_argument("--no-steps", action="store_true")
-    args = ap.parse_args()
-    global OTHERS
-    if args.builds is not None:
-        OTHERS = [b for b in args.builds.split(",") if b]
-    if args.build:
-        from scalemm import jit
-        jit.build_many([_SPEC(torch.bfloat16)] + [build_spec(b)(torch.bfloat16) for b in BUILDS], jobs=4)
-        return
-    sizes = routed_sizes(8192, 128, 8, seed=0)
-    T = int(sizes.sum())
-    offsets = torch.cumsum(sizes, 0).to(torch.int32).cuda()
-    lines = [f"device: {torch.cuda.get_device_name()}"]
-    quantizers(lines, offsets, T)
-    if not args.no_steps:
-        steps(lines, offsets, T)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "ab.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-
+EXPERIMENT = Experiment(new="fused", builds={"two launches": ("SCALEMM_FP8_GROUPED_FUSED=0",),
+                                    "fused r4b3": ("SCALEMM_FUSED_STATS_ROWS=4", "SCALEMM_FUSED_MIN_BLOCKS=3"),
+                                    "fused r8b4": ("SCALEMM_FUSED_STATS_ROWS=8", "SCALEMM_FUSED_MIN_BLOCKS=4")},
+                        modes=(("tensor", True), ("token", True), ("tensor", False)))
 
 if __name__ == "__main__":
-    main()
+    main(EXPERIMENT)
