@@ -447,6 +447,7 @@ def test_w4a16_tokens_on_a_rule():
     """W4A16 goes on A (nvfp4_w4a16_on_a) where W4A4 would (nvfp4_tokens_on_a) and the swapped default is data-parallel
     with token tiles at most NVFP4_W4A16_ON_A_MAX_TOKEN_TILE wide; not on wide layers, short prompts or stream-K."""
     from scalemm.cutlass_kernels.configs import default_nvfp4_config, nvfp4_tokens_on_a, nvfp4_w4a16_on_a, sm90
+    from scalemm.cutlass_kernels.configs.sm90 import tile_waves
     assert nvfp4_w4a16_on_a(4096, 576, 7168)  # DeepSeek-V3 kv_a: one wave of 128 x 160
     assert default_nvfp4_config(4096, 576, 7168).tile_n == 160
     assert nvfp4_w4a16_on_a(4096, 512, 3584) and nvfp4_w4a16_on_a(2048, 1024, 4096)
@@ -473,6 +474,12 @@ def test_w4a16_tokens_on_a_rule():
         sw = default_nvfp4_config(11008, N, K)
         assert not sw.stream_k and sw.tile_n == 256 and not nvfp4_w4a16_on_a(11008, N, K), N
     assert nvfp4_w4a16_on_a(11008, 400, 4096)  # there the swapped kernel's 4 x 43 tiles need stream-K
+    # ... nor where the swapped kernel's tiles fill one whole wave and the tokens on A would run stream-K over 1.03-1.27
+    # waves (NVFP4_W4A16_STREAM_K_WAVE_COST 0.7; with 0.5 these went on A and ran 0.77-0.95x, held_wave.log)
+    for M in (8704, 10112, 10240, 10624):
+        for N, K in ((264, 3072), (288, 5120), (288, 2560), (280, 3584), (272, 4096)):
+            sw = default_nvfp4_config(M, N, K)
+            assert not sw.stream_k and tile_waves(sw, M, N, 132) == 1 and not nvfp4_w4a16_on_a(M, N, K), (M, N, K)
     for N in (256, 336, 352, 384, 432, 576):  # padded by less than a fifth: the tile condition alone
         for M in (8192, 11008, 16384):
             assert not nvfp4_w4a16_on_a(M, N, 2560) or not default_nvfp4_config(M, N, 2560).stream_k, (M, N)
