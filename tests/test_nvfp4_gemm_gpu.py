@@ -459,9 +459,9 @@ def test_tokens_on_a_fitted_widths_match_exact_dequant(width, M, N, K, kind):
 @pytest.mark.parametrize("M,N,K", [(4096, 576, 7168), (4096, 512, 3584), (12000, 288, 2560), (8192, 320, 960)])
 def test_w4a16_tokens_on_a_is_the_default_where_the_rule_says(monkeypatch, M, N, K):
     """No config, bf16 activations: where sm90.nvfp4_w4a16_on_a holds, the weights go through the pass and a bf16 x
-    bf16 GEMM runs on the tokens-on-A tile (144, 128, 144 and 160 weight rows wide here, the last two by the
-    weight-row padding term, the first of them stream-K); bias, gelu, bf16 out, against the exact product and within
-    accumulation order of the swapped kernel (an explicit swapped config)."""
+    bf16 GEMM runs on W4A16's tokens-on-A tile (144, 128, 144 and 160 weight rows wide here, the last two by the
+    weight-row padding term; 12000 tokens data-parallel where W4A4's tile takes stream-K); bias, gelu, bf16 out,
+    against the exact product and within accumulation order of the swapped kernel (an explicit swapped config)."""
     assert sm90.nvfp4_w4a16_on_a(M, N, K)
     w = _weights(N, K, "token", seed=59)
     x = _wide((M, K), seed=60).to(torch.bfloat16)
