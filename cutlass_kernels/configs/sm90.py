@@ -544,9 +544,10 @@ def default_config(M: int, N: int, K: int, *, fast_accum: bool = True, num_sms: 
 
 
 # The NVFP4 dispatch rules that every call without a config asks (default_nvfp4_skinny_config, default_nvfp4_config,
-# nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config, default_nvfp4_w4a16_on_a_config) are pure functions of the shape and this module's constants:
-# cached per shape, as an eager call on a narrow layer asked them for ~60 us of host time (2-core CPU machine) before.
-# Code that edits one of the constants at run time must call clear_dispatch_caches() (rule A/B scripts).
+# nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config, default_nvfp4_w4a16_on_a_config) are pure functions of the
+# shape and this module's constants: cached per shape, as an eager call on a narrow layer asked them for ~60 us of host
+# time (2-core CPU machine) before. Code that edits one of the constants at run time must call clear_dispatch_caches()
+# (rule A/B scripts).
 _per_shape = functools.lru_cache(maxsize=4096)
 
 

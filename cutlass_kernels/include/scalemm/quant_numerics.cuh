@@ -105,7 +105,8 @@ template <typename T>
 __device__ __forceinline__ uint32_t mag_f32_bits(uint32_t key) {  // a sign-cleared element -> fp32 bits
   uint32_t b = key;
   if constexpr (std::is_same<T, __nv_bfloat16>::value) b = key << 16;
-  else if constexpr (sizeof(T) == 2) b = __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(key))));
+  else if constexpr (sizeof(T) == 2)
+    b = __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(key))));
   return b > 0x7f800000u ? 0x7fffffffu : b;
 }
 
