@@ -1,5 +1,5 @@
 """Host time of the NVFP4 dispatch rules that scalemm.gemm asks for a dense NVFP4 call without a config
-(default_nvfp4_skinny_config, default_nvfp4_config, nvfp4_w4a16_on_a, default_nvfp4_tokens_on_a_config), cached per
+(default_nvfp4_skinny_config, default_nvfp4_config, nvfp4_w4a16_on_a, default_nvfp4_w4a16_on_a_config), cached per
 shape and, for comparison in the same process, with the caches cleared before every call. No GPU needed:
 
     python perf/nvfp4_dispatch_host.py
@@ -18,7 +18,7 @@ def dispatch(M, N, K, num_sms=sm90.REFERENCE_SMS):
         return
     sm90.default_nvfp4_config(M, N, K, num_sms=num_sms)
     if sm90.nvfp4_w4a16_on_a(M, N, K, num_sms=num_sms):
-        sm90.default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
+        sm90.default_nvfp4_w4a16_on_a_config(M, N, K, num_sms=num_sms)
 
 
 def uncached(M, N, K):

@@ -10,7 +10,7 @@ kernel's prepared weight copy), so ncu can profile just it:
 (SKINNY_MAINLOOPS: the skinny kernel with that loop), cutlass (the CUTLASS NVFP4 kernel), bf16 (torch.matmul on a
 bf16 copy of the weight: cuBLAS, the anchor) or fp8 (scalemm's FP8 GEMM on FP8 copies, per-token x per-channel
 scales); w4a4 / w4a4_pass: the CUTLASS kernel on NVFP4 activations decoded in its mainloop / by the bf16 pass first
-(two kernels in the range); w4a4_on_a / w4a16_on_a: the tokens on A (default_nvfp4_tokens_on_a_config), the
+(two kernels in the range); w4a4_on_a / w4a16_on_a: the tokens on A (default_nvfp4_tokens_on_a_config / default_nvfp4_w4a16_on_a_config), the
 weights decoded by the bf16 pass first (two kernels in the range), then the tokens decoded in registers (W4A4) or a
 bf16 x bf16 GEMM (W4A16). `bash scripts/device_run.sh profile` runs skinny, lean, cutlass and bf16. --prebuild
 compiles every kernel of the given --kernel choices (comma-separated) in parallel and exits.
@@ -25,7 +25,8 @@ import torch
 import scalemm
 from scalemm import jit
 from scalemm.cutlass_kernels.configs import (SKINNY_MAINLOOPS, default_nvfp4_config,
-                                             default_nvfp4_tokens_on_a_config, skinny_config_for_tokens)
+                                             default_nvfp4_tokens_on_a_config, default_nvfp4_w4a16_on_a_config,
+                                             skinny_config_for_tokens)
 from scalemm.gemm_nvfp4 import gemm_nvfp4
 
 KERNELS = ("skinny", *SKINNY_MAINLOOPS, "cutlass", "bf16", "fp8", "w4a4", "w4a4_pass", "w4a4_on_a", "w4a16_on_a")
@@ -81,8 +82,10 @@ def make_run(kernel, M, N, K):
                 raise ValueError(f"--m {M}: the skinny kernel takes at most 64 tokens")
             if kernel != "skinny":  # skinny: the default main loop
                 config = replace(config, mainloop=kernel)
-        elif kernel.endswith("_on_a"):
+        elif kernel == "w4a4_on_a":
             config = default_nvfp4_tokens_on_a_config(M, N, K)
+        elif kernel == "w4a16_on_a":
+            config = default_nvfp4_w4a16_on_a_config(M, N, K)
         else:
             config = default_nvfp4_config(M, N, K)
         out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")

@@ -707,10 +707,9 @@ def default_nvfp4_w4a16_on_a_config(M: int, N: int, K: int, *, num_sms: int = RE
     on weight tiles at most NVFP4_W4A16_ON_A_DP_MAX_WIDTH wide whose data-parallel last wave would be more than
     NVFP4_W4A16_ON_A_DP_LAST_WAVE full (see the constants)."""
     cfg = default_nvfp4_tokens_on_a_config(M, N, K, num_sms=num_sms)
-    if cfg.stream_k and cfg.tile_n <= NVFP4_W4A16_ON_A_DP_MAX_WIDTH:
-        last = tile_count(cfg, M, N) % num_sms
-        if last == 0 or last / num_sms > NVFP4_W4A16_ON_A_DP_LAST_WAVE:
-            return replace(cfg, stream_k=False, raster="auto")
+    last = _last_wave_fill(tile_count(cfg, M, N), num_sms)
+    if cfg.stream_k and cfg.tile_n <= NVFP4_W4A16_ON_A_DP_MAX_WIDTH and not 0 < last <= NVFP4_W4A16_ON_A_DP_LAST_WAVE:
+        return replace(cfg, stream_k=False, raster="auto")
     return cfg
 
 
@@ -782,6 +781,12 @@ def _nvfp4_tile(tile_n: int, stream_k: bool) -> GemmConfig:
                       raster="m" if stream_k else "auto")
 
 
+def _last_wave_fill(tiles: int, num_sms: int) -> float:
+    """How full the last wave of `tiles` tiles on num_sms SMs is, as a fraction of the SMs: 0 when the waves are
+    whole (the stream-K rules' measure)."""
+    return tiles / num_sms % 1
+
+
 def _fitted_width(M: int) -> int:
     """The narrowest of NVFP4_WIDE_TOKEN_WIDTHS that tiles M tokens in as many token tiles as 256 does."""
     return next(w for w in NVFP4_WIDE_TOKEN_WIDTHS if -(-M // w) == -(-M // 256))
@@ -804,7 +809,7 @@ def _nvfp4_mid_tokens_config(M: int, N: int, K: int, num_sms: int, *, prefill: b
     rows = -(-N // 128)
     wide = rows * -(-M // 256)
     if wide >= num_sms:
-        last = wide / num_sms % 1
+        last = _last_wave_fill(wide, num_sms)
         bound = NVFP4_STREAM_K_LAST_WAVE_PREFILL if prefill else NVFP4_STREAM_K_LAST_WAVE
         return _nvfp4_tile(_fitted_width(M), 0 < last <= bound and wide < NVFP4_STREAM_K_MAX_WAVES * num_sms)
     if K <= NVFP4_ONE_WAVE_MAX_K:
