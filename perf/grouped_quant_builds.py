@@ -38,6 +38,7 @@ class Experiment:
     modes: tuple = (("tensor", True), ("token", True), ("nvfp4", False))
     step_builds: tuple = ()  # builds the micro-steps time (the default build's label among them); () = new, baseline
     layers: bool = True      # also the gate_up and down layers alone
+    delayed_per_build: bool = False  # the quantize pass alone (a given amax) under every build, not just the default
 
     @property
     def baseline(self) -> str:
@@ -92,6 +93,17 @@ def quantizers(exp: Experiment, names: list, lines: list, offsets, T: int):
               torch.tensor([0, 3, 3, 40, 41, 200, 200, 999], dtype=torch.int32, device="cuda"))]
     lines.append(f"the grouped quantizers with current scaling, {T} rows over {G} experts (CUDA graphs, us):")
     new, base = exp.new, exp.baseline
+    for w in list(names[1:]):  # a build that fails to run is reported and left out
+        try:
+            with build(exp, w):
+                scalemm.quantize_fp8_grouped(torch.ones(256, 512, device="cuda", dtype=torch.bfloat16), offsets[:2] * 0
+                                             + torch.tensor([100, 256], dtype=torch.int32, device="cuda"),
+                                             scaling="tensor", columnwise=True)
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 -- an A/B build's launch error
+            lines.append(f"build {w} left out: {e}")
+            print(lines[-1], flush=True)
+            names.remove(w)
     for name, rows, K, offs in cases:
         x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16, generator=g)
         x[5, 7] = float("nan")
@@ -106,19 +118,29 @@ def quantizers(exp: Experiment, names: list, lines: list, offsets, T: int):
             got = {w: [f.clone() for f in fields(q(0, w))] for w in names}
             ok = all(torch.equal(bits(a), bits(b)) for w in names[1:] for a, b in zip(got[new], got[w]))
             fns = {w: (lambda i, q=q, w=w: q(i, w)) for w in names}
+            delayed = []
             if mode == "tensor":  # the quantize pass alone: a given amax (delayed scaling), no stats pass
-                fns["delayed"] = lambda i, x=x, offs=offs, col=col, amax=amax: scalemm.quantize_fp8_grouped(
-                    x, offs, columnwise=col, amax=amax)
+                for w in names if exp.delayed_per_build else [new]:
+                    def d(i, w=w, x=x, offs=offs, col=col, amax=amax, out=torch.empty_like(amax)):
+                        with build(exp, w):
+                            q = scalemm.quantize_fp8_grouped(x, offs, columnwise=col, amax=amax, amax_out=out)
+                        return [*fields(q), out]
+                    label = f"delayed {w}" if exp.delayed_per_build else "delayed"
+                    fns[label] = d
+                    delayed.append((label, d))
+                if exp.delayed_per_build:  # the delayed pass's outputs (amax_out included) across the builds
+                    outs = [[f.clone() for f in d(0)] for _, d in delayed]
+                    ok = ok and all(torch.equal(bits(a), bits(b)) for o in outs[1:] for a, b in zip(outs[0], o))
             t = bench(fns, 1)
             moved = x.numel() * (4 if col else 3 if mode != "nvfp4" else 2.5)  # x read, the copies written
-            times = "".join(f"  {w} {t[w]:7.1f}" for w in [*names, "delayed"] if w in t)
+            times = "".join(f"  {w} {t[w]:7.1f}" for w in [*names, *(label for label, _ in delayed)] if w in t)
             lines.append(f"  {name:<20}{mode:<7}{'both' if col else 'rows':<5}{times}  {base}/{new} "
                          f"{t[base] / t[new]:.3f}x  {new} {moved / t[new] / 1e6:.2f} TB/s  "
                          f"{'bit-identical' if ok else 'DIFFERS'}")
             print(lines[-1], flush=True)
 
 
-def steps(exp: Experiment, lines: list, offsets, T: int):
+def steps(exp: Experiment, names: list, lines: list, offsets, T: int):
     E, hidden, inter = offsets.numel(), 2048, 768
     moe = tb.moe_contenders(E, hidden, inter, True, True)
     blocks = [("experts block", moe, hidden, hidden)]
@@ -137,7 +159,7 @@ def steps(exp: Experiment, lines: list, offsets, T: int):
             return f
         fns = {"bf16": make(models["bf16"]), "scalemm_fp8_delayed": make(models["scalemm_fp8_delayed"])}
         for r in ("scalemm_fp8_tensorwise", "scalemm_fp8_rowwise"):
-            for w in exp.step_builds or (exp.new, exp.baseline):
+            for w in [b for b in exp.step_builds or (exp.new, exp.baseline) if b in names]:
                 fns[f"{r} | {w}"] = make(models[r], w)
         us = bench(fns, copies=1)
         lines.append(f"micro-step, qwen3-30b-a3b {label} ({T} rows; weights cached, dW added into .grad), CUDA graphs:")
@@ -168,7 +190,7 @@ def main(exp: Experiment):
     lines = [f"device: {torch.cuda.get_device_name()}"]
     quantizers(exp, names, lines, offsets, T)
     if not args.no_steps:
-        steps(exp, lines, offsets, T)
+        steps(exp, names, lines, offsets, T)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "ab.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -358,12 +358,13 @@ def test_stacked_columnwise(monkeypatch, E, N, K, scaling):
         assert got8.columnwise is not None
 
 
-@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 208, 512), (3, 48, 80), (2, 1536, 128)])
+@pytest.mark.parametrize("E,N,K", [(1, 16, 64), (8, 208, 512), (3, 48, 80), (2, 1536, 128), (6, 1040, 2112)])
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 def test_fp8_stacked_pair(monkeypatch, E, N, K, scaling):
     """W and W^T from one pass (the kernel writes W^T's stacked layout [E * K, N] itself): the bytes of the
     reference's quantize_fp8_stacked of w and of its per-expert transpose. N = 48 / 208: 128-position tiles
-    that straddle experts; K = 80: a partial 64-column tile."""
+    that straddle experts; K = 80: a partial 64-column tile; 6 x 1040 x 2112: more than a wave of one-tile CTAs, so
+    per-tensor scaling takes two 64-column tiles per CTA (the last pair half past K)."""
     w = make_input(E * N, K, seed=E + N + 2).view(E, N, K)
     want = ref.quantize_fp8_stacked(w, scaling=scaling)
     want_t = ref.quantize_fp8_stacked(w.transpose(1, 2).contiguous(), scaling=scaling)

@@ -146,6 +146,41 @@ __device__ __forceinline__ int count_le(const int* a, int n, int64_t v) {
 
 __device__ __forceinline__ int group_start(const Table& tb, int g) { return g > 0 ? __ldg(tb.ends + g - 1) : 0; }
 
+// count_le for N warp-uniform values by the whole warp (every lane calls it and gets the counts): each round
+// samples 32 entries of a value's remaining range in one coalesced load and narrows the range to one step by a
+// ballot (the samples <= v are a prefix of the lanes), so n <= 1024 takes two rounds of dependent loads where the
+// binary search takes log2(n) + 1; the N searches' loads of a round are issued together.
+template <int N>
+__device__ __forceinline__ void warp_count_le(const int* a, int n, const int64_t (&v)[N], int (&count)[N]) {
+  const int lane = threadIdx.x & 31;
+  int lo[N], hi[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) lo[j] = 0, hi[j] = n;
+  bool open = n > 0;
+  while (open) {
+    int at[N], step[N];
+    bool le[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      step[j] = (hi[j] - lo[j] + 31) >> 5;  // 0 once done: the lane's sample is then past hi
+      at[j] = lo[j] + lane * step[j];
+      le[j] = lo[j] < hi[j] && at[j] < hi[j] && __ldg(a + at[j]) <= v[j];
+    }
+    open = false;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int k = __popc(__ballot_sync(kFullMask, le[j]));  // a[lo + i * step] <= v for i < k
+      if (lo[j] < hi[j]) {
+        if (k == 0) hi[j] = lo[j];
+        else hi[j] = min(lo[j] + k * step[j], hi[j]), lo[j] += (k - 1) * step[j] + 1;
+      }
+      open |= lo[j] < hi[j];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) count[j] = lo[j];
+}
+
 // The group of row r: the first g with ends[g] > r, or G (no group: r >= ends[G-1]).
 __device__ __forceinline__ int group_of_row(const Table& tb, int64_t r) { return count_le(tb.ends, tb.G, r); }
 
@@ -397,9 +432,9 @@ __device__ __forceinline__ void grouped_row_block(const GQuantParams& p, const f
 }
 
 // The FP8 columnwise copy's positions are 16-aligned per group, so a warp's rows of the tile (r4 = 8w .. 8w+7, and
-// + 64) lie in one 16-position chunk each: lane i (< 2) maps chunk i's first position (one binary search per warp
-// instead of two per thread) and the warp takes it by shuffles. ChunkHead: that position's row, group, rows of the
-// group from it on, and (FP8 per-group scaling) the group's scale (1 past the last group).
+// + 64) lie in one 16-position chunk each, and the warp maps each chunk's first position once (chunk_heads) instead
+// of two binary searches per thread. ChunkHead: that position's row, group, rows of the group from it on, and (FP8
+// per-group scaling) the group's scale (1 past the last group).
 struct ChunkHead {
   int64_t row;
   int g;
@@ -407,25 +442,41 @@ struct ChunkHead {
   float scale;
 };
 
+// The heads of a warp's two chunks (positions c[0], c[1], warp-uniform), found by every lane: one warp search of the
+// position table (warp_count_le), then one round of uniform loads per chunk (its group's bounds and amax).
 template <bool SCALE>
-__device__ __forceinline__ ChunkHead chunk_head(const GQuantParams& p, int64_t c) {
-  const Slot h = map_position(p.tb, p.pos, p.T, c);
-  const bool in = h.g < p.tb.G;
-  ChunkHead ch{h.row, h.g, in ? static_cast<int>(__ldg(p.tb.ends + h.g) - h.row) : 0, 1.0f};
-  if constexpr (SCALE) ch.scale = fp8_scale(in ? __ldg(p.amax_row + h.g) : 0.0f);
-  return ch;
+__device__ __forceinline__ void chunk_heads(const GQuantParams& p, const int64_t (&c)[2], ChunkHead (&h)[2]) {
+  const Table& tb = p.tb;
+  int cnt[2];
+  warp_count_le<2>(p.pos, tb.G + 1, c, cnt);  // pos[0] = 0 <= c
+  int start[2], first[2], end[2];
+  float amax[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // both chunks' loads first (one round), then the arithmetic
+    const int g = cnt[i] - 1;
+    const bool in = g < tb.G;
+    start[i] = group_start(tb, g);
+    first[i] = __ldg(p.pos + g);
+    end[i] = in ? __ldg(tb.ends + g) : 0;
+    amax[i] = SCALE && in ? __ldg(p.amax_row + g) : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int g = cnt[i] - 1;
+    h[i].g = g;
+    h[i].row = start[i] + (c[i] - first[i]);
+    h[i].rows_left = g < tb.G ? max(end[i] - static_cast<int>(h[i].row), 0) : 0;
+    h[i].scale = SCALE ? fp8_scale(amax[i]) : 1.0f;
+  }
 }
 
-// The slot of row d (< 16) of the chunk whose head lane `src` holds (every lane of the warp calls it).
-__device__ __forceinline__ Slot chunk_slot(const ChunkHead& mine, int src, int d, int G, int64_t T, float& scale) {
-  const int64_t row = __shfl_sync(kFullMask, static_cast<long long>(mine.row), src);
-  const int g = __shfl_sync(kFullMask, mine.g, src), left = __shfl_sync(kFullMask, mine.rows_left, src);
-  scale = __shfl_sync(kFullMask, mine.scale, src);
+// The slot of row d (< 16) of chunk head h.
+__device__ __forceinline__ Slot head_slot(const ChunkHead& h, int d, int G, int64_t T) {
   Slot s;
-  s.g = g;
-  s.row = row + d;
-  s.in_group = g < G && d < left;
-  s.valid = g < G ? s.in_group : s.row < T;
+  s.g = h.g;
+  s.row = h.row + d;
+  s.in_group = h.g < G && d < h.rows_left;
+  s.valid = h.g < G ? s.in_group : s.row < T;
   return s;
 }
 
@@ -441,25 +492,36 @@ __device__ __forceinline__ void tile_amax_add_warp(unsigned* slots, int first, f
 
 // CAST_T (FP8, COL, per-group scaling: both copies scaled from amax_row[g] = amax_col[g]): the columnwise copy is
 // the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else through an fp32 tile.
-template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
-__global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuantParams p) {
+// TILES (CAST_T only): 64-column tiles per CTA, every tile's loads issued before the first is converted, so a CTA
+// keeps twice the bytes in flight and maps its chunks once for both. Compiled for kCastTwoTilesBlocks CTAs per SM
+// (64 registers, no spills), as the one-tile kernel runs: H200, x [65536, 2048] routed over 128 experts, the pass
+// alone 166.7 -> 150.0 us; at 79 registers (three CTAs per SM) 155.2 us, four tiles per CTA 207.0 us
+// (perf/results/h200/gq_warp_search/). launch_grouped_tiles takes two tiles where one-tile CTAs fill more than one
+// wave (fewer, longer CTAs only cost where they all fit at once).
+constexpr int kCastTwoTilesBlocks = 4;
+
+template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false, int TILES = 1>
+__global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
+    grouped_quantize_kernel(const GQuantParams p) {
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
+  static_assert(TILES == 1 || (CAST_T && TILES == 2), "two tiles per CTA: the cast-then-transpose copy");
   __shared__ __align__(16) float tile[COL && !CAST_T ? kTileM * kTileK : 4];
-  __shared__ __align__(16) uint8_t byte_tile[CAST_T ? kTileM * kTileK : 16];
+  constexpr int kSub = TILES;
+  __shared__ __align__(16) uint8_t byte_tile[kSub][CAST_T ? kTileM * kTileK : 16];
   __shared__ int chunk_group[kTileM / 16];
   __shared__ unsigned amax_slots[F == Format::kFP8 ? kAmaxSlots : 1];  // FP8 delayed scaling (p.amax_out)
   __shared__ int amax_first;  // the tile's first group: slot j holds group amax_first + j
   const int t = threadIdx.x;
-  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // 32-bit division: no 64-bit divide call
-  const int64_t tm = blockIdx.x / tiles_k, tk = blockIdx.x - tm * tiles_k;
+  // 32-bit division: no 64-bit divide call
+  const unsigned tiles_k = static_cast<unsigned>((p.tiles_k + kSub - 1) / kSub);
+  const int64_t tm = blockIdx.x / tiles_k, tk = (blockIdx.x - tm * tiles_k) * kSub;
   const int64_t c0 = tm * kTileM, k0 = tk * kTileK;
   const T* x = static_cast<const T*>(p.x);
 
   const int blk = t & 3, r4 = t >> 2;
   const int64_t col = k0 + 16 * blk;
-  const bool col_ok = col < p.K;
   Slot s[2];
   float chunk_scale[2] = {1.0f, 1.0f};  // CAST_T: row i's chunk's scale (rows outside its group are zeros)
   if (p.tiles) {
@@ -484,19 +546,26 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     }
   } else if constexpr (COL) {  // positions 16-aligned per group: chunk heads (ChunkHead)
     const int warp = t >> 5, lane = t & 31;
-    const ChunkHead mine = chunk_head<CAST_T>(p, c0 + 16 * ((warp >> 1) + 4 * (lane & 1)));
+    const int64_t heads_at[2] = {c0 + 16 * (warp >> 1), c0 + 16 * ((warp >> 1) + 4)};
+    ChunkHead heads[2];
+    chunk_heads<CAST_T>(p, heads_at, heads);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) s[i] = chunk_slot(mine, i, 8 * (warp & 1) + (lane >> 2), p.tb.G, p.T, chunk_scale[i]);
+    for (int i = 0; i < 2; ++i) {
+      s[i] = head_slot(heads[i], 8 * (warp & 1) + (lane >> 2), p.tb.G, p.T);
+      chunk_scale[i] = heads[i].scale;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < 2; ++i) s[i] = map_position(p.tb, p.pos, p.T, c0 + r4 + 64 * i);
   }
-  Raw8<T> raw[2][2];
+  Raw8<T> raw[kSub][2][2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const bool ok = col_ok && s[i].in_group;
-    load16(raw[i], x + (ok ? s[i].row * p.K + col : 0), ok);
-  }
+  for (int u = 0; u < kSub; ++u)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool ok = col + kTileK * u < p.K && s[i].in_group;
+      load16(raw[u][i], x + (ok ? s[i].row * p.K + col + kTileK * u : 0), ok);
+    }
   const bool want_amax = F == Format::kFP8 && p.amax_out != nullptr;  // uniform
   if (want_amax) {
     tile_amax_init(amax_slots);
@@ -512,14 +581,16 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
     for (int i = 0; i < 2; ++i) chunk_group[(r4 + 64 * i) >> 4] = s[i].g;  // 16-chunks are group-uniform
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int ui = 0; ui < 2 * kSub; ++ui) {
+    const int u = ui >> 1, i = ui & 1;
     float v[16];
-    to_float16(raw[i], v);
+    to_float16(raw[u][i], v);
     const int rl = r4 + 64 * i;
     if constexpr (CAST_T) {  // grouped_row_block's FP8 bytes, kept for the columnwise copy too
       const uint4 q = e4m3x16(v, chunk_scale[i]);
-      if (ROW && s[i].valid && col_ok) *reinterpret_cast<uint4*>(p.q_row + s[i].row * p.K + col) = q;
-      store_byte_tile_row(byte_tile, rl, blk, q);
+      if (ROW && s[i].valid && col + kTileK * u < p.K)
+        *reinterpret_cast<uint4*>(p.q_row + s[i].row * p.K + col + kTileK * u) = q;
+      store_byte_tile_row(byte_tile[u], rl, blk, q);
     } else {
       if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
       if constexpr (COL) store_tile_row(tile, rl, blk, v);
@@ -534,15 +605,18 @@ __global__ void __launch_bounds__(kThreads) grouped_quantize_kernel(const GQuant
   if constexpr (CAST_T) {
     __syncthreads();
     const int lane = t & 31, warp = t >> 5;
-    uint32_t w[8];
-    read_byte_columns(byte_tile, warp, lane, w);
     const int64_t pos = c0 + 4 * lane, n = p.col_group_rows;  // 4 positions of one 16-position chunk
     const int g = chunk_group[lane >> 2];
 #pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      const int64_t k = k0 + 8 * warp + b;
-      if (k < p.K && pos < p.W)
-        *reinterpret_cast<uint32_t*>(p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos)) = w[b];
+    for (int u = 0; u < kSub; ++u) {
+      uint32_t w[8];
+      read_byte_columns(byte_tile[u], warp, lane, w);
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        const int64_t k = k0 + kTileK * u + 8 * warp + b;
+        if (k < p.K && pos < p.W)
+          *reinterpret_cast<uint32_t*>(p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos)) = w[b];
+      }
     }
   } else if constexpr (COL) {
     __syncthreads();
@@ -818,8 +892,16 @@ struct GroupedRows {
 
 template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false>
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
-  const int64_t tiles = ceil_div(p.space, kTileM) * p.tiles_k;
+  const int64_t tiles_m = ceil_div(p.space, kTileM), tiles = tiles_m * p.tiles_k;
   if (tiles <= 0) return 0;
+  if constexpr (CAST_T) {
+    // the one-tile kernel (63 registers) also runs kCastTwoTilesBlocks CTAs per SM: past one wave of it, two tiles
+    if (tiles > int64_t{kCastTwoTilesBlocks} * device_sms()) {
+      const int64_t pairs = tiles_m * ceil_div(p.tiles_k, int64_t{2});
+      grouped_quantize_kernel<F, T, ROW, COL, SR, CAST_T, 2><<<static_cast<unsigned>(pairs), kThreads, 0, stream>>>(p);
+      return static_cast<int>(cudaGetLastError());
+    }
+  }
   grouped_quantize_kernel<F, T, ROW, COL, SR, CAST_T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }

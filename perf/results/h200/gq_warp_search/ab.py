@@ -1,0 +1,46 @@
+"""Same-process A/B of changes to the grouped FP8 quantizer's passes (fifty-first session, 2026-11-29). Needs
+experiment.diff applied to the commit README.txt names (every change below as a macro). The harness:
+perf/grouped_quant_builds.py.
+- The quantize pass's chunk heads found by a warp-cooperative search of the position table (warp_count_le: two
+  rounds of dependent loads instead of a binary search's eight, then one round for both chunks' group bounds and
+  amax), against the per-lane binary search (-DSCALEMM_GQ_WARP_SEARCH=0, "search").
+- The amax pass's loads by cp.async into a shared-memory ring of S stages (-DSCALEMM_GSTATS_RING=S, rows per warp
+  SCALEMM_GSTATS_ROWS), against registers.
+- The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
+  (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
+  optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
+
+  python3 perf/results/h200/gq_warp_search/ab.py --build [--round 2]
+  python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round 2]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+from grouped_quant_builds import Experiment, main  # noqa: E402
+
+ROUND1 = Experiment(  # warp search and the amax pass's ring (ab_round1.txt)
+    new="warp",
+    builds={"search": ("SCALEMM_GQ_WARP_SEARCH=0",),
+            "ring3": ("SCALEMM_GSTATS_RING=3",),
+            "ring6r8": ("SCALEMM_GSTATS_RING=6", "SCALEMM_GSTATS_ROWS=8"),
+            "ring3r8": ("SCALEMM_GSTATS_RING=3", "SCALEMM_GSTATS_ROWS=8")},
+    delayed_per_build=True,
+    step_builds=("warp", "search", "ring3", "ring6r8"))
+
+ROUND2 = Experiment(  # column tiles per CTA of the cast-then-transpose pass (ab_round2.txt)
+    new="tiles1",
+    builds={"tiles2": ("SCALEMM_GQ_CAST_TILES=2",),
+            "tiles4": ("SCALEMM_GQ_CAST_TILES=4",),
+            "tiles2b4": ("SCALEMM_GQ_CAST_TILES=2", "SCALEMM_GQ_MIN_BLOCKS=4")},
+    modes=(("tensor", True),),
+    delayed_per_build=True,
+    step_builds=("tiles1", "tiles2", "tiles4", "tiles2b4"))
+
+if __name__ == "__main__":
+    rnd = "2"
+    if "--round" in sys.argv:
+        i = sys.argv.index("--round")
+        rnd = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
+    main(ROUND2 if rnd == "2" else ROUND1)
