@@ -580,6 +580,7 @@ __global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
 #pragma unroll
     for (int i = 0; i < 2; ++i) chunk_group[(r4 + 64 * i) >> 4] = s[i].g;  // 16-chunks are group-uniform
   }
+  float tile_max[2] = {0.0f, 0.0f};  // want_amax: max |x| of row i's blocks over the tiles
 #pragma unroll
   for (int ui = 0; ui < 2 * kSub; ++ui) {
     const int u = ui >> 1, i = ui & 1;
@@ -596,10 +597,14 @@ __global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
       if constexpr (COL) store_tile_row(tile, rl, blk, v);
     }
     if (want_amax) {  // rows in no group take no part (zeros here); columns past K were loaded as zeros
-      if constexpr (COL)  // the warp's rows: one chunk, so one group (or none)
-        tile_amax_add_warp(amax_slots, amax_first, p.amax_out, s[i].g < p.tb.G ? s[i].g : -1, absmax_nan<16>(v));
-      else
-        tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, absmax_nan<16>(v));
+      // COL: the warp's rows are one chunk, so one group (or none), the same for every tile u
+      tile_max[i] = max_nan(tile_max[i], absmax_nan<16>(v));
+      if constexpr (COL) {
+        if (u == kSub - 1) tile_amax_add_warp(amax_slots, amax_first, p.amax_out, s[i].g < p.tb.G ? s[i].g : -1,
+                                              tile_max[i]);
+      } else {
+        tile_amax_add(amax_slots, amax_first, p.amax_out, s[i].in_group ? s[i].g : -1, tile_max[i]);
+      }
     }
   }
   if constexpr (CAST_T) {
@@ -607,16 +612,18 @@ __global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
     const int lane = t & 31, warp = t >> 5;
     const int64_t pos = c0 + 4 * lane, n = p.col_group_rows;  // 4 positions of one 16-position chunk
     const int g = chunk_group[lane >> 2];
+    // row k of the copy at q_col + k * stride + off (stacked W^T: row g * K + k of [G * K, n]); the 8 rows a thread
+    // writes per tile are consecutive, so one address and one bound per tile
+    const int64_t stride = n ? n : p.W, k1 = k0 + 8 * warp;
+    uint8_t* const dst = p.q_col + (n ? (g * p.K + k1) * n + (pos - g * n) : k1 * p.W + pos);
+    const int rows_in = pos < p.W ? static_cast<int>(min(p.K - k1, int64_t{kTileK * kSub})) : 0;
 #pragma unroll
     for (int u = 0; u < kSub; ++u) {
       uint32_t w[8];
       read_byte_columns(byte_tile[u], warp, lane, w);
 #pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        const int64_t k = k0 + kTileK * u + 8 * warp + b;
-        if (k < p.K && pos < p.W)
-          *reinterpret_cast<uint32_t*>(p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos)) = w[b];
-      }
+      for (int b = 0; b < 8; ++b)
+        if (kTileK * u + b < rows_in) *reinterpret_cast<uint32_t*>(dst + (kTileK * u + b) * stride) = w[b];
     }
   } else if constexpr (COL) {
     __syncthreads();

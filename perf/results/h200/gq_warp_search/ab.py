@@ -6,12 +6,17 @@ perf/grouped_quant_builds.py.
   amax), against the per-lane binary search (-DSCALEMM_GQ_WARP_SEARCH=0, "search").
 - The amax pass's loads by cp.async into a shared-memory ring of S stages (-DSCALEMM_GSTATS_RING=S, rows per warp
   SCALEMM_GSTATS_ROWS), against registers.
+- The columnwise stores of the cast-then-transpose pass from one address per tile (round 3), and the amax pass
+  walking its tiles from the last one back (round 4: the end of x, written last by its producer, may still be in
+  L2, and the quantize pass then starts from the front, which the amax pass read last).
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
 
-  python3 perf/results/h200/gq_warp_search/ab.py --build [--round 2]
-  python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round 2]
+  python3 perf/results/h200/gq_warp_search/ab.py --build [--round N]
+  python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round N]
+Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
+(the default) with experiment4.diff applied to the commit after 0b570ce.
 """
 import os
 import sys
@@ -37,10 +42,20 @@ ROUND2 = Experiment(  # column tiles per CTA of the cast-then-transpose pass (ab
     delayed_per_build=True,
     step_builds=("tiles1", "tiles2", "tiles4", "tiles2b4"))
 
+ROUND3 = Experiment(  # the columnwise stores from one address per tile (ab_round3.txt); experiment3.diff
+    new="stores",
+    builds={"old stores": ("SCALEMM_GQ_STORE_OLD=1",)},
+    modes=(("tensor", True),),
+    delayed_per_build=True)
+
+ROUND4 = Experiment(  # the amax pass from the last tile back (ab_round4.txt); experiment4.diff
+    new="reverse",
+    builds={"forward": ("SCALEMM_GSTATS_REVERSE=0",)})
+
 if __name__ == "__main__":
-    rnd = "2"
+    rnd = "4"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    main(ROUND2 if rnd == "2" else ROUND1)
+    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4}[rnd])
