@@ -9,6 +9,10 @@ perf/grouped_quant_builds.py.
 - The columnwise stores of the cast-then-transpose pass from one address per tile (round 3), and the amax pass
   walking its tiles from the last one back (round 4: the end of x, written last by its producer, may still be in
   L2, and the quantize pass then starts from the front, which the amax pass read last).
+- Per-token scaling (round 5): the columnwise copy's e4m3 bytes made in the row phase with each (chunk group,
+  column) scale from shared memory and transposed through the byte tile, as per-group scaling does, instead of an
+  fp32 tile scaled in the column phase (-DSCALEMM_GQ_TOKEN_FP32_TILE=1); two tiles per CTA or one
+  (-DSCALEMM_GQ_TOKEN_TWO_TILES=0).
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
@@ -16,7 +20,8 @@ perf/grouped_quant_builds.py.
   python3 perf/results/h200/gq_warp_search/ab.py --build [--round N]
   python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round N]
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
-(the default) with experiment4.diff applied to the commit after 0b570ce.
+with experiment4.diff applied to the commit after 0b570ce; round 5 (the default) with experiment5.diff applied to the
+commit that made the amax pass walk back (round 5's "bytes" build is that diff's default, not the kept code).
 """
 import os
 import sys
@@ -52,10 +57,16 @@ ROUND4 = Experiment(  # the amax pass from the last tile back (ab_round4.txt); e
     new="reverse",
     builds={"forward": ("SCALEMM_GSTATS_REVERSE=0",)})
 
+ROUND5 = Experiment(  # per-token: the columnwise bytes made in the row phase, through a byte tile (ab_round5.txt)
+    new="bytes",
+    builds={"fp32 tile": ("SCALEMM_GQ_TOKEN_FP32_TILE=1",), "bytes 1 tile": ("SCALEMM_GQ_TOKEN_TWO_TILES=0",)},
+    modes=(("token", True), ("tensor", True)),
+    step_builds=("bytes", "fp32 tile", "bytes 1 tile"))
+
 if __name__ == "__main__":
-    rnd = "4"
+    rnd = "5"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4}[rnd])
+    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5}[rnd])
