@@ -1,14 +1,38 @@
 """Per-kernel GPU times of the quantizers (torch.profiler), to see which pass costs what.
 
-  python scripts/profile_quant.py
+  python scripts/profile_quant.py          # 16384 x 7168 over 64 groups: NVFP4 and FP8 rowwise
+  python scripts/profile_quant.py --moe    # the FP8 training quantizations (both copies) of the Qwen3-30B-A3B
+                                           # expert operands, 65536 rows routed over 128 experts
 """
+import os
+import sys
+
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import scalemm
 
 
+def moe_cases():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "perf"))
+    from grouped_sweep import routed_sizes
+    offs = torch.cumsum(routed_sizes(8192, 128, 8, seed=0), 0).to(torch.int32).cuda()
+    T = int(offs[-1])
+    cases = {}
+    for K in (2048, 768, 1536):
+        x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+        amax = torch.rand(128, device="cuda") * 8
+        cases[f"fp8 [{T}, {K}] tensor both"] = lambda x=x: scalemm.quantize_fp8_grouped(x, offs, columnwise=True)
+        cases[f"fp8 [{T}, {K}] token both"] = lambda x=x: scalemm.quantize_fp8_grouped(x, offs, scaling="token",
+                                                                                      columnwise=True)
+        cases[f"fp8 [{T}, {K}] delayed both"] = lambda x=x, a=amax: scalemm.quantize_fp8_grouped(
+            x, offs, columnwise=True, amax=a, amax_out=torch.empty_like(a))
+    return cases
+
+
 def main():
+    if "--moe" in sys.argv:
+        return profile_cases(moe_cases())
     T, K, G = 16384, 7168, 64
     x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(0)
@@ -25,6 +49,10 @@ def main():
         "nvfp4 grouped token": lambda: scalemm.quantize_nvfp4_grouped(x, offs, scaling="token"),
         "fp8 grouped tensor": lambda: scalemm.quantize_fp8_grouped(x, offs),
     }
+    profile_cases(cases)
+
+
+def profile_cases(cases):
     for name, fn in cases.items():
         for _ in range(3):
             fn()

@@ -13,6 +13,9 @@ perf/grouped_quant_builds.py.
   column) scale from shared memory and transposed through the byte tile, as per-group scaling does, instead of an
   fp32 tile scaled in the column phase (-DSCALEMM_GQ_TOKEN_FP32_TILE=1); two tiles per CTA or one
   (-DSCALEMM_GQ_TOKEN_TWO_TILES=0).
+- Per-token scaling (round 6): two 64-column tiles per CTA (both tiles' loads first), the fp32 tile used by one
+  after the other (-DSCALEMM_GQ_TOKEN_TWO_TILES=0: one tile), compiled for 4 or 3 CTAs per SM
+  (-DSCALEMM_GQ_TOKEN_BLOCKS=3).
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
@@ -21,7 +24,8 @@ perf/grouped_quant_builds.py.
   python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round N]
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
 with experiment4.diff applied to the commit after 0b570ce; round 5 (the default) with experiment5.diff applied to the
-commit that made the amax pass walk back (round 5's "bytes" build is that diff's default, not the kept code).
+commit that made the amax pass walk back (round 5's "bytes" build is that diff's default, not the kept code); round 6
+(the default) with experiment6.diff applied to the same commit ("tok2" is that diff's default, not the kept code).
 """
 import os
 import sys
@@ -63,10 +67,16 @@ ROUND5 = Experiment(  # per-token: the columnwise bytes made in the row phase, t
     modes=(("token", True), ("tensor", True)),
     step_builds=("bytes", "fp32 tile", "bytes 1 tile"))
 
+ROUND6 = Experiment(  # per-token: two 64-column tiles per CTA through one fp32 tile in turn (ab_round6.txt)
+    new="tok2",
+    builds={"tok1": ("SCALEMM_GQ_TOKEN_TWO_TILES=0",), "tok2b3": ("SCALEMM_GQ_TOKEN_BLOCKS=3",)},
+    modes=(("token", True),),
+    step_builds=("tok2", "tok1", "tok2b3"))
+
 if __name__ == "__main__":
-    rnd = "5"
+    rnd = "6"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5}[rnd])
+    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6}[rnd])
