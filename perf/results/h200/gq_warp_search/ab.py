@@ -1,4 +1,4 @@
-"""Same-process A/B of changes to the grouped FP8 quantizer's passes (fifty-first session, 2026-11-29). Needs
+"""Same-process A/B of changes to the grouped FP8 quantizer's passes (forty-ninth session, 2026-11-29). Needs
 experiment.diff applied to the commit README.txt names (every change below as a macro). The harness:
 perf/grouped_quant_builds.py.
 - The quantize pass's chunk heads found by a warp-cooperative search of the position table (warp_count_le: two
@@ -16,6 +16,8 @@ perf/grouped_quant_builds.py.
 - Per-token scaling (round 6): two 64-column tiles per CTA (both tiles' loads first), the fp32 tile used by one
   after the other (-DSCALEMM_GQ_TOKEN_TWO_TILES=0: one tile), compiled for 4 or 3 CTAs per SM
   (-DSCALEMM_GQ_TOKEN_BLOCKS=3).
+- Round 7: the loads of x (quant_numerics.cuh load8, both passes) with an L2 prefetch-size hint (ld.global.nc
+  .L2::256B / .L2::128B, optionally .L1::no_allocate; -DSCALEMM_LOAD_HINT=1/3/2) against plain __ldg.
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
@@ -25,7 +27,8 @@ perf/grouped_quant_builds.py.
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
 with experiment4.diff applied to the commit after 0b570ce; round 5 (the default) with experiment5.diff applied to the
 commit that made the amax pass walk back (round 5's "bytes" build is that diff's default, not the kept code); round 6
-(the default) with experiment6.diff applied to the same commit ("tok2" is that diff's default, not the kept code).
+with experiment6.diff applied to the same commit ("tok2" is that diff's default, not the kept code); round 7 (the
+default) with experiment7.diff applied to the same commit ("ldg" is plain __ldg, the kept code).
 """
 import os
 import sys
@@ -73,10 +76,17 @@ ROUND6 = Experiment(  # per-token: two 64-column tiles per CTA through one fp32 
     modes=(("token", True),),
     step_builds=("tok2", "tok1", "tok2b3"))
 
+ROUND7 = Experiment(  # L2 prefetch-size hints on the loads of x (ab_round7.txt)
+    new="ldg",
+    builds={"L2::256B": ("SCALEMM_LOAD_HINT=1",), "no_allocate L2::256B": ("SCALEMM_LOAD_HINT=2",),
+            "L2::128B": ("SCALEMM_LOAD_HINT=3",)},
+    delayed_per_build=True,
+    step_builds=("ldg", "L2::256B", "no_allocate L2::256B"))
+
 if __name__ == "__main__":
-    rnd = "6"
+    rnd = "7"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6}[rnd])
+    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6, "7": ROUND7}[rnd])
