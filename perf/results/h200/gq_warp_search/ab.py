@@ -25,10 +25,9 @@ perf/grouped_quant_builds.py.
   python3 perf/results/h200/gq_warp_search/ab.py --build [--round N]
   python3 perf/results/h200/gq_warp_search/ab.py --out OUT [--round N]
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
-with experiment4.diff applied to the commit after 0b570ce; round 5 (the default) with experiment5.diff applied to the
-commit that made the amax pass walk back (round 5's "bytes" build is that diff's default, not the kept code); round 6
-with experiment6.diff applied to the same commit ("tok2" is that diff's default, not the kept code); round 7 (the
-default) with experiment7.diff applied to the same commit ("ldg" is plain __ldg, the kept code).
+with experiment4.diff applied to ab0af2b; rounds 5, 6 and 7 (the default) with experiment5/6/7.diff applied to
+1d4f66b (round 5's "bytes" and round 6's "tok2" are their diffs' defaults, not the kept code; round 7's "ldg" is
+plain __ldg, the kept code). README.txt has the results.
 """
 import os
 import sys
