@@ -150,9 +150,10 @@ def test_fp8_grouped_edges(monkeypatch, sizes, scaling):
 
 
 # Larger and odder than ROUTINGS: one group of most of the rows, many groups per stats tile (128 rows), empty groups
-# (also last), K not a multiple of the stats tile (256 columns), rows past the last group.
+# (also last), K not a multiple of the stats tile (256 columns), rows past the last group; 1500 groups: the quantize
+# pass's warp search of the position table (1501 entries) takes three rounds.
 @pytest.mark.parametrize("sizes,K", [([40000] + [97] * 127, 512), ([1, 2, 3, 0, 5] * 200, 272),
-                                     ([3000] * 16 + [0] * 4, 2048 + 64)])
+                                     ([3000] * 16 + [0] * 4, 2048 + 64), ([0, 1, 2, 3, 17] * 300, 160)])
 @pytest.mark.parametrize("scaling", ["tensor", "token"])
 @pytest.mark.parametrize("rowwise,columnwise", [(True, True), (False, True), (True, False)])
 def test_fp8_grouped_skewed_and_many_groups(monkeypatch, sizes, K, scaling, rowwise, columnwise):
