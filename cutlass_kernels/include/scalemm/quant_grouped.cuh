@@ -29,8 +29,8 @@
 //    byte is written by the kernel, padding included.
 //    FP8 with per-group scaling (both copies scaled from the group's amax) makes the rowwise
 //    e4m3 bytes once and writes the columnwise copy from them transposed (a byte tile, quant.cuh
-//    read_byte_columns; two 64-column tiles per CTA past one wave); per-token scaling transposes fp32 values and
-//    scales them per column. Positions past the last group map to
+//    read_byte_columns; two 64-column tiles per CTA past one wave); per-token scaling transposes the input values
+//    (raw 16-bit values, or fp32) and scales them per column. Positions past the last group map to
 //    the rows of x beyond offsets[G-1] (rows that belong to no group): their rowwise data
 //    is written as zero and they have no scale rows.
 // 4. nvfp4_wgrad_kernel (NVFP4 columnwise): the same over 64-aligned token positions, optionally
@@ -496,8 +496,29 @@ __device__ __forceinline__ void tile_amax_add_warp(unsigned* slots, int first, f
   else atomic_max_nonneg(out + key, __uint_as_float(bits));
 }
 
+// Per-token columnwise copy of 16-bit inputs (half_tile_path): the row phase keeps the tile's raw values (128 rows of
+// 128 bytes, the 16-byte chunk ch of row r at chunk ch ^ (r & 7) ^ ((r >> 4) & 7)) and the column phase reads them as
+// pairs of columns: half the shared memory and half the loads of an fp32 tile (H200, x [65536, 2048] routed over 128
+// experts, both copies: 1.011-1.029x, perf/results/h200/gq_warp_search/ab_round8.txt). The swizzle keeps both phases
+// free of bank conflicts: a quarter-warp's row stores cover two rows whose swizzles differ in bit 0; a column read's
+// eight rows 16 apart (r = 16c + j) take eight distinct chunks.
+template <typename T, bool COL, bool CAST_T>
+constexpr bool half_tile_path() { return COL && !CAST_T && sizeof(T) == 2; }
+
+__device__ __forceinline__ int half_tile_offset(int r, int chunk) {
+  return r * 2 * kTileK + ((chunk ^ (r & 7) ^ ((r >> 4) & 7)) << 4);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_half_tile_row(uint8_t* tile, int rl, int blk, const Raw8<T> (&raw)[2]) {
+  static_assert(sizeof(T) == 2, "16-bit inputs");
+  *reinterpret_cast<uint4*>(tile + half_tile_offset(rl, 2 * blk)) = raw[0].w[0];
+  *reinterpret_cast<uint4*>(tile + half_tile_offset(rl, 2 * blk + 1)) = raw[1].w[0];
+}
+
 // CAST_T (FP8, COL, per-group scaling: both copies scaled from amax_row[g] = amax_col[g]): the columnwise copy is
-// the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else through an fp32 tile.
+// the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else (per-token) the input values
+// transposed through the half tile (16-bit inputs) or an fp32 tile, and scaled per column.
 // TILES (CAST_T only): 64-column tiles per CTA, every tile's loads issued before the first is converted, so a CTA
 // keeps twice the bytes in flight and maps its chunks once for both. Compiled for kCastTwoTilesBlocks CTAs per SM
 // (64 registers, no spills), as the one-tile kernel runs: H200, x [65536, 2048] routed over 128 experts, the pass
@@ -507,13 +528,18 @@ __device__ __forceinline__ void tile_amax_add_warp(unsigned* slots, int first, f
 constexpr int kCastTwoTilesBlocks = 4;
 
 template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false, int TILES = 1>
-__global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
+// Every FP8 columnwise kernel is compiled for kCastTwoTilesBlocks CTAs per SM (64 registers; the half-tile kernel
+// unbounded took 72, three CTAs per SM, and ran 0.91-0.94x).
+__global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
     grouped_quantize_kernel(const GQuantParams p) {
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
   static_assert(!CAST_T || (F == Format::kFP8 && COL), "the byte tile is FP8's columnwise copy");
-  static_assert(TILES == 1 || (CAST_T && TILES == 2), "two tiles per CTA: the cast-then-transpose copy");
-  __shared__ __align__(16) float tile[COL && !CAST_T ? kTileM * kTileK : 4];
+  static_assert(TILES == 1 || (CAST_T && TILES == 2 && sizeof(T) == 2), "two tiles per CTA: the cast-then-transpose "
+                "copy of 16-bit inputs");
+  constexpr bool kHalfTile = half_tile_path<T, COL, CAST_T>();
+  __shared__ __align__(16) float tile[COL && !CAST_T && !kHalfTile ? kTileM * kTileK : 4];
+  __shared__ __align__(16) uint8_t half_tile[kHalfTile ? kTileM * 2 * kTileK : 16];
   constexpr int kSub = TILES;
   __shared__ __align__(16) uint8_t byte_tile[kSub][CAST_T ? kTileM * kTileK : 16];
   __shared__ int chunk_group[kTileM / 16];
@@ -600,7 +626,8 @@ __global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
       store_byte_tile_row(byte_tile[u], rl, blk, q);
     } else {
       if constexpr (ROW) grouped_row_block<F, SR>(p, v, s[i], c0 + rl, col, blk, k0, tile_global ? &g_tile : nullptr);
-      if constexpr (COL) store_tile_row(tile, rl, blk, v);
+      if constexpr (kHalfTile) store_half_tile_row<T>(half_tile, rl, blk, raw[u][i]);
+      else if constexpr (COL) store_tile_row(tile, rl, blk, v);
     }
     if (want_amax) {  // rows in no group take no part (zeros here); columns past K were loaded as zeros
       // COL: the warp's rows are one chunk, so one group (or none), the same for every tile u
@@ -630,6 +657,37 @@ __global__ void __launch_bounds__(kThreads, TILES > 1 ? kCastTwoTilesBlocks : 1)
 #pragma unroll
       for (int b = 0; b < 8; ++b)
         if (kTileK * u + b < rows_in) *reinterpret_cast<uint32_t*>(dst + (kTileK * u + b) * stride) = w[b];
+    }
+  } else if constexpr (kHalfTile) {
+    __syncthreads();
+    // lane (pl, c): columns 2pr, 2pr + 1 (pr = 4 * warp + pl, the tile's 4-byte word pr) at the 16 positions of chunk
+    // c; a store instruction's 8 lanes of one pl write 128 contiguous bytes of one row of the copy
+    const int lane = t & 31, warp = t >> 5, pl = lane >> 3, c = lane & 7;
+    const int64_t k = k0 + 2 * (4 * warp + pl), pos = c0 + 16 * c, n = p.col_group_rows;
+    const int g = chunk_group[c];
+    float amax[2] = {0.0f, 0.0f};
+    if (g < p.tb.G && k < p.K) {  // K % 16 == 0: k + 1 < K too
+      amax[0] = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
+      amax[1] = p.col_token ? __ldg(p.amax_col + g * p.K + k + 1) : amax[0];
+    }
+    uint32_t w[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      w[j] = *reinterpret_cast<const uint32_t*>(half_tile + half_tile_offset(16 * c + j, warp) + 4 * pl);
+    float va[16], vb[16];  // columns k and k + 1
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      Raw8<T> r;
+      r.w[0] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+      float f[8];
+      to_float8(r, f);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) va[4 * q + e] = f[2 * e], vb[4 * q + e] = f[2 * e + 1];
+    }
+    if (k < p.K && pos < p.W) {
+      uint8_t* const dst = p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos);
+      *reinterpret_cast<uint4*>(dst) = e4m3x16(va, fp8_scale(amax[0]));
+      *reinterpret_cast<uint4*>(dst + (n ? n : p.W)) = e4m3x16(vb, fp8_scale(amax[1]));
     }
   } else if constexpr (COL) {
     __syncthreads();
@@ -907,8 +965,8 @@ template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T
 int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(p.space, kTileM), tiles = tiles_m * p.tiles_k;
   if (tiles <= 0) return 0;
-  if constexpr (CAST_T) {
-    // the one-tile kernel (63 registers) also runs kCastTwoTilesBlocks CTAs per SM: past one wave of it, two tiles
+  if constexpr (CAST_T && sizeof(T) == 2) {  // (fp32 inputs: two tiles' values do not fit in 64 registers)
+    // the one-tile kernel also runs kCastTwoTilesBlocks CTAs per SM: past one wave of it, two tiles
     if (tiles > int64_t{kCastTwoTilesBlocks} * device_sms()) {
       const int64_t pairs = tiles_m * ceil_div(p.tiles_k, int64_t{2});
       grouped_quantize_kernel<F, T, ROW, COL, SR, CAST_T, 2><<<static_cast<unsigned>(pairs), kThreads, 0, stream>>>(p);

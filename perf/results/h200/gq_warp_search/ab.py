@@ -18,6 +18,10 @@ perf/grouped_quant_builds.py.
   (-DSCALEMM_GQ_TOKEN_BLOCKS=3).
 - Round 7: the loads of x (quant_numerics.cuh load8, both passes) with an L2 prefetch-size hint (ld.global.nc
   .L2::256B / .L2::128B, optionally .L1::no_allocate; -DSCALEMM_LOAD_HINT=1/3/2) against plain __ldg.
+- Round 8: per-token scaling of 16-bit inputs: the row phase keeps the raw values in a 16 KB tile (128-byte rows,
+  16-byte chunks swizzled) instead of fp32 values in 32 KB, and each column-phase thread reads one 4-byte word per
+  row (two columns) instead of one float: half the shared-memory loads (-DSCALEMM_GQ_TOKEN_HALF_TILE=0: the fp32
+  tile); compiled for 4 CTAs per SM (62 registers), 1 (72 registers, 3 per SM) or 5 (-DSCALEMM_GQ_TOKEN_BLOCKS).
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
@@ -27,7 +31,8 @@ perf/grouped_quant_builds.py.
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
 with experiment4.diff applied to ab0af2b; rounds 5, 6 and 7 (the default) with experiment5/6/7.diff applied to
 1d4f66b (round 5's "bytes" and round 6's "tok2" are their diffs' defaults, not the kept code; round 7's "ldg" is
-plain __ldg, the kept code). README.txt has the results.
+plain __ldg, the kept code); round 8 (the default) with experiment8.diff applied to the commit that added the
+1500-group test. README.txt has the results.
 """
 import os
 import sys
@@ -82,10 +87,18 @@ ROUND7 = Experiment(  # L2 prefetch-size hints on the loads of x (ab_round7.txt)
     delayed_per_build=True,
     step_builds=("ldg", "L2::256B", "no_allocate L2::256B"))
 
+ROUND8 = Experiment(  # per-token, 16-bit inputs: the raw values in a half-size tile, column pairs (ab_round8.txt)
+    new="half b4",
+    builds={"fp32 tile": ("SCALEMM_GQ_TOKEN_HALF_TILE=0",), "half b1": ("SCALEMM_GQ_TOKEN_BLOCKS=1",),
+            "half b5": ("SCALEMM_GQ_TOKEN_BLOCKS=5",)},
+    modes=(("token", True), ("tensor", True)),
+    step_builds=("half b4", "fp32 tile", "half b5"))
+
 if __name__ == "__main__":
-    rnd = "7"
+    rnd = "8"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6, "7": ROUND7}[rnd])
+    main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6, "7": ROUND7,
+          "8": ROUND8}[rnd])
