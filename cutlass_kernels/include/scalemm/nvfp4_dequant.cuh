@@ -76,7 +76,8 @@ inline int launch_rows_to_bf16(const uint8_t* qdata, const uint8_t* scales, __nv
                                int64_t k, int64_t cp, const int* offsets, int G, int* table, cudaStream_t stream) {
   Params p{qdata, scales, out, rows, k, cp, quant::grouped::Table{nullptr, nullptr, nullptr, nullptr, 0}};
   if (offsets != nullptr) {
-    quant::grouped::group_table_kernel<<<1, quant::grouped::kSetupThreads, 0, stream>>>(offsets, G, int(rows), table);
+    const int e = quant::grouped::launch_group_table(offsets, G, int(rows), table, stream);
+    if (e) return e;
     p.tb = quant::grouped::make_table(table, G);
   }
   if (rows > 0 && k > 0) {

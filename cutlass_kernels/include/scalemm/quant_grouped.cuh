@@ -87,17 +87,18 @@ __device__ __forceinline__ int round_up(int v, int a) { return (v + a - 1) / a *
 // Block 0 writes the table. Blocks 1.. (where launched) zero `zero_bytes` bytes at `zero` (16-byte aligned, a
 // multiple of 16): the grouped NVFP4 rows path's scale buffer, zeroed in the same launch so that the two overlap
 // (a cudaMemsetAsync after this kernel ran one after the other).
-__global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* offsets, int G, int T, int* table,
-                                                                     uint8_t* zero = nullptr, int64_t zero_bytes = 0,
-                                                                     float* zero_g0 = nullptr, float* zero_g1 = nullptr) {
+template <int kBlock = kSetupThreads>
+__global__ void __launch_bounds__(kBlock) group_table_kernel(const int* offsets, int G, int T, int* table,
+                                                              uint8_t* zero = nullptr, int64_t zero_bytes = 0,
+                                                              float* zero_g0 = nullptr, float* zero_g1 = nullptr) {
   if (blockIdx.x > 0) {
     group_offsets::zero_bytes(reinterpret_cast<char*>(zero), zero_bytes,
-                              int64_t(blockIdx.x - 1) * kSetupThreads + threadIdx.x, int64_t(gridDim.x - 1) * kSetupThreads);
+                              int64_t(blockIdx.x - 1) * kBlock + threadIdx.x, int64_t(gridDim.x - 1) * kBlock);
     return;
   }
   using group_offsets::block_scan, group_offsets::MaxOp, group_offsets::SumOp;
-  __shared__ int scan_scratch[4][kSetupThreads / 32];  // one row per scan of a chunk (no barrier between them)
-  __shared__ int ends_s[kSetupThreads];
+  __shared__ int scan_scratch[4][kBlock / 32];  // one row per scan of a chunk (no barrier between them)
+  __shared__ int ends_s[kBlock];
   __shared__ int carry_s[4];
   int* ends = table;
   int* pos16 = table + G;
@@ -106,16 +107,16 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
   const int t = threadIdx.x;
   if (t == 0) pos16[0] = pos64[0] = pos128[0] = 0;
   int c_end = 0, c16 = 0, c64 = 0, c128 = 0;
-  for (int base = 0; base < G; base += kSetupThreads) {
+  for (int base = 0; base < G; base += kBlock) {
     const int g = base + t;
     int e = g < G ? group_offsets::clamp_offset(__ldg(offsets + g), T) : 0;
-    e = max(block_scan<kSetupThreads>(e, MaxOp{}, scan_scratch[0]).inclusive, c_end);
+    e = max(block_scan<kBlock>(e, MaxOp{}, scan_scratch[0]).inclusive, c_end);
     ends_s[t] = e;
     __syncthreads();
     const int m = e - (t > 0 ? ends_s[t - 1] : c_end);  // >= 0; 0 past G
-    const int a16 = block_scan<kSetupThreads>(round_up(m, 16), SumOp{}, scan_scratch[1]).inclusive + c16;
-    const int a64 = block_scan<kSetupThreads>(round_up(m, 64), SumOp{}, scan_scratch[2]).inclusive + c64;
-    const int a128 = block_scan<kSetupThreads>(round_up(m, 128), SumOp{}, scan_scratch[3]).inclusive + c128;
+    const int a16 = block_scan<kBlock>(round_up(m, 16), SumOp{}, scan_scratch[1]).inclusive + c16;
+    const int a64 = block_scan<kBlock>(round_up(m, 64), SumOp{}, scan_scratch[2]).inclusive + c64;
+    const int a128 = block_scan<kBlock>(round_up(m, 128), SumOp{}, scan_scratch[3]).inclusive + c128;
     if (g < G) {
       ends[g] = e;
       pos16[g + 1] = a16;
@@ -124,11 +125,23 @@ __global__ void __launch_bounds__(kSetupThreads) group_table_kernel(const int* o
       if (zero_g0) zero_g0[g] = 0.0f;  // per-group amax buffers the launch sequence fills by atomics
       if (zero_g1) zero_g1[g] = 0.0f;
     }
-    if (t == kSetupThreads - 1) carry_s[0] = e, carry_s[1] = a16, carry_s[2] = a64, carry_s[3] = a128;
+    if (t == kBlock - 1) carry_s[0] = e, carry_s[1] = a16, carry_s[2] = a64, carry_s[3] = a128;
     __syncthreads();
     c_end = carry_s[0], c16 = carry_s[1], c64 = carry_s[2], c128 = carry_s[3];
     __syncthreads();
   }
+}
+
+// The table alone (no bytes to zero): one block of 128 threads for up to 128 groups, where each block scan's serial
+// sum over the warps' totals takes 3 steps instead of 31; else kSetupThreads (H200: ragged [1100, 512] per-token
+// 22.9 -> 20.0 us, the expert operands 1.00-1.02x; perf/results/h200/gq_warp_search/ab_round9.txt).
+inline int launch_group_table(const int* offsets, int G, int T, int* table, cudaStream_t stream,
+                              float* zero_g0 = nullptr, float* zero_g1 = nullptr) {
+  if (G <= 128)
+    group_table_kernel<128><<<1, 128, 0, stream>>>(offsets, G, T, table, nullptr, 0, zero_g0, zero_g1);
+  else
+    group_table_kernel<><<<1, kSetupThreads, 0, stream>>>(offsets, G, T, table, nullptr, 0, zero_g0, zero_g1);
+  return static_cast<int>(cudaGetLastError());
 }
 
 // ---------------------------------------------------------------------------
@@ -894,9 +907,7 @@ int launch_setup_and_stats(const void* x, int64_t T_, int64_t K, const int* offs
                            float* g_amax, float* row_amax, float* gcol_amax, cudaStream_t stream,
                            float* amax_out = nullptr) {
   // the [G] amax buffers are zeroed by the table's kernel (a memset each was one more graph node)
-  group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table, nullptr, 0, g_amax,
-                                                      amax_out);
-  int err = static_cast<int>(cudaGetLastError());
+  int err = launch_group_table(offsets, G, static_cast<int>(T_), table, stream, g_amax, amax_out);
   if (!err) err = memset_f32(row_amax, T_, stream);
   if (!err) err = memset_f32(gcol_amax, static_cast<int64_t>(G) * K, stream);
   if (err || (!g_amax && !row_amax && !gcol_amax) || T_ <= 0 || K <= 0) return err;
@@ -1053,15 +1064,14 @@ int launch_nvfp4_grouped(const void* x, int64_t T_, int64_t K, const int* offset
     if (scale_rows >= 2 * T_) {
       const int64_t bytes = scale_rows * ceil_div(K / 16, 4) * 4;  // whole 512-byte atoms
       const int64_t zero_blocks = std::min<int64_t>(ceil_div(bytes, 16 * kSetupThreads), 256);
-      group_table_kernel<<<static_cast<unsigned>(1 + zero_blocks), kSetupThreads, 0, stream>>>(
+      group_table_kernel<><<<static_cast<unsigned>(1 + zero_blocks), kSetupThreads, 0, stream>>>(
           offsets, G, static_cast<int>(T_), table, s_row, bytes);
       const int e = static_cast<int>(cudaGetLastError());
       if (e) return e;
       return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, exact_row, alpha_row, row_amax, T_,
                                         GroupedRows{make_table(table, G), T_}, sr, seed, offset, seed_device, stream);
     }
-    group_table_kernel<<<1, kSetupThreads, 0, stream>>>(offsets, G, static_cast<int>(T_), table);
-    int e = static_cast<int>(cudaGetLastError());
+    int e = launch_group_table(offsets, G, static_cast<int>(T_), table, stream);
     if (e) return e;
     if ((e = launch_tile_table(make_table(table, G), T_, scale_rows, tile_table(table, G), stream))) return e;
     return launch_nvfp4_token_rows<T>(x, T_, K, q_row, s_row, exact_row, alpha_row, row_amax, scale_rows,

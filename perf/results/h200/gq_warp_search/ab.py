@@ -22,6 +22,8 @@ perf/grouped_quant_builds.py.
   16-byte chunks swizzled) instead of fp32 values in 32 KB, and each column-phase thread reads one 4-byte word per
   row (two columns) instead of one float: half the shared-memory loads (-DSCALEMM_GQ_TOKEN_HALF_TILE=0: the fp32
   tile); compiled for 4 CTAs per SM (62 registers), 1 (72 registers, 3 per SM) or 5 (-DSCALEMM_GQ_TOKEN_BLOCKS).
+- Round 9: the group table (group_table_kernel, one block) from 128 threads where G <= 128, against 1024 for every G
+  (-DSCALEMM_GQ_TABLE_SMALL=0): each block scan sums the warps' totals serially, 3 steps instead of 31.
 - The cast-then-transpose quantize pass (both copies, per-group scaling) over 2 or 4 64-column tiles per CTA
   (-DSCALEMM_GQ_CAST_TILES=n: every tile's loads issued before the first is converted; one prelude per n tiles),
   optionally compiled for 4 CTAs per SM (-DSCALEMM_GQ_MIN_BLOCKS=4).
@@ -31,8 +33,8 @@ perf/grouped_quant_builds.py.
 Rounds 1 and 2 with experiment.diff applied to 25d4c4d; round 3 with experiment3.diff applied to 0b570ce; round 4
 with experiment4.diff applied to ab0af2b; rounds 5, 6 and 7 (the default) with experiment5/6/7.diff applied to
 1d4f66b (round 5's "bytes" and round 6's "tok2" are their diffs' defaults, not the kept code; round 7's "ldg" is
-plain __ldg, the kept code); round 8 (the default) with experiment8.diff applied to the commit that added the
-1500-group test. README.txt has the results.
+plain __ldg, the kept code); round 8 with experiment8.diff applied to the commit that added the 1500-group test;
+round 9 (the default) with experiment9.diff applied to the commit after the final runs. README.txt has the results.
 """
 import os
 import sys
@@ -94,11 +96,15 @@ ROUND8 = Experiment(  # per-token, 16-bit inputs: the raw values in a half-size 
     modes=(("token", True), ("tensor", True)),
     step_builds=("half b4", "fp32 tile", "half b5"))
 
+ROUND9 = Experiment(  # the group table from a 128-thread block for G <= 128 (ab_round9.txt)
+    new="table128",
+    builds={"table1024": ("SCALEMM_GQ_TABLE_SMALL=0",)})
+
 if __name__ == "__main__":
-    rnd = "8"
+    rnd = "9"
     if "--round" in sys.argv:
         i = sys.argv.index("--round")
         rnd = sys.argv[i + 1]
         del sys.argv[i:i + 2]
     main({"1": ROUND1, "2": ROUND2, "3": ROUND3, "4": ROUND4, "5": ROUND5, "6": ROUND6, "7": ROUND7,
-          "8": ROUND8}[rnd])
+          "8": ROUND8, "9": ROUND9}[rnd])
