@@ -12,8 +12,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grouped_quant_builds import bits, expert_step_blocks, report_steps  # noqa: E402
 from grouped_sweep import routed_sizes  # noqa: E402
-import train_bench as tb  # noqa: E402
 
 import scalemm  # noqa: E402
 from scalemm.timing import bench  # noqa: E402
@@ -35,10 +35,6 @@ def knobbed(fn, on):
 
 def both(fn):
     return {ON[0]: knobbed(fn, True), OFF[0]: knobbed(fn, False)}
-
-
-def bits(t):
-    return t.reshape(-1).view(torch.uint8)
 
 
 def same(a, b):
@@ -86,27 +82,14 @@ def quantizers(lines, E, offsets, T):
 
 
 def steps(lines, E, offsets, T):
-    hidden, inter = 2048, 768
-    moe = tb.moe_contenders(E, hidden, inter, True, True)
-    blocks = [("experts block", moe, hidden, hidden)]
-    for n, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
-        blocks.append((f"{n} layer", tb.expert_layers(moe, n), K, N))
-    g = torch.Generator(device="cuda").manual_seed(3)
-    for label, models, K, N in blocks:
-        x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
-        dy = torch.randn(T, N, device="cuda", dtype=torch.bfloat16, generator=g) * 1e-2
-
-        def make(m, on):
+    for label, models, x, dy in expert_step_blocks(offsets, T):
+        def make(m, on, x=x, dy=dy):
             return knobbed(lambda i: m(x, offsets).backward(dy), on)
         fns = {"bf16": make(models["bf16"], False)}
         for r in ("scalemm_fp8_delayed", "scalemm_fp8_tensorwise"):
             fns[f"{r} | {ON[0]}"] = make(models[r], True)
             fns[f"{r} | {OFF[0]}"] = make(models[r], False)
-        us = bench(fns, copies=1)
-        lines.append(f"micro-step, qwen3-30b-a3b {label} ({T} rows; weights cached, dW added into .grad), CUDA graphs:")
-        for n, t in us.items():
-            lines.append(f"  {n:<40}{t / 1e3:>8.3f} ms  {us['bf16'] / t:.3f}x of bf16")
-        print("\n".join(lines[-len(us) - 1:]), flush=True)
+        report_steps(lines, label, T, bench(fns, copies=1))
 
 
 def main(knob: str, on: tuple, off: tuple):

@@ -140,19 +140,33 @@ def quantizers(exp: Experiment, names: list, lines: list, offsets, T: int):
             print(lines[-1], flush=True)
 
 
-def steps(exp: Experiment, names: list, lines: list, offsets, T: int):
+def expert_step_blocks(offsets, T: int, layers: bool = True):
+    """The micro-steps both A/B harnesses time (this one and grouped_quant_ab.py): the Qwen3-30B-A3B expert block
+    and, with `layers`, each expert layer alone, as (label, contenders, x, dy) with the weights cached and dW added
+    into .grad."""
     E, hidden, inter = offsets.numel(), 2048, 768
     moe = tb.moe_contenders(E, hidden, inter, True, True)
     blocks = [("experts block", moe, hidden, hidden)]
-    if exp.layers:
+    if layers:
         for n, K, N in (("gate_up", hidden, 2 * inter), ("down", inter, hidden)):
             blocks.append((f"{n} layer", tb.expert_layers(moe, n), K, N))
     g = torch.Generator(device="cuda").manual_seed(3)
     for label, models, K, N in blocks:
         x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
         dy = torch.randn(T, N, device="cuda", dtype=torch.bfloat16, generator=g) * 1e-2
+        yield label, models, x, dy
 
-        def make(m, which=exp.new):
+
+def report_steps(lines: list, label: str, T: int, us: dict) -> None:
+    lines.append(f"micro-step, qwen3-30b-a3b {label} ({T} rows; weights cached, dW added into .grad), CUDA graphs:")
+    for n, t in us.items():
+        lines.append(f"  {n:<40}{t / 1e3:>8.3f} ms  {us['bf16'] / t:.3f}x of bf16")
+    print("\n".join(lines[-len(us) - 1:]), flush=True)
+
+
+def steps(exp: Experiment, names: list, lines: list, offsets, T: int):
+    for label, models, x, dy in expert_step_blocks(offsets, T, exp.layers):
+        def make(m, which=exp.new, x=x, dy=dy):
             def f(i):
                 with build(exp, which):
                     m(x, offsets).backward(dy)
@@ -161,11 +175,7 @@ def steps(exp: Experiment, names: list, lines: list, offsets, T: int):
         for r in ("scalemm_fp8_tensorwise", "scalemm_fp8_rowwise"):
             for w in [b for b in exp.step_builds or (exp.new, exp.baseline) if b in names]:
                 fns[f"{r} | {w}"] = make(models[r], w)
-        us = bench(fns, copies=1)
-        lines.append(f"micro-step, qwen3-30b-a3b {label} ({T} rows; weights cached, dW added into .grad), CUDA graphs:")
-        for n, t in us.items():
-            lines.append(f"  {n:<40}{t / 1e3:>8.3f} ms  {us['bf16'] / t:.3f}x of bf16")
-        print("\n".join(lines[-len(us) - 1:]), flush=True)
+        report_steps(lines, label, T, bench(fns, copies=1))
 
 
 def main(exp: Experiment):

@@ -489,6 +489,17 @@ __device__ __forceinline__ void chunk_heads(const GQuantParams& p, const int64_t
   }
 }
 
+// Where row k of the FP8 columnwise copy starts at position pos (a position of group g): the wgrad layout [K, W],
+// or stacked W^T [G * K, n] (col_group_rows = n: group g's row k is row g * K + k, its positions start at g * n).
+// Row k + 1 lies col_row_stride(p) bytes further on.
+__device__ __forceinline__ int64_t col_row_offset(const GQuantParams& p, int g, int64_t k, int64_t pos) {
+  const int64_t n = p.col_group_rows;
+  return n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos;
+}
+__device__ __forceinline__ int64_t col_row_stride(const GQuantParams& p) {
+  return p.col_group_rows ? p.col_group_rows : p.W;
+}
+
 // The slot of row d (< 16) of chunk head h.
 __device__ __forceinline__ Slot head_slot(const ChunkHead& h, int d, int G, int64_t T) {
   Slot s;
@@ -533,17 +544,17 @@ __device__ __forceinline__ void store_half_tile_row(uint8_t* tile, int rl, int b
 // the rowwise bytes transposed through a byte tile (quant.cuh, read_byte_columns); else (per-token) the input values
 // transposed through the half tile (16-bit inputs) or an fp32 tile, and scaled per column.
 // TILES (CAST_T only): 64-column tiles per CTA, every tile's loads issued before the first is converted, so a CTA
-// keeps twice the bytes in flight and maps its chunks once for both. Compiled for kCastTwoTilesBlocks CTAs per SM
-// (64 registers, no spills), as the one-tile kernel runs: H200, x [65536, 2048] routed over 128 experts, the pass
+// keeps twice the bytes in flight and maps its chunks once for both, at kColumnwiseBlocks CTAs per SM (64
+// registers, no spills), as the one-tile kernel runs: H200, x [65536, 2048] routed over 128 experts, the pass
 // alone 166.7 -> 150.0 us; at 79 registers (three CTAs per SM) 155.2 us, four tiles per CTA 207.0 us
 // (perf/results/h200/gq_warp_search/). launch_grouped_tiles takes two tiles where one-tile CTAs fill more than one
 // wave (fewer, longer CTAs only cost where they all fit at once).
-constexpr int kCastTwoTilesBlocks = 4;
+// Every FP8 columnwise kernel is compiled for kColumnwiseBlocks CTAs per SM (at most 64 registers; the half-tile
+// kernel unbounded took 72, three CTAs per SM, and ran 0.91-0.94x).
+constexpr int kColumnwiseBlocks = 4;
 
 template <Format F, typename T, bool ROW, bool COL, bool SR = false, bool CAST_T = false, int TILES = 1>
-// Every FP8 columnwise kernel is compiled for kCastTwoTilesBlocks CTAs per SM (64 registers; the half-tile kernel
-// unbounded took 72, three CTAs per SM, and ran 0.91-0.94x).
-__global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
+__global__ void __launch_bounds__(kThreads, COL ? kColumnwiseBlocks : 1)
     grouped_quantize_kernel(const GQuantParams p) {
   static_assert(!COL || F == Format::kFP8, "the wgrad-layout copy of this kernel is FP8");
   static_assert(!SR || F == Format::kNVFP4, "stochastic rounding is for NVFP4");
@@ -656,12 +667,11 @@ __global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
   if constexpr (CAST_T) {
     __syncthreads();
     const int lane = t & 31, warp = t >> 5;
-    const int64_t pos = c0 + 4 * lane, n = p.col_group_rows;  // 4 positions of one 16-position chunk
+    const int64_t pos = c0 + 4 * lane;  // 4 positions of one 16-position chunk
     const int g = chunk_group[lane >> 2];
-    // row k of the copy at q_col + k * stride + off (stacked W^T: row g * K + k of [G * K, n]); the 8 rows a thread
-    // writes per tile are consecutive, so one address and one bound per tile
-    const int64_t stride = n ? n : p.W, k1 = k0 + 8 * warp;
-    uint8_t* const dst = p.q_col + (n ? (g * p.K + k1) * n + (pos - g * n) : k1 * p.W + pos);
+    // the 8 rows a thread writes per tile are consecutive: one address and one bound per tile
+    const int64_t stride = col_row_stride(p), k1 = k0 + 8 * warp;
+    uint8_t* const dst = p.q_col + col_row_offset(p, g, k1, pos);
     const int rows_in = pos < p.W ? static_cast<int>(min(p.K - k1, int64_t{kTileK * kSub})) : 0;
 #pragma unroll
     for (int u = 0; u < kSub; ++u) {
@@ -676,7 +686,7 @@ __global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
     // lane (pl, c): columns 2pr, 2pr + 1 (pr = 4 * warp + pl, the tile's 4-byte word pr) at the 16 positions of chunk
     // c; a store instruction's 8 lanes of one pl write 128 contiguous bytes of one row of the copy
     const int lane = t & 31, warp = t >> 5, pl = lane >> 3, c = lane & 7;
-    const int64_t k = k0 + 2 * (4 * warp + pl), pos = c0 + 16 * c, n = p.col_group_rows;
+    const int64_t k = k0 + 2 * (4 * warp + pl), pos = c0 + 16 * c;
     const int g = chunk_group[c];
     float amax[2] = {0.0f, 0.0f};
     if (g < p.tb.G && k < p.K) {  // K % 16 == 0: k + 1 < K too
@@ -698,9 +708,9 @@ __global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
       for (int e = 0; e < 4; ++e) va[4 * q + e] = f[2 * e], vb[4 * q + e] = f[2 * e + 1];
     }
     if (k < p.K && pos < p.W) {
-      uint8_t* const dst = p.q_col + (n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos);
+      uint8_t* const dst = p.q_col + col_row_offset(p, g, k, pos);
       *reinterpret_cast<uint4*>(dst) = e4m3x16(va, fp8_scale(amax[0]));
-      *reinterpret_cast<uint4*>(dst + (n ? n : p.W)) = e4m3x16(vb, fp8_scale(amax[1]));
+      *reinterpret_cast<uint4*>(dst + col_row_stride(p)) = e4m3x16(vb, fp8_scale(amax[1]));
     }
   } else if constexpr (COL) {
     __syncthreads();
@@ -715,8 +725,7 @@ __global__ void __launch_bounds__(kThreads, COL ? kCastTwoTilesBlocks : 1)
       float amax = 0.0f;
       if (g < p.tb.G && k < p.K) amax = p.col_token ? __ldg(p.amax_col + g * p.K + k) : __ldg(p.amax_col + g);
       scale[i] = fp8_scale(amax);
-      const int64_t pos = c0 + 16 * (mq + 4 * i), n = p.col_group_rows;
-      at[i] = n ? (g * p.K + k) * n + (pos - g * n) : k * p.W + pos;
+      at[i] = col_row_offset(p, g, k, c0 + 16 * (mq + 4 * i));
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -977,8 +986,8 @@ int launch_grouped_tiles(const GQuantParams& p, cudaStream_t stream) {
   const int64_t tiles_m = ceil_div(p.space, kTileM), tiles = tiles_m * p.tiles_k;
   if (tiles <= 0) return 0;
   if constexpr (CAST_T && sizeof(T) == 2) {  // (fp32 inputs: two tiles' values do not fit in 64 registers)
-    // the one-tile kernel also runs kCastTwoTilesBlocks CTAs per SM: past one wave of it, two tiles
-    if (tiles > int64_t{kCastTwoTilesBlocks} * device_sms()) {
+    // the one-tile kernel also runs kColumnwiseBlocks CTAs per SM: past one wave of it, two tiles
+    if (tiles > int64_t{kColumnwiseBlocks} * device_sms()) {
       const int64_t pairs = tiles_m * ceil_div(p.tiles_k, int64_t{2});
       grouped_quantize_kernel<F, T, ROW, COL, SR, CAST_T, 2><<<static_cast<unsigned>(pairs), kThreads, 0, stream>>>(p);
       return static_cast<int>(cudaGetLastError());
