@@ -5,6 +5,8 @@ Blocks:
   qwen3-30b-a3b MoE experts: 8192 tokens routed top-8 over 128 experts (skewed routing, perf/grouped_sweep.py's
     routed_sizes: T = 65536 rows sorted by expert), gate_up GroupedLinear(2048 -> 2 x 768) -> SiLU * up ->
     down GroupedLinear(768 -> 2048); the routing itself is not timed.
+The SwiGLU between gate_up and down is the same for every contender: scalemm.swiglu (one kernel forward, one
+backward), or with --activation torch torch's eager F.silu(gate) * up (three passes forward, four backward).
 Contenders: bf16 (nn.Linear / torch._grouped_mm with torch's autograd), scalemm.nn.Linear / GroupedLinear with
 FP8Tensorwise, FP8Rowwise, FP8DelayedScaling (one pass per quantization; not under --compile) and NVFP4, and
 torchao's Float8Linear (tensorwise and rowwise recipes; dense block) and torchao's FP8 rowwise grouped GEMM
@@ -53,6 +55,15 @@ DEVICE = "cuda"  # "cpu" for --smoke (scalemm's reference path, tiny shapes: che
 RECIPES = {"scalemm_fp8_tensorwise": FP8Tensorwise(), "scalemm_fp8_rowwise": FP8Rowwise(),
            "scalemm_fp8_delayed": FP8DelayedScaling(), "scalemm_nvfp4": NVFP4()}
 BF16 = torch.bfloat16
+ACTIVATION = "scalemm"  # --activation: the SwiGLU every contender's block runs between gate_up and down
+
+
+def swiglu(h):
+    """SiLU(gate) * up of h = [gate | up]: scalemm.swiglu (one kernel each way), or torch's eager ops."""
+    if ACTIVATION == "scalemm":
+        return scalemm.swiglu(h)
+    gate, up = h.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class MLP(torch.nn.Module):
@@ -61,8 +72,7 @@ class MLP(torch.nn.Module):
         self.gate_up, self.down = gate_up, down
 
     def forward(self, x):
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(swiglu(self.gate_up(x)))
 
 
 class Experts(torch.nn.Module):
@@ -78,8 +88,7 @@ class Experts(torch.nn.Module):
             h = torch._grouped_mm(x, self.w1.transpose(-2, -1), offs=offsets)
         else:
             h = self.gate_up(x, offsets)
-        gate, up = h.chunk(2, dim=-1)
-        a = F.silu(gate) * up
+        a = swiglu(h)
         if self.w2 is not None:
             return torch._grouped_mm(a, self.w2.transpose(-2, -1), offs=offsets)
         return self.down(a, offsets)
@@ -97,8 +106,7 @@ class TorchaoExperts(torch.nn.Module):
 
     def forward(self, x, offsets):
         mm = lambda a, w: self.fn(a, w.transpose(-2, -1), offsets, pad_token_groups_for_grouped_mm=False)  # noqa: E731
-        gate, up = mm(x, self.w1).chunk(2, dim=-1)
-        return mm(F.silu(gate) * up, self.w2)
+        return mm(swiglu(mm(x, self.w1)), self.w2)
 
 
 class ExpertLayer(torch.nn.Module):
@@ -359,16 +367,20 @@ def main(argv=None):
                    help="round each expert's routed rows up to a multiple of N (16: torchao's FP8 grouped GEMM runs)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one step of each contender (top kernels -> <out>/train_profile.txt)")
+    p.add_argument("--activation", choices=("scalemm", "torch"), default="scalemm",
+                   help="the SwiGLU between gate_up and down in every contender's block: scalemm.swiglu (default) "
+                        "or torch's eager F.silu(gate) * up (the runs before the fiftieth session)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: a check of the script itself")
     args = p.parse_args(argv)
-    global DEVICE
+    global DEVICE, ACTIVATION
+    ACTIVATION = args.activation
     if args.smoke:
         DEVICE = "cpu"
         if args.graphs:
             p.error("--graphs needs CUDA")
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_properties(0).name if DEVICE == "cuda" else "cpu (smoke run)"
-    print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}")
+    print(f"GPU: {gpu}, torch {torch.__version__}, scalemm {scalemm.__version__}, activation {ACTIVATION}")
     hdr = f"{'block':<34}{'contender':<28}{'ms':>9}{'host ms':>9}{'TFLOP/s':>9}{'vs bf16':>9}{'SQNR dB':>9}"
     print(hdr + "\n" + "-" * len(hdr), flush=True)
     rows = []

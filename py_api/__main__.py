@@ -72,13 +72,14 @@ def _train_specs():
     from .quantize import kernel_specs as quant_specs
     from .quantize_grouped import kernel_specs as grouped_quant_specs
     from .recipes import NVFP4, FP8Rowwise, FP8Tensorwise
+    from .activation import kernel_specs as swiglu_specs
     from .training import step_kernel_specs
     specs = {}
     for recipe in (FP8Tensorwise(), FP8Rowwise(), NVFP4()):
         for M, N, K, experts, xd, wd in _TRAIN_LAYERS:
             for s in step_kernel_specs(recipe, M, N, K, x_dtype=xd, w_dtype=wd, experts=experts):
                 specs[s.name] = s
-    return list(specs.values()) + list(quant_specs()) + list(grouped_quant_specs())
+    return list(specs.values()) + list(quant_specs()) + list(grouped_quant_specs()) + list(swiglu_specs())
 
 
 def chunked_promotion_test_configs():
@@ -172,8 +173,9 @@ def kernel_set(name: str):
     quant = []
     if name in ("default", "tests", "all"):
         from .quantize import kernel_specs as quant_specs
+        from .activation import kernel_specs as swiglu_specs
         from .quantize_grouped import kernel_specs as grouped_quant_specs
-        quant = list(quant_specs()) + list(grouped_quant_specs())
+        quant = list(quant_specs()) + list(grouped_quant_specs()) + list(swiglu_specs())
     nvfp4 = []
     if name in ("tests", "sweep", "all", "nvfp4"):
         from .gemm_nvfp4 import build_set as nvfp4_build_set

@@ -25,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from . import activation as _activation
 from .formats import NVFP4_GLOBAL_MAX, NVFP4Tensor
 from .formats.base import Shapes
 from .formats.fp8 import fp8_shapes, grouped_fp8_shapes
@@ -40,7 +41,7 @@ from .quantize_grouped import quantize_nvfp4_grouped as _quantize_nvfp4_grouped
 
 __all__ = ["gemm", "gemm_nvfp4", "grouped_gemm", "quantize_fp8", "quantize_nvfp4", "quantize_mxfp8", "quantize_fp8_grouped",
            "train_quantize", "train_gemm", "train_quantize_grouped", "train_quantize_stacked", "train_grouped_gemm",
-           "quantize_nvfp4_grouped"]
+           "quantize_nvfp4_grouped", "swiglu", "swiglu_backward"]
 
 
 def _fake(x: torch.Tensor, shapes: Shapes, fields) -> tuple:
@@ -292,3 +293,37 @@ def _(which, a, b, offsets, bias, recipe, out_dtype, T):
     if which == "wgrad":
         return a[0].new_empty((G, a[0].shape[0], b[0].shape[0]), dtype=out_dtype)
     return a[0].new_empty((T, b[0].shape[0] // G), dtype=out_dtype)
+
+
+@torch.library.custom_op("scalemm::swiglu", mutates_args=())
+def swiglu(h: torch.Tensor) -> torch.Tensor:
+    """scalemm.activation.swiglu_forward: silu(gate) * up of h = [gate | up]; differentiable (swiglu_backward)."""
+    return _activation.swiglu_forward(h)
+
+
+@swiglu.register_fake
+def _(h):
+    return h.new_empty((*h.shape[:-1], h.shape[-1] // 2))
+
+
+@torch.library.custom_op("scalemm::swiglu_backward", mutates_args=())
+def swiglu_backward(h: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
+    """scalemm.activation.swiglu_backward: dh = [dgate | dup] for the gradient dout of swiglu(h)."""
+    return _activation.swiglu_backward(h, dout)
+
+
+@swiglu_backward.register_fake
+def _(h, dout):
+    return torch.empty_like(h, memory_format=torch.contiguous_format)
+
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _swiglu_grad(ctx, dout):
+    (h,) = ctx.saved_tensors
+    return torch.ops.scalemm.swiglu_backward(h, dout)
+
+
+swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)

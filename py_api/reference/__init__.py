@@ -9,7 +9,8 @@ of the ops.
 
 Modules: numerics (e2m1 / e4m3 / e8m0, RHT, Philox and SR bits), quantize (single-tensor NVFP4,
 FP8, MXFP8), grouped (grouped, stacked and residual), gemm (gemm_reference,
-grouped_gemm_reference).
+grouped_gemm_reference), activation (SwiGLU forward and backward: fp32 formulas, one rounding; the kernels agree to
+one unit in the last place, not bit for bit).
 
 Arithmetic is fp32: every torch fp32 op rounds to fp32 nearest-even, which is fl().
 Two torch habits would break that and are avoided on purpose:
@@ -71,6 +72,7 @@ from ..formats import (E2M1_NAN_CODE, E4M3_MAX, E4M3_NAN_BYTE, E8M0_MAX_FINITE, 
 from ..formats.layout import (group_bounds, grouped_scale_rows, sf_offsets, swizzle_offset, swizzle_scales,
                               swizzled_size, unswizzle_scales, wgrad_scale_cols, wgrad_width)
 from ..formats.layout import wgrad_column_starts as wgrad_column_offsets
+from .activation import swiglu, swiglu_backward
 from .gemm import gemm_reference, grouped_gemm_reference
 from .grouped import (dequantize_fp8_grouped, dequantize_nvfp4_grouped, prepare_residual_weight, quantize_fp8_grouped,
                       quantize_fp8_stacked, quantize_mxfp8_grouped, quantize_nvfp4_grouped, quantize_nvfp4_residual,
@@ -93,4 +95,5 @@ __all__ = [
     "wgrad_scale_cols", "quantize_fp8_grouped", "dequantize_fp8_grouped", "quantize_nvfp4_grouped",
     "dequantize_nvfp4_grouped", "quantize_mxfp8_grouped", "quantize_fp8_stacked",
     "quantize_nvfp4_stacked", "residual_width", "prepare_residual_weight", "quantize_nvfp4_residual",
+    "swiglu", "swiglu_backward",
 ]

@@ -340,6 +340,18 @@ struct AmaxHistoryArgs {
   void* stream;               // cudaStream_t
 };
 
+// SwiGLU forward / backward (scalemm/swiglu.cuh): out = silu(gate) * up over h = [gate | up] [rows, 2 * inner];
+// backward: dh [rows, 2 * inner] from h and dout [rows, inner]. All contiguous, one dtype.
+struct SwigluArgs {
+  void const* h;              // [rows, 2 * inner]
+  void const* dout;           // [rows, inner]; null for the forward
+  void* out;                  // forward: [rows, inner]; backward: dh [rows, 2 * inner]
+  int64_t rows;
+  int64_t inner;
+  int32_t vec;                // 1: inner % (16 / element bytes) == 0 and every pointer 16-byte aligned
+  void* stream;               // cudaStream_t
+};
+
 // ---------------------------------------------------------------------------------------------
 // Grouped (MoE) quantizers (scalemm/quant_grouped.cuh), one library per input dtype. x [tokens, k]
 // rows sorted by group; offsets int32 [groups] cumulative row ends on the device, never read on
