@@ -2,6 +2,8 @@
 autograd) and a device copy of the same bytes, in one process (CUDA graphs, inputs rotated past L2).
 
     python perf/swiglu_bench.py [--out perf/results/<gpu>/swiglu]   # table, JSON (and a PNG with matplotlib)
+    python perf/swiglu_bench.py --variants "u2:SCALEMM_SWIGLU_UNROLL=2,SCALEMM_SWIGLU_MIN_BLOCKS=1;u1:..."
+        # A/B: the kernels also built with these macros (swiglu.cuh), timed beside the default, outputs compared
 
 Shapes: the expert block of perf/train_bench.py (65536 routed rows, I = 768: Qwen3-30B-A3B) and the Llama-3-8B MLP
 at 8192 tokens (I = 14336), plus Llama-3-70B's MLP (I = 28672) at 4096 tokens, all bf16. Each row: microseconds
@@ -11,6 +13,8 @@ ratio over torch and the fraction of a copy's rate (torch's copy_ of as many byt
 from __future__ import annotations
 
 import argparse
+import ctypes
+import dataclasses
 import json
 import os
 import sys
@@ -19,7 +23,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from scalemm import abi  # noqa: E402
+from scalemm import activation  # noqa: E402
 from scalemm.activation import swiglu_backward, swiglu_forward  # noqa: E402
+from scalemm.jit import build  # noqa: E402
 from scalemm.timing import bench, l2_copies  # noqa: E402
 
 SHAPES = [("qwen3-30b-a3b experts", 65536, 768), ("llama-3-8b mlp", 8192, 14336), ("llama-3-70b mlp", 4096, 28672)]
@@ -39,7 +46,21 @@ def torch_backward(h, da):
     return torch.cat([dgate, dup], dim=-1)
 
 
-def run(rows: int, inner: int, dtype=torch.bfloat16) -> dict:
+def variant_launchers(text: str, dtype=torch.bfloat16) -> dict:
+    """{label: (forward launcher, backward launcher)} of --variants "label:MACRO=V,MACRO=V;label:..."."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        label, _, macros = item.partition(":")
+        base = activation._spec(dtype)
+        spec = dataclasses.replace(base, name=f"{base.name}_{label}",
+                                   extra_flags=tuple(f"-D{m}" for m in macros.split(",") if m))
+        lib = build(spec)
+        out[label] = tuple(lib.function(f"scalemm_swiglu_{w}", [ctypes.POINTER(abi.SwigluArgs)])
+                           for w in ("forward", "backward"))
+    return out
+
+
+def run(rows: int, inner: int, dtype=torch.bfloat16, variants=None) -> dict:
     el = torch.finfo(dtype).bits // 8
     fwd_bytes = rows * 3 * inner * el
     bwd_bytes = rows * 5 * inner * el
@@ -57,6 +78,18 @@ def run(rows: int, inner: int, dtype=torch.bfloat16) -> dict:
         "torch backward": lambda i: torch_backward(hs[i], ds[i]),
         "copy (backward's bytes)": lambda i: dst.copy_(src[i]),
     }
+    for label, (fwd, bwd) in (variants or {}).items():
+        def vf(i, fwd=fwd):
+            a = torch.empty(rows, inner, device="cuda", dtype=dtype)
+            activation._launch("", hs[i], None, a, inner, fwd)
+            return a
+
+        def vb(i, bwd=bwd):
+            dh = torch.empty_like(hs[i])
+            activation._launch("", hs[i], ds[i], dh, inner, bwd)
+            return dh
+        assert torch.equal(vf(0), swiglu_forward(hs[0])) and torch.equal(vb(0), swiglu_backward(hs[0], ds[0])), label
+        fns[f"{label} forward"], fns[f"{label} backward"] = vf, vb
     us = bench(fns, n)
     copy_rate = bwd_bytes / us["copy (backward's bytes)"]  # bytes per us of a copy (read + write)
     out = {"rows": rows, "inner": inner, "dtype": str(dtype), "us": us}
@@ -70,19 +103,24 @@ def run(rows: int, inner: int, dtype=torch.bfloat16) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=None, help="write OUT.json (and OUT.png)")
+    p.add_argument("--variants", default="", help="A/B builds: 'label:MACRO=V,MACRO=V;label:...' (swiglu.cuh macros)")
     args = p.parse_args(argv)
+    variants = variant_launchers(args.variants)
     gpu = torch.cuda.get_device_name()
     rows = []
     print(f"{gpu}\n{'shape':<34} {'pass':<9} {'scalemm us':>10} {'torch us':>9} {'x torch':>8} {'GB/s':>7} "
           f"{'of copy':>8}")
     for name, M, inner in SHAPES:
-        r = run(M, inner)
+        r = run(M, inner, variants=variants)
         r["name"] = name
         rows.append(r)
         for way in ("forward", "backward"):
             w = r[way]
             print(f"{name + f' [{M}, 2x{inner}]':<34} {way:<9} {w['us']:>10.1f} {w['torch_us']:>9.1f} "
                   f"{w['over_torch']:>7.2f}x {w['GB_per_s']:>7.0f} {w['of_copy_rate']:>7.0%}")
+        for label in variants:
+            print(f"{'':<34} {label:<9} forward {r['us'][label + ' forward']:.1f} us, backward "
+                  f"{r['us'][label + ' backward']:.1f} us")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out + ".json", "w") as f:

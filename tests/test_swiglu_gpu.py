@@ -30,10 +30,8 @@ def check(h, d, a, dh):
     tol = 1.0 if h.dtype != torch.float32 else 8.0
     assert ulp_error(a.cpu(), exact(h.cpu())) <= tol
     assert ulp_error(dh.cpu(), exact(h.cpu(), d.cpu()), term_scale(h.cpu(), d.cpu())) <= tol
-    ra, rdh = reference.swiglu(h), reference.swiglu_backward(h, d)
-    if h.dtype != torch.float32:  # one ulp at most, and almost always the same bits
-        for got, ref in ((a, ra), (dh, rdh)):
-            assert (got.float() - ref.float()).abs().le(ref.float().abs() * 2 ** -7 + 1e-30).all()
+    if h.dtype != torch.float32:  # the reference's fp32 formulas: almost always the same bits
+        for got, ref in ((a, reference.swiglu(h)), (dh, reference.swiglu_backward(h, d))):
             assert (got == ref).float().mean() > 0.99
 
 

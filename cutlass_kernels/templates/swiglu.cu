@@ -7,7 +7,12 @@ using InT = {{IN_T}};
 namespace sw = scalemm::swiglu;
 
 static int run(scalemm::SwigluArgs const* a, bool backward) {
-  const sw::Params p{a->h, a->dout, a->out, a->rows, a->inner};
+  sw::Params p{};
+  p.h = a->h;
+  p.dout = a->dout;
+  p.out = a->out;
+  p.rows = a->rows;
+  p.inner = a->inner;
   return sw::launch<InT>(p, backward, a->vec != 0, static_cast<cudaStream_t>(a->stream));
 }
 

@@ -17,10 +17,16 @@
 namespace scalemm::swiglu {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // 16-byte vectors per thread: four loads of each input in flight before any math
-// CTAs per SM the kernels are compiled for: 2 (<= 128 registers; the bf16 backward takes 124, and at 3 both bf16
-// kernels spill). Two CTAs keep 64 KB (forward) / 96 KB (backward) of loads in flight per SM, more than HBM needs.
-constexpr int kMinBlocks = 2;
+// 16-byte vectors per thread (all their loads in flight before any math) and the CTAs per SM the kernels are
+// compiled for. The macros exist for A/B builds (perf/swiglu_bench.py --variants).
+#ifndef SCALEMM_SWIGLU_UNROLL
+#define SCALEMM_SWIGLU_UNROLL 4
+#endif
+#ifndef SCALEMM_SWIGLU_MIN_BLOCKS
+#define SCALEMM_SWIGLU_MIN_BLOCKS 2
+#endif
+constexpr int kUnroll = SCALEMM_SWIGLU_UNROLL;
+constexpr int kMinBlocks = SCALEMM_SWIGLU_MIN_BLOCKS;
 
 // Elements of one 16-byte vector, and their conversion to / from fp32 (RNE).
 template <typename T>
@@ -41,43 +47,62 @@ struct Vec {
   }
 };
 
-// One element's forward and backward, in torch's formulas (fp32; expf is CUDA's accurate exp, never __expf).
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+// One element's forward and backward, in torch's formulas (fp32; expf is CUDA's accurate exp, never __expf). The
+// divisions are __fdividef (reciprocal then product, 2 ulp): IEEE division took half the forward pass's issue
+// slots. Where 1 + exp(-g) overflows, __fdividef gives 0 as g / inf does.
+__device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + expf(-g)); }
 
 __device__ __forceinline__ void silu_mul_backward(float g, float u, float d, float& dg, float& du) {
-  const float s = 1.0f / (1.0f + expf(-g));
+  const float s = __fdividef(1.0f, 1.0f + expf(-g));
   du = d * (g * s);
   dg = d * u * (s * (1.0f + g * (1.0f - s)));
 }
 
 // Rows of I elements; the kernels walk 16-byte vectors (VEC: I % Vec<T>::kN == 0 and 16-byte aligned tensors) or
-// single elements (any I), n of them in all, and find each one's row and column by one division.
+// single elements (any I), n of them in all, and find each one's row by a division by the vectors per row: a
+// multiply-high by a magic number (Granlund-Montgomery, exact for every 32-bit dividend) where n < 2^32, else a
+// 64-bit division.
 struct Params {
   const void* h;     // [rows, 2I]
   const void* dout;  // [rows, I] (backward)
   void* out;         // forward: [rows, I]; backward: dh [rows, 2I]
   int64_t rows, inner;
+  int64_t per_row, n;  // vectors (elements) per row and in all
+  uint32_t magic, shift;  // v / per_row = (umulhi(v, magic) + v) >> shift, for v < 2^32
 };
+
+// magic and shift for per_row >= 1: shift = ceil(log2(per_row)), magic = floor(2^32 (2^shift - d) / d) + 1
+inline void set_divisor(Params& p, int64_t per_row) {
+  p.per_row = per_row;
+  uint32_t shift = 0;
+  while ((int64_t(1) << shift) < per_row) ++shift;
+  p.shift = shift;
+  p.magic = per_row < (int64_t(1) << 32)
+                ? uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(per_row)) / uint64_t(per_row) + 1)
+                : 0u;
+}
 
 template <typename T, bool VEC>
 struct Walk {
   static constexpr int kN = VEC ? Vec<T>::kN : 1;
-  int64_t per_row, n;
-  __device__ explicit Walk(const Params& p) : per_row(p.inner / kN), n(p.rows * (p.inner / kN)) {}
   // element offsets of vector v in a [rows, I] tensor and in h's gate half ([rows, 2I]; up is + I further)
-  __device__ __forceinline__ void at(int64_t v, int64_t inner, int64_t& in_out, int64_t& in_h) const {
-    // a 32-bit division where n fits (uniform branch; a 64-bit one is a call of ~70 instructions)
-    const int64_t r = n <= 0xffffffffLL ? int64_t(uint32_t(v) / uint32_t(per_row)) : v / per_row;
-    const int64_t c = (v - r * per_row) * kN;
-    in_out = r * inner + c;
-    in_h = r * 2 * inner + c;
+  __device__ __forceinline__ static void at(const Params& p, int64_t v, int64_t& in_out, int64_t& in_h) {
+    int64_t r;
+    if (p.n <= 0xffffffffLL) {
+      const uint32_t v32 = uint32_t(v);
+      r = int64_t((uint64_t(__umulhi(v32, p.magic)) + v32) >> p.shift);
+    } else {
+      r = v / p.per_row;
+    }
+    const int64_t c = (v - r * p.per_row) * kN;
+    in_out = r * p.inner + c;
+    in_h = r * 2 * p.inner + c;
   }
 };
 
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Params p) {
   using W = Walk<T, VEC>;
-  const W walk(p);
   const T* h = static_cast<const T*>(p.h);
   T* out = static_cast<T*>(p.out);
   const int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
@@ -87,9 +112,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Par
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         int64_t ih;
-        walk.at(v, p.inner, o[j], ih);
+        W::at(p, v, o[j], ih);
         g[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih));
         u[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih + p.inner));
       }
@@ -97,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Par
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         Vec<T> y;
 #pragma unroll
         for (int i = 0; i < W::kN; ++i) y.set(i, silu(g[j].get(i)) * u[j].get(i));
@@ -108,9 +133,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Par
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         int64_t o, ih;
-        walk.at(v, p.inner, o, ih);
+        W::at(p, v, o, ih);
         Vec<T> y;
         y.set(0, silu(float(h[ih])) * float(h[ih + p.inner]));
         out[o] = reinterpret_cast<const T*>(&y.w)[0];
@@ -122,7 +147,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Par
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Params p) {
   using W = Walk<T, VEC>;
-  const W walk(p);
   const T* h = static_cast<const T*>(p.h);
   const T* dout = static_cast<const T*>(p.dout);
   T* dh = static_cast<T*>(p.out);
@@ -133,9 +157,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Pa
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         int64_t o;
-        walk.at(v, p.inner, o, ih[j]);
+        W::at(p, v, o, ih[j]);
         g[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih[j]));
         u[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih[j] + p.inner));
         d[j].w = __ldg(reinterpret_cast<const uint4*>(dout + o));
@@ -144,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Pa
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         Vec<T> dg, du;
 #pragma unroll
         for (int i = 0; i < W::kN; ++i) {
@@ -161,9 +185,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Pa
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = base + int64_t(j) * kThreads;
-      if (v < walk.n) {
+      if (v < p.n) {
         int64_t o, ih;
-        walk.at(v, p.inner, o, ih);
+        W::at(p, v, o, ih);
         float a, b;
         silu_mul_backward(float(h[ih]), float(h[ih + p.inner]), float(dout[o]), a, b);
         Vec<T> y;
@@ -179,11 +203,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Pa
 // One launch; 0 or a cudaError_t. VEC when I is a multiple of a vector and every pointer 16-byte aligned (the
 // caller's check: it knows the tensors).
 template <typename T>
-int launch(const Params& p, bool backward, bool vec, cudaStream_t stream) {
-  const int64_t n = p.rows * (vec ? p.inner / Vec<T>::kN : p.inner);
-  if (n == 0) return 0;
+int launch(Params p, bool backward, bool vec, cudaStream_t stream) {
+  const int64_t per_row = vec ? p.inner / Vec<T>::kN : p.inner;
+  p.n = p.rows * per_row;
+  if (p.n == 0) return 0;
+  set_divisor(p, per_row);
   const int64_t per_block = int64_t(kThreads) * kUnroll;
-  const int64_t blocks = (n + per_block - 1) / per_block;
+  const int64_t blocks = (p.n + per_block - 1) / per_block;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   if (backward) {
