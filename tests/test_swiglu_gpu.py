@@ -72,9 +72,9 @@ def test_special_values_follow_torch():
         a = scalemm.swiglu(x)
         g, u = x.chunk(2, dim=-1)
         t = F.silu(g.float()) * u.float()
-        assert torch.equal(a.isnan(), t.isnan())
+        assert torch.equal(a.isnan(), t.isnan()), (dtype, a, t)
         fin = ~t.isnan()
-        assert torch.allclose(a[fin].float(), t[fin].to(dtype).float(), rtol=2 ** -7, atol=0)
+        assert torch.allclose(a[fin].float(), t[fin].to(dtype).float(), rtol=2 ** -7, atol=0), (dtype, a, t)
 
 
 def test_empty():

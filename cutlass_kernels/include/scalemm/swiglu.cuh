@@ -17,13 +17,15 @@
 namespace scalemm::swiglu {
 
 constexpr int kThreads = 256;
-// 16-byte vectors per thread (all their loads in flight before any math) and the CTAs per SM the kernels are
-// compiled for. The macros exist for A/B builds (perf/swiglu_bench.py --variants).
+// 16-byte vectors per thread and the CTAs per SM the kernels are compiled for: one vector and no bound (28-40
+// registers, eight CTAs of 256 threads per SM) ran 1.52x (forward) / 1.25x (backward) faster than four vectors at
+// two CTAs per SM on the expert block's h [65536, 1536] on an H200, at a copy's rate (perf/swiglu_bench.py
+// --variants, the macros below; perf/results/h200/swiglu/).
 #ifndef SCALEMM_SWIGLU_UNROLL
-#define SCALEMM_SWIGLU_UNROLL 4
+#define SCALEMM_SWIGLU_UNROLL 1
 #endif
 #ifndef SCALEMM_SWIGLU_MIN_BLOCKS
-#define SCALEMM_SWIGLU_MIN_BLOCKS 2
+#define SCALEMM_SWIGLU_MIN_BLOCKS 1
 #endif
 constexpr int kUnroll = SCALEMM_SWIGLU_UNROLL;
 constexpr int kMinBlocks = SCALEMM_SWIGLU_MIN_BLOCKS;
@@ -48,12 +50,22 @@ struct Vec {
 };
 
 // One element's forward and backward, in torch's formulas (fp32; expf is CUDA's accurate exp, never __expf). The
-// divisions are __fdividef (reciprocal then product, 2 ulp): IEEE division took half the forward pass's issue
-// slots. Where 1 + exp(-g) overflows, __fdividef gives 0 as g / inf does.
-__device__ __forceinline__ float silu(float g) { return __fdividef(g, 1.0f + expf(-g)); }
+// divisions are __fdividef (reciprocal then product, 2 ulp): IEEE division took a large share of the forward pass's
+// issue slots. __fdividef returns 0 for denominators past 2^126, so below gate = -80 (where 1 + exp(-gate) rounds
+// to exp(-gate)) the quotients are taken as products with exp(gate): s = exp(gate), silu = gate * exp(gate), tiny
+// normal values where torch's division gives them too, and NaN at gate = -inf as there.
+constexpr float kLargeNegative = -80.0f;
+
+__device__ __forceinline__ float sigmoid(float g) {
+  return g < kLargeNegative ? expf(g) : __fdividef(1.0f, 1.0f + expf(-g));
+}
+
+__device__ __forceinline__ float silu(float g) {
+  return g < kLargeNegative ? g * expf(g) : __fdividef(g, 1.0f + expf(-g));
+}
 
 __device__ __forceinline__ void silu_mul_backward(float g, float u, float d, float& dg, float& du) {
-  const float s = __fdividef(1.0f, 1.0f + expf(-g));
+  const float s = sigmoid(g);
   du = d * (g * s);
   dg = d * u * (s * (1.0f + g * (1.0f - s)));
 }
