@@ -6,4 +6,4 @@ tar czf $OUT/train_a.tgz -C /tmp/pk --transform 's,^,cache/,' $(echo "$new" | he
 cd tests && timeout 100 python3 -m pytest test_swiglu_gpu.py -q 2>&1 | tail -n 3; cd ..
 timeout 100 python3 perf/swiglu_bench.py --out $OUT/swiglu 2>&1 | tail -n 8
 M="--only moe --graphs --cache-weight --fuse-wgrad-accumulation --contenders scalemm_fp8"
-for act in scalemm torch; do timeout 100 python3 perf/train_bench.py $M --activation $act --out $OUT/moe_$act > $OUT/moe_$act.log 2>&1; echo "moe $act rc=$?"; grep "experts," $OUT/moe_$act.log; done
+for act in scalemm torch; do timeout 100 python3 perf/train_bench.py $M --activation $act --out /tmp/moe_$act > $OUT/moe_$act.log 2>&1; echo "moe $act rc=$?"; cp /tmp/moe_$act/train_bench.json $OUT/moe_$act.json; grep "experts," $OUT/moe_$act.log; done
