@@ -51,17 +51,19 @@ struct Vec {
 
 // One element's forward and backward, in torch's formulas (fp32; expf is CUDA's accurate exp, never __expf). The
 // divisions are __fdividef (reciprocal then product, 2 ulp): IEEE division took a large share of the forward pass's
-// issue slots. __fdividef returns 0 for denominators past 2^126, so below gate = -80 (where 1 + exp(-gate) rounds
-// to exp(-gate)) the quotients are taken as products with exp(gate): s = exp(gate), silu = gate * exp(gate), tiny
-// normal values where torch's division gives them too, and NaN at gate = -inf as there.
+// issue slots. __fdividef returns 0 for denominators past 2^126, so below gate = -80 (rare: a divergent branch
+// costs nothing) they are IEEE divisions, as torch's: tiny values, and 1 + exp(-gate) = inf past gate = -88.7 gives
+// silu = -0 (times an infinite up: NaN, as torch).
 constexpr float kLargeNegative = -80.0f;
 
 __device__ __forceinline__ float sigmoid(float g) {
-  return g < kLargeNegative ? expf(g) : __fdividef(1.0f, 1.0f + expf(-g));
+  const float den = 1.0f + expf(-g);
+  return g < kLargeNegative ? __fdiv_rn(1.0f, den) : __fdividef(1.0f, den);
 }
 
 __device__ __forceinline__ float silu(float g) {
-  return g < kLargeNegative ? g * expf(g) : __fdividef(g, 1.0f + expf(-g));
+  const float den = 1.0f + expf(-g);
+  return g < kLargeNegative ? __fdiv_rn(g, den) : __fdividef(g, den);
 }
 
 __device__ __forceinline__ void silu_mul_backward(float g, float u, float d, float& dg, float& du) {
