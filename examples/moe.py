@@ -1,5 +1,5 @@
 """A reference MoE block on scalemm.nn.GroupedLinear: router top-k, permute (tokens sorted by expert),
-gate_up -> SiLU(gate) * up -> down, unpermute and combine with the router weights.
+gate_up -> SiLU(gate) * up (scalemm.swiglu) -> down, unpermute and combine with the router weights.
 
     from moe import MoEBlock                       # examples/ on sys.path
     block = MoEBlock(hidden=2048, inter=768, experts=128, top_k=8, recipe=scalemm.recipes.FP8Rowwise())
@@ -14,8 +14,8 @@ the experts: it is usually kept in high precision).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+import scalemm
 from scalemm.nn import GroupedLinear
 from scalemm.recipes import FP8Rowwise
 
@@ -53,9 +53,8 @@ class MoEBlock(torch.nn.Module):
         weights, experts = route(self.router(x), self.top_k)
         order, offsets = permute(experts, self.experts)
         token = order // self.top_k  # the token of each sorted (token, slot) pair
-        h = self.gate_up(x[token], offsets)  # [T*k, 2 inter]
-        gate, up = h.chunk(2, dim=-1)
-        y = self.down(F.silu(gate) * up, offsets)  # [T*k, hidden]
+        h = self.gate_up(x[token], offsets)  # [T*k, 2 inter] = [gate | up]
+        y = self.down(scalemm.swiglu(h), offsets)  # SiLU(gate) * up, one kernel each way; [T*k, hidden]
         y = y * weights.reshape(-1)[order, None].to(y.dtype)
         out = torch.zeros_like(x, dtype=y.dtype).index_add_(0, token, y)  # unpermute, sum the k slots
         return out.reshape(*lead, self.hidden)
