@@ -27,8 +27,8 @@ from scalemm.cutlass_kernels.configs.sm90 import full_accumulation, full_tile_co
 from scalemm.jit import describe_status, toolchain
 
 # the modules (scalemm.gemm, the attribute, is the function of the same name)
-gemm, gemm_nvfp4, grouped, quantize, quantize_grouped = (importlib.import_module(f"scalemm.{m}") for m in (
-    "gemm", "gemm_nvfp4", "grouped", "quantize", "quantize_grouped"))
+activation, gemm, gemm_nvfp4, grouped, quantize, quantize_grouped = (importlib.import_module(f"scalemm.{m}") for m in (
+    "activation", "gemm", "gemm_nvfp4", "grouped", "quantize", "quantize_grouped"))
 INCLUDE = abi.HEADER.parent.parent  # cutlass_kernels/include
 TEMPLATES = toolchain.TEMPLATE_DIR
 bf16 = torch.bfloat16
@@ -157,7 +157,7 @@ def _template_launchers() -> dict:
 
 def test_every_template_launcher_takes_one_struct_pointer():
     launchers = _template_launchers()
-    assert len(launchers) == 20
+    assert len(launchers) == 22
     for name, (template, params) in launchers.items():
         m = re.fullmatch(r"scalemm::(\w+) const\* a", params)
         assert m and m[1] in abi.structs, f"{template}: {name}({params}) does not take an abi.h struct by pointer"
@@ -175,7 +175,7 @@ class _FakeKernel:
 def test_python_declares_each_launcher_with_its_struct(monkeypatch):
     declared = {}
     fake_build = lambda spec, **kw: _FakeKernel(declared)  # noqa: E731
-    for module in (gemm, grouped, quantize, quantize_grouped, gemm_nvfp4):
+    for module in (gemm, grouped, quantize, quantize_grouped, gemm_nvfp4, activation):
         monkeypatch.setattr(module, "build", fake_build)
     cfg = GemmConfig(128, 128, 128, 1, 1, "cooperative")
     gemm._launcher.__wrapped__(gemm.gemm_kernel_spec(cfg, fast_accum=False, out_dtype=bf16,
@@ -189,6 +189,8 @@ def test_python_declares_each_launcher_with_its_struct(monkeypatch):
     for name in quantize_grouped._ARGS:
         quantize_grouped._launcher.__wrapped__(bf16, name)
     quantize._history_launcher.__wrapped__()
+    for name in ("scalemm_swiglu_forward", "scalemm_swiglu_backward"):
+        activation._launcher.__wrapped__(bf16, name)
     nv_cfg = gemm_nvfp4.default_nvfp4_config(16, 256, 512)
     gemm_nvfp4._gemm_launcher.__wrapped__(gemm_nvfp4.nvfp4_gemm_kernel_spec(nv_cfg, act_dtype=bf16, out_dtype=bf16,
                                                                             epilogue=epi.scaled(bf16))[0])
