@@ -27,8 +27,9 @@ from scalemm.cutlass_kernels.configs.sm90 import full_accumulation, full_tile_co
 from scalemm.jit import describe_status, toolchain
 
 # the modules (scalemm.gemm, the attribute, is the function of the same name)
-activation, gemm, gemm_nvfp4, grouped, quantize, quantize_grouped = (importlib.import_module(f"scalemm.{m}") for m in (
-    "activation", "gemm", "gemm_nvfp4", "grouped", "quantize", "quantize_grouped"))
+activation, gemm, gemm_nvfp4, grouped, quantize, quantize_grouped = (
+    importlib.import_module(f"scalemm.{m}")
+    for m in ("activation", "gemm", "gemm_nvfp4", "grouped", "quantize", "quantize_grouped"))
 INCLUDE = abi.HEADER.parent.parent  # cutlass_kernels/include
 TEMPLATES = toolchain.TEMPLATE_DIR
 bf16 = torch.bfloat16
