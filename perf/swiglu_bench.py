@@ -2,8 +2,10 @@
 autograd) and a device copy of the same bytes, in one process (CUDA graphs, inputs rotated past L2).
 
     python perf/swiglu_bench.py [--out perf/results/<gpu>/swiglu]   # table, JSON (and a PNG with matplotlib)
-    python perf/swiglu_bench.py --variants "u2:SCALEMM_SWIGLU_UNROLL=2,SCALEMM_SWIGLU_MIN_BLOCKS=1;u1:..."
-        # A/B: the kernels also built with these macros (swiglu.cuh), timed beside the default, outputs compared
+    python perf/swiglu_bench.py --variants "label:MACRO=V,MACRO=V;label:..."
+        # A/B: the kernels also built with these -D flags (macros an experiment adds to swiglu.cuh), timed beside
+        # the default build, their outputs compared with it bit for bit (the fiftieth session's unroll and launch-bound
+        # macros were removed with the decision: perf/results/h200/session50/call3)
 
 Shapes: the expert block of perf/train_bench.py (65536 routed rows, I = 768: Qwen3-30B-A3B) and the Llama-3-8B MLP
 at 8192 tokens (I = 14336), plus Llama-3-70B's MLP (I = 28672) at 4096 tokens, all bf16. Each row: microseconds
@@ -103,7 +105,8 @@ def run(rows: int, inner: int, dtype=torch.bfloat16, variants=None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=None, help="write OUT.json (and OUT.png)")
-    p.add_argument("--variants", default="", help="A/B builds: 'label:MACRO=V,MACRO=V;label:...' (swiglu.cuh macros)")
+    p.add_argument("--variants", default="",
+                   help="A/B builds: 'label:MACRO=V,MACRO=V;label:...' (-D flags for swiglu.cuh)")
     args = p.parse_args(argv)
     variants = variant_launchers(args.variants)
     gpu = torch.cuda.get_device_name()

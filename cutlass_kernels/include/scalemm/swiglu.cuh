@@ -13,47 +13,51 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <type_traits>
 
 namespace scalemm::swiglu {
 
 constexpr int kThreads = 256;
-// 16-byte vectors per thread and the CTAs per SM the kernels are compiled for: one vector and no bound (28-40
-// registers, eight CTAs of 256 threads per SM) ran 1.52x (forward) / 1.25x (backward) faster than four vectors at
-// two CTAs per SM on the expert block's h [65536, 1536] on an H200, at a copy's rate (perf/swiglu_bench.py
-// --variants, the macros below; perf/results/h200/swiglu/).
-#ifndef SCALEMM_SWIGLU_UNROLL
-#define SCALEMM_SWIGLU_UNROLL 1
-#endif
-#ifndef SCALEMM_SWIGLU_MIN_BLOCKS
-#define SCALEMM_SWIGLU_MIN_BLOCKS 1
-#endif
-constexpr int kUnroll = SCALEMM_SWIGLU_UNROLL;
-constexpr int kMinBlocks = SCALEMM_SWIGLU_MIN_BLOCKS;
 
-// Elements of one 16-byte vector, and their conversion to / from fp32 (RNE).
-template <typename T>
-struct Vec {
-  static constexpr int kN = 16 / sizeof(T);
-  uint4 w;
+// One thread, one 16-byte vector (or one element where I is not a multiple of a vector), no launch bound: few
+// registers, eight CTAs per SM. On the expert block's h [65536, 1536] on an H200 that ran at a copy's rate, 1.52x
+// (forward) / 1.25x (backward) as fast as four vectors per thread at two CTAs per SM, 1.11x / 1.03-1.09x as fast as
+// two vectors (perf/NOTES.md, fiftieth session; perf/results/h200/session50/call3).
+
+// N consecutive elements held as one word: a uint4 for 16 bytes (one 16-byte load or store), else one T. get / set
+// convert to / from fp32 (round to nearest even).
+template <typename T, int N>
+struct Pack {
+  using Word = typename std::conditional<sizeof(T) * N == 16, uint4, T>::type;
+  static_assert(sizeof(Word) == sizeof(T) * N, "a pack is 16 bytes or one element");
+  Word w;
+  __device__ __forceinline__ static Pack load(const T* p) { return Pack{__ldg(reinterpret_cast<const Word*>(p))}; }
+  __device__ __forceinline__ void store(T* p) const {
+    if constexpr (sizeof(Word) == 16)  // nvcc split a plain 16-byte store of this struct into four 4-byte ones
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                   : "memory");
+    else
+      *reinterpret_cast<Word*>(p) = w;
+  }
   __device__ __forceinline__ float get(int i) const {
-    const T* e = reinterpret_cast<const T*>(&w);
-    if constexpr (sizeof(T) == 4) return e[i];
-    else if constexpr (sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(e[i]);
-    else return __half2float(e[i]);
+    const T v = reinterpret_cast<const T*>(&w)[i];
+    if constexpr (std::is_same<T, float>::value) return v;
+    else if constexpr (std::is_same<T, __nv_bfloat16>::value) return __bfloat162float(v);
+    else return __half2float(v);
   }
   __device__ __forceinline__ void set(int i, float v) {
     T* e = reinterpret_cast<T*>(&w);
-    if constexpr (sizeof(T) == 4) e[i] = v;
+    if constexpr (std::is_same<T, float>::value) e[i] = v;
     else if constexpr (std::is_same<T, __nv_bfloat16>::value) e[i] = __float2bfloat16_rn(v);
     else e[i] = __float2half_rn(v);
   }
 };
 
 // One element's forward and backward, in torch's formulas (fp32; expf is CUDA's accurate exp, never __expf). The
-// divisions are __fdividef (reciprocal then product, 2 ulp): IEEE division took a large share of the forward pass's
-// issue slots. __fdividef returns 0 for denominators past 2^126, so below gate = -80 (rare: a divergent branch
-// costs nothing) they are IEEE divisions, as torch's: tiny values, and 1 + exp(-gate) = inf past gate = -88.7 gives
-// silu = -0 (times an infinite up: NaN, as torch).
+// divisions are __fdividef (reciprocal then product, 2 ulp), not IEEE division's longer sequence: the kernels do
+// ~20 instructions of arithmetic per element against 2-3 bytes moved. __fdividef returns 0 for denominators past
+// 2^126, so below gate = -80 (rare: a divergent branch costs nothing) they are IEEE divisions, as torch's: tiny
+// values, and 1 + exp(-gate) = inf past gate = -88.7 gives silu = -0 (times an infinite up: NaN, as torch).
 constexpr float kLargeNegative = -80.0f;
 
 __device__ __forceinline__ float sigmoid(float g) {
@@ -72,8 +76,8 @@ __device__ __forceinline__ void silu_mul_backward(float g, float u, float d, flo
   dg = d * u * (s * (1.0f + g * (1.0f - s)));
 }
 
-// Rows of I elements; the kernels walk 16-byte vectors (VEC: I % Vec<T>::kN == 0 and 16-byte aligned tensors) or
-// single elements (any I), n of them in all, and find each one's row by a division by the vectors per row: a
+// Rows of I elements, walked in packs of N (16 bytes where I % (16 / sizeof(T)) == 0 and the tensors are 16-byte
+// aligned, else 1), n packs in all, one per thread; a pack's row is its index divided by the packs per row: a
 // multiply-high by a magic number (Granlund-Montgomery, exact for every 32-bit dividend) where n < 2^32, else a
 // 64-bit division.
 struct Params {
@@ -81,7 +85,7 @@ struct Params {
   const void* dout;  // [rows, I] (backward)
   void* out;         // forward: [rows, I]; backward: dh [rows, 2I]
   int64_t rows, inner;
-  int64_t per_row, n;  // vectors (elements) per row and in all
+  int64_t per_row, n;     // packs per row and in all
   uint32_t magic, shift;  // v / per_row = (umulhi(v, magic) + v) >> shift, for v < 2^32
 };
 
@@ -96,142 +100,76 @@ inline void set_divisor(Params& p, int64_t per_row) {
                 : 0u;
 }
 
-template <typename T, bool VEC>
-struct Walk {
-  static constexpr int kN = VEC ? Vec<T>::kN : 1;
-  // element offsets of vector v in a [rows, I] tensor and in h's gate half ([rows, 2I]; up is + I further)
-  __device__ __forceinline__ static void at(const Params& p, int64_t v, int64_t& in_out, int64_t& in_h) {
-    int64_t r;
-    if (p.n <= 0xffffffffLL) {
-      const uint32_t v32 = uint32_t(v);
-      r = int64_t((uint64_t(__umulhi(v32, p.magic)) + v32) >> p.shift);
-    } else {
-      r = v / p.per_row;
-    }
-    const int64_t c = (v - r * p.per_row) * kN;
-    in_out = r * p.inner + c;
-    in_h = r * 2 * p.inner + c;
-  }
-};
-
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const Params p) {
-  using W = Walk<T, VEC>;
-  const T* h = static_cast<const T*>(p.h);
-  T* out = static_cast<T*>(p.out);
-  const int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
-  if constexpr (VEC) {
-    Vec<T> g[kUnroll], u[kUnroll];
-    int64_t o[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        int64_t ih;
-        W::at(p, v, o[j], ih);
-        g[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih));
-        u[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih + p.inner));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        Vec<T> y;
-#pragma unroll
-        for (int i = 0; i < W::kN; ++i) y.set(i, silu(g[j].get(i)) * u[j].get(i));
-        *reinterpret_cast<uint4*>(out + o[j]) = y.w;
-      }
-    }
+// Element offsets of pack v in a [rows, I] tensor (out / dout) and in h's gate half ([rows, 2I]; up is I further).
+template <int N>
+__device__ __forceinline__ void pack_offsets(const Params& p, int64_t v, int64_t& in_out, int64_t& in_h) {
+  int64_t r;
+  if (p.n <= 0xffffffffLL) {
+    const uint32_t v32 = uint32_t(v);
+    r = int64_t((uint64_t(__umulhi(v32, p.magic)) + v32) >> p.shift);
   } else {
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        int64_t o, ih;
-        W::at(p, v, o, ih);
-        Vec<T> y;
-        y.set(0, silu(float(h[ih])) * float(h[ih + p.inner]));
-        out[o] = reinterpret_cast<const T*>(&y.w)[0];
-      }
-    }
+    r = v / p.per_row;
   }
+  const int64_t c = (v - r * p.per_row) * N;
+  in_out = r * p.inner + c;
+  in_h = r * 2 * p.inner + c;
 }
 
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const Params p) {
-  using W = Walk<T, VEC>;
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const Params p) {
+  using P = Pack<T, N>;
+  const int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (v >= p.n) return;
+  int64_t o, ih;
+  pack_offsets<N>(p, v, o, ih);
   const T* h = static_cast<const T*>(p.h);
-  const T* dout = static_cast<const T*>(p.dout);
+  const P g = P::load(h + ih), u = P::load(h + ih + p.inner);
+  P y;
+#pragma unroll
+  for (int i = 0; i < N; ++i) y.set(i, silu(g.get(i)) * u.get(i));
+  y.store(static_cast<T*>(p.out) + o);
+}
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) backward_kernel(const Params p) {
+  using P = Pack<T, N>;
+  const int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (v >= p.n) return;
+  int64_t o, ih;
+  pack_offsets<N>(p, v, o, ih);
+  const T* h = static_cast<const T*>(p.h);
+  const P g = P::load(h + ih), u = P::load(h + ih + p.inner), d = P::load(static_cast<const T*>(p.dout) + o);
+  P dg, du;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float a, b;
+    silu_mul_backward(g.get(i), u.get(i), d.get(i), a, b);
+    dg.set(i, a);
+    du.set(i, b);
+  }
   T* dh = static_cast<T*>(p.out);
-  const int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
-  if constexpr (VEC) {
-    Vec<T> g[kUnroll], u[kUnroll], d[kUnroll];
-    int64_t ih[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        int64_t o;
-        W::at(p, v, o, ih[j]);
-        g[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih[j]));
-        u[j].w = __ldg(reinterpret_cast<const uint4*>(h + ih[j] + p.inner));
-        d[j].w = __ldg(reinterpret_cast<const uint4*>(dout + o));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        Vec<T> dg, du;
-#pragma unroll
-        for (int i = 0; i < W::kN; ++i) {
-          float a, b;
-          silu_mul_backward(g[j].get(i), u[j].get(i), d[j].get(i), a, b);
-          dg.set(i, a);
-          du.set(i, b);
-        }
-        *reinterpret_cast<uint4*>(dh + ih[j]) = dg.w;
-        *reinterpret_cast<uint4*>(dh + ih[j] + p.inner) = du.w;
-      }
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = base + int64_t(j) * kThreads;
-      if (v < p.n) {
-        int64_t o, ih;
-        W::at(p, v, o, ih);
-        float a, b;
-        silu_mul_backward(float(h[ih]), float(h[ih + p.inner]), float(dout[o]), a, b);
-        Vec<T> y;
-        y.set(0, a);
-        y.set(1, b);
-        dh[ih] = reinterpret_cast<const T*>(&y.w)[0];
-        dh[ih + p.inner] = reinterpret_cast<const T*>(&y.w)[1];
-      }
-    }
-  }
+  dg.store(dh + ih);
+  du.store(dh + ih + p.inner);
 }
 
-// One launch; 0 or a cudaError_t. VEC when I is a multiple of a vector and every pointer 16-byte aligned (the
-// caller's check: it knows the tensors).
+// One launch; 0 or a cudaError_t. vec: 16-byte packs (I a multiple of 16 / sizeof(T), every pointer 16-byte
+// aligned: the caller's check, it knows the tensors).
 template <typename T>
 int launch(Params p, bool backward, bool vec, cudaStream_t stream) {
-  const int64_t per_row = vec ? p.inner / Vec<T>::kN : p.inner;
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t per_row = vec ? p.inner / kVec : p.inner;
   p.n = p.rows * per_row;
   if (p.n == 0) return 0;
   set_divisor(p, per_row);
-  const int64_t per_block = int64_t(kThreads) * kUnroll;
-  const int64_t blocks = (p.n + per_block - 1) / per_block;
+  const int64_t blocks = (p.n + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   if (backward) {
-    if (vec) backward_kernel<T, true><<<grid, kThreads, 0, stream>>>(p);
-    else backward_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+    if (vec) backward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+    else backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    if (vec) forward_kernel<T, true><<<grid, kThreads, 0, stream>>>(p);
-    else forward_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+    if (vec) forward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
+    else forward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
   }
   return static_cast<int>(cudaGetLastError());
 }
