@@ -115,8 +115,9 @@ __device__ __forceinline__ void pack_offsets(const Params& p, int64_t v, int64_t
   in_h = r * 2 * p.inner + c;
 }
 
-template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const Params p) {
+// One pack per thread: forward (out = silu(gate) * up) or BACKWARD (dh from h and dout).
+template <typename T, int N, bool BACKWARD>
+__global__ void __launch_bounds__(kThreads) swiglu_kernel(const Params p) {
   using P = Pack<T, N>;
   const int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (v >= p.n) return;
@@ -124,32 +125,25 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Params p) {
   pack_offsets<N>(p, v, o, ih);
   const T* h = static_cast<const T*>(p.h);
   const P g = P::load(h + ih), u = P::load(h + ih + p.inner);
-  P y;
+  if constexpr (!BACKWARD) {
+    P y;
 #pragma unroll
-  for (int i = 0; i < N; ++i) y.set(i, silu(g.get(i)) * u.get(i));
-  y.store(static_cast<T*>(p.out) + o);
-}
-
-template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) backward_kernel(const Params p) {
-  using P = Pack<T, N>;
-  const int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (v >= p.n) return;
-  int64_t o, ih;
-  pack_offsets<N>(p, v, o, ih);
-  const T* h = static_cast<const T*>(p.h);
-  const P g = P::load(h + ih), u = P::load(h + ih + p.inner), d = P::load(static_cast<const T*>(p.dout) + o);
-  P dg, du;
+    for (int i = 0; i < N; ++i) y.set(i, silu(g.get(i)) * u.get(i));
+    y.store(static_cast<T*>(p.out) + o);
+  } else {
+    const P d = P::load(static_cast<const T*>(p.dout) + o);
+    P dg, du;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    float a, b;
-    silu_mul_backward(g.get(i), u.get(i), d.get(i), a, b);
-    dg.set(i, a);
-    du.set(i, b);
+    for (int i = 0; i < N; ++i) {
+      float a, b;
+      silu_mul_backward(g.get(i), u.get(i), d.get(i), a, b);
+      dg.set(i, a);
+      du.set(i, b);
+    }
+    T* dh = static_cast<T*>(p.out);
+    dg.store(dh + ih);
+    du.store(dh + ih + p.inner);
   }
-  T* dh = static_cast<T*>(p.out);
-  dg.store(dh + ih);
-  du.store(dh + ih + p.inner);
 }
 
 // One launch; 0 or a cudaError_t. vec: 16-byte packs (I a multiple of 16 / sizeof(T), every pointer 16-byte
@@ -165,11 +159,11 @@ int launch(Params p, bool backward, bool vec, cudaStream_t stream) {
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   if (backward) {
-    if (vec) backward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
-    else backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
+    if (vec) swiglu_kernel<T, kVec, true><<<grid, kThreads, 0, stream>>>(p);
+    else swiglu_kernel<T, 1, true><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    if (vec) forward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(p);
-    else forward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(p);
+    if (vec) swiglu_kernel<T, kVec, false><<<grid, kThreads, 0, stream>>>(p);
+    else swiglu_kernel<T, 1, false><<<grid, kThreads, 0, stream>>>(p);
   }
   return static_cast<int>(cudaGetLastError());
 }
