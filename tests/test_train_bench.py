@@ -59,3 +59,32 @@ def test_contenders_filter_and_aligned_groups(tmp_path):
     assert int(raw.sum()) == 64 * 4
     assert ((aligned % 16 == 0) & (aligned >= raw) & (aligned - raw < 16)).all()
     assert ((aligned == 0) == (raw == 0)).all()
+
+
+def test_activation_option_is_shared_by_every_contender(tmp_path, monkeypatch):
+    """--activation: every contender's block (bf16's too) runs the same SwiGLU, scalemm.swiglu by default or torch's
+    eager F.silu(gate) * up; the JSON records which."""
+    import scalemm
+    import torch.nn.functional as F
+    calls = {"scalemm": 0, "torch": 0}
+    swiglu, silu = scalemm.swiglu, F.silu
+
+    def counted_swiglu(h):
+        calls["scalemm"] += 1
+        return swiglu(h)
+
+    def counted_silu(x, *args, **kwargs):
+        calls["torch"] += 1
+        return silu(x, *args, **kwargs)
+    monkeypatch.setattr(scalemm, "swiglu", counted_swiglu)
+    monkeypatch.setattr(F, "silu", counted_silu)
+    for act in ("scalemm", "torch"):
+        calls.update(scalemm=0, torch=0)
+        out = tmp_path / act
+        _run_bench(f"train_bench_act_{act}_under_test", ["--smoke", "--only", "moe", "--contenders", "rowwise",
+                                                         "--activation", act, "--out", str(out)])
+        result = json.loads((out / "train_bench.json").read_text())
+        assert result["options"]["activation"] == act
+        assert [r["contender"] for r in result["rows"]] == ["bf16", "scalemm_fp8_rowwise"]
+        other = "torch" if act == "scalemm" else "scalemm"
+        assert calls[act] > 0 and calls[other] == 0, calls
