@@ -112,3 +112,23 @@ def test_cuda_graph_capture_and_replay():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(a, swiglu_forward(h)) and torch.equal(dh, swiglu_backward(h, d))
+
+
+def test_more_than_2_32_packs_take_the_64_bit_row_division():
+    """Past 2^32 packs the kernels find a pack's row by a 64-bit division instead of the magic number: an odd I (the
+    element path, one element per pack) over 65537 rows is 4.3e9 packs. The rows around pack 2^32 and the ends are
+    checked against the reference."""
+    rows, inner = 65537, 65539
+    need = rows * inner * 2 * 6  # h, dh (2I each), a and dout (I each), bf16
+    if torch.cuda.mem_get_info()[0] < need + (4 << 30):
+        pytest.skip(f"needs {need / 2**30:.0f} GiB of free GPU memory")
+    h = torch.empty(rows, 2 * inner, device="cuda", dtype=torch.bfloat16).normal_(0, 3)
+    d = torch.empty(rows, inner, device="cuda", dtype=torch.bfloat16).normal_()
+    a = swiglu_forward(h)
+    dh = swiglu_backward(h, d)
+    boundary = (1 << 32) // inner  # the row holding pack 2^32
+    for r in (0, boundary - 1, boundary, boundary + 1, rows - 1):
+        ra, rdh = reference.swiglu(h[r:r + 1]), reference.swiglu_backward(h[r:r + 1], d[r:r + 1])
+        assert (a[r:r + 1] == ra).float().mean() > 0.99, r
+        assert (dh[r:r + 1] == rdh).float().mean() > 0.99, r
+        assert ulp_error(a[r:r + 1].cpu(), exact(h[r:r + 1].cpu())) <= 1.0, r
