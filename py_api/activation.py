@@ -16,23 +16,21 @@ import functools
 import torch
 
 from . import abi, reference
+from . import quantize as _q
 from .arch import kernel_arch, on_device
 from .formats.base import check_input
 from .jit import KernelSpec, build
 
 __all__ = ["swiglu", "swiglu_forward", "swiglu_backward", "kernel_specs"]
 
-_CXX_TYPES = {torch.bfloat16: "__nv_bfloat16", torch.float16: "__half", torch.float32: "float"}
-
-
 def _spec(dtype: torch.dtype) -> KernelSpec:
     return KernelSpec(name=f"swiglu_{str(dtype).split('.')[-1]}", template="swiglu.cu", cutlass=False,
-                      params={"IN_T": _CXX_TYPES[dtype]})
+                      params={"IN_T": _q._CXX_TYPES[dtype]})
 
 
 def kernel_specs():
     """The SwiGLU libraries, one per dtype, for `python -m scalemm build`."""
-    return [_spec(dtype) for dtype in _CXX_TYPES]
+    return [_spec(dtype) for dtype in _q._CXX_TYPES]
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,7 +71,7 @@ def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
     if not h.is_cuda:
         return reference.swiglu(h)
     h = h.contiguous()
-    out = torch.empty(*h.shape[:-1], inner, dtype=h.dtype, device=h.device)
+    out = _q._empty((*h.shape[:-1], inner), h.dtype, h.device)  # (filled where the tests poison outputs)
     _launch("scalemm_swiglu_forward", h, None, out, inner)
     return out
 
@@ -91,7 +89,7 @@ def swiglu_backward(h: torch.Tensor, dout: torch.Tensor) -> torch.Tensor:
     if not h.is_cuda:
         return reference.swiglu_backward(h, dout)
     h, dout = h.contiguous(), dout.contiguous()
-    dh = torch.empty_like(h)
+    dh = _q._empty(h.shape, h.dtype, h.device)
     _launch("scalemm_swiglu_backward", h, dout, dh, inner)
     return dh
 
